@@ -1,0 +1,223 @@
+//! Bucket edges: validation, assignment of lengths to buckets, and the default edges.
+//!
+//! Edges `e_0 < e_1 < … < e_K` define `K` buckets; bucket `i` holds lengths `L` with
+//! `e_i < L ≤ e_{i+1}`. This is the convention of the seed's `[0, 770, 1216, …, 8192]`: a first edge of
+//! `0` admits every positive length and a last edge equal to the longest sample admits it.
+//!
+//! Assignment is O(1) per sample through a lookup table indexed by length when the longest sample is
+//! short enough for the table to stay in cache (≤ [`LUT_MAX_LENGTH`]); otherwise a binary search over
+//! the edges.
+//!
+//! The default edges are quantiles of the length distribution (equal sample counts per bucket). They
+//! are a seam: an optimizer that minimizes padding replaces them without touching the planner.
+
+use crate::error::{ErrorKind, Result};
+
+/// Longest length for which assignment uses a lookup table (a `u16` per length: 512 KiB at most).
+pub const LUT_MAX_LENGTH: u32 = 1 << 18;
+
+/// Validated bucket edges.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Buckets {
+    edges: Vec<u32>,
+}
+
+impl Buckets {
+    /// Validates explicit edges: at least two, strictly increasing.
+    pub fn from_edges(edges: Vec<u32>) -> Result<Self> {
+        if edges.len() < 2 {
+            return Err(ErrorKind::TooFewEdges { count: edges.len() }.into());
+        }
+        if let Some(position) = (1..edges.len()).find(|&i| edges[i] <= edges[i - 1]) {
+            let (previous, value) = (edges[position - 1], edges[position]);
+            return Err(ErrorKind::EdgesNotIncreasing { position, previous, value }.into());
+        }
+        if edges.len() - 1 > usize::from(u16::MAX) {
+            return Err(invalid("boundaries (bucket count)", edges.len() - 1, "at most 65535").into());
+        }
+        Ok(Self { edges })
+    }
+
+    /// Edges at the `k`-quantiles of `lengths` (by sample count); ties may merge buckets, so the
+    /// result can hold fewer than `k` buckets. `lengths` must not be empty.
+    pub fn quantiles(lengths: &[u32], k: usize) -> Result<Self> {
+        if k == 0 || k > usize::from(u16::MAX) {
+            return Err(invalid("boundaries (bucket count)", k, "between 1 and 65535").into());
+        }
+        let ranked = Ranked::new(lengths)?;
+        let (shortest, longest) = (ranked.at(1), ranked.at(lengths.len()));
+        let mut edges = vec![shortest - 1];
+        for q in 1..k {
+            let edge = ranked.at((q * lengths.len() / k).max(1));
+            if edge > *edges.last().unwrap_or(&0) && edge < longest {
+                edges.push(edge);
+            }
+        }
+        edges.push(longest);
+        Self::from_edges(edges)
+    }
+
+    /// The edges, `K + 1` of them.
+    pub fn edges(&self) -> &[u32] {
+        &self.edges
+    }
+
+    /// Number of buckets `K`.
+    pub fn count(&self) -> usize {
+        self.edges.len() - 1
+    }
+
+    /// The bucket holding `length`, or `None` when it is outside the edges.
+    pub fn bucket_of(&self, length: u32) -> Option<usize> {
+        let upper = self.edges.partition_point(|&e| e < length);
+        (upper > 0 && upper < self.edges.len()).then(|| upper - 1)
+    }
+
+    /// Checks that every length for which `keep` holds lies inside the edges; the error names the
+    /// first row that does not.
+    pub fn check_covers(&self, lengths: &[u32], keep: impl Fn(u32) -> bool) -> Result<()> {
+        let (low, high) = (self.edges[0], self.edges[self.edges.len() - 1]);
+        match lengths.iter().position(|&l| keep(l) && (l <= low || l > high)) {
+            None => Ok(()),
+            Some(row) => {
+                Err(ErrorKind::EdgesDoNotCover { row, length: lengths[row], low, high }.into())
+            }
+        }
+    }
+
+    /// An assignment function for lengths up to `longest` (longer ones get no bucket): a lookup table
+    /// when that is small.
+    pub fn assigner(&self, longest: u32) -> Assigner {
+        let table = (longest <= LUT_MAX_LENGTH).then(|| {
+            (0..=longest)
+                .map(|l| self.bucket_of(l).and_then(|b| u16::try_from(b).ok()).unwrap_or(NO_BUCKET))
+                .collect()
+        });
+        Assigner { table, buckets: self.clone(), longest }
+    }
+}
+
+const NO_BUCKET: u16 = u16::MAX;
+
+/// Longest length for which order statistics come from a histogram instead of a sort.
+const HISTOGRAM_MAX_LENGTH: u32 = 1 << 22;
+
+/// Order statistics of a set of lengths: a cumulative histogram when lengths are bounded (O(n), and
+/// 100M lengths sort in seconds but count in a fraction of one), else a sorted copy.
+enum Ranked {
+    Cumulative(Vec<u64>),
+    Sorted(Vec<u32>),
+}
+
+impl Ranked {
+    fn new(lengths: &[u32]) -> Result<Self> {
+        let longest = *lengths.iter().max().ok_or(ErrorKind::EmptyLengths)?;
+        if longest > HISTOGRAM_MAX_LENGTH {
+            let mut sorted = lengths.to_vec();
+            sorted.sort_unstable();
+            return Ok(Ranked::Sorted(sorted));
+        }
+        let mut cumulative = vec![0u64; longest as usize + 1];
+        for &l in lengths {
+            cumulative[l as usize] += 1;
+        }
+        for i in 1..cumulative.len() {
+            cumulative[i] += cumulative[i - 1];
+        }
+        Ok(Ranked::Cumulative(cumulative))
+    }
+
+    /// The `rank`-th smallest length, 1-based (`1 ≤ rank ≤ n`).
+    fn at(&self, rank: usize) -> u32 {
+        match self {
+            Ranked::Sorted(s) => s[rank - 1],
+            Ranked::Cumulative(c) => {
+                let position = c.partition_point(|&count| count < rank as u64);
+                u32::try_from(position).unwrap_or(u32::MAX)
+            }
+        }
+    }
+}
+
+/// Maps a length to its bucket (see [`Buckets::assigner`]).
+#[derive(Debug, Clone)]
+pub struct Assigner {
+    /// `table[length]` is the bucket, or `NO_BUCKET`.
+    table: Option<Vec<u16>>,
+    buckets: Buckets,
+    longest: u32,
+}
+
+impl Assigner {
+    /// The bucket of `length`, or `None`.
+    #[inline]
+    pub fn get(&self, length: u32) -> Option<usize> {
+        match &self.table {
+            Some(t) => match t.get(length as usize) {
+                Some(&b) if b != NO_BUCKET => Some(usize::from(b)),
+                _ => None,
+            },
+            None if length <= self.longest => self.buckets.bucket_of(length),
+            None => None,
+        }
+    }
+}
+
+fn invalid(name: &'static str, value: usize, expected: &'static str) -> ErrorKind {
+    ErrorKind::InvalidSetting { name, value: value as i128, expected }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edges_are_validated() {
+        assert_eq!(
+            Buckets::from_edges(vec![5]).unwrap_err().kind(),
+            &ErrorKind::TooFewEdges { count: 1 }
+        );
+        assert_eq!(
+            Buckets::from_edges(vec![0, 10, 10]).unwrap_err().kind(),
+            &ErrorKind::EdgesNotIncreasing { position: 2, previous: 10, value: 10 }
+        );
+        assert!(Buckets::from_edges(vec![0, 20, 10]).is_err());
+    }
+
+    #[test]
+    fn bucket_of_uses_half_open_intervals() {
+        let b = Buckets::from_edges(vec![0, 10, 20]).unwrap();
+        let got: Vec<_> = [1, 10, 11, 20, 21, 0].iter().map(|&l| b.bucket_of(l)).collect();
+        assert_eq!(got, [Some(0), Some(0), Some(1), Some(1), None, None]);
+        for limit in [15, LUT_MAX_LENGTH + 1] {
+            let a = b.assigner(limit);
+            for l in 0..25 {
+                let expected = if l <= limit { b.bucket_of(l) } else { None };
+                assert_eq!(a.get(l), expected, "length {l}");
+            }
+        }
+    }
+
+    #[test]
+    fn coverage_names_first_bad_row() {
+        let b = Buckets::from_edges(vec![0, 10]).unwrap();
+        assert_eq!(
+            b.check_covers(&[3, 12, 40], |_| true).unwrap_err().kind(),
+            &ErrorKind::EdgesDoNotCover { row: 1, length: 12, low: 0, high: 10 }
+        );
+    }
+
+    #[test]
+    fn quantiles_split_by_count_and_cover() {
+        let lengths: Vec<u32> = (1..=100).collect();
+        let b = Buckets::quantiles(&lengths, 4).unwrap();
+        assert_eq!(b.edges(), &[0, 25, 50, 75, 100]);
+        b.check_covers(&lengths, |_| true).unwrap();
+        assert!(b.check_covers(&[3, 200], |l| l < 100).is_ok());
+        let same = Buckets::quantiles(&[7, 7, 7], 4).unwrap();
+        assert_eq!(same.edges(), &[6, 7]);
+        let huge = [HISTOGRAM_MAX_LENGTH + 5, 3, 9, HISTOGRAM_MAX_LENGTH + 1];
+        assert_eq!(Buckets::quantiles(&huge, 2).unwrap().edges(), &[2, 9, HISTOGRAM_MAX_LENGTH + 5]);
+    }
+
+}

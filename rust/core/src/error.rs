@@ -1,0 +1,225 @@
+//! The crate's one error type.
+//!
+//! Every failure is an [`Error`] carrying an [`ErrorKind`] with the offending value and, where there is
+//! one, its row. `Display` is a lowercase sentence that names the value and says how to fix it, because
+//! the message travels unchanged to a Python user who never sees this code.
+
+use std::fmt;
+
+/// What went wrong, with the values needed to say so precisely.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// No lengths were given.
+    EmptyLengths,
+    /// A length is zero or negative (a sample needs at least one token).
+    NonPositiveLength {
+        /// Row of the sample.
+        row: usize,
+        /// The value found there.
+        value: i128,
+    },
+    /// A length does not fit in `u32`.
+    LengthTooLarge {
+        /// Row of the sample.
+        row: usize,
+        /// The value found there.
+        value: i128,
+    },
+    /// More samples than a `u32` index can address.
+    TooManySamples {
+        /// Number of samples given.
+        count: usize,
+    },
+    /// Both `batch_size` and `max_tokens` were given, or neither.
+    BatchSpec {
+        /// True when both were given, false when neither was.
+        both: bool,
+    },
+    /// A numeric setting is out of range.
+    InvalidSetting {
+        /// The setting's name.
+        name: &'static str,
+        /// The value given.
+        value: i128,
+        /// What the value must satisfy, e.g. "≥ 1".
+        expected: &'static str,
+    },
+    /// Fewer than two bucket edges.
+    TooFewEdges {
+        /// Number of edges given.
+        count: usize,
+    },
+    /// Edges are not strictly increasing.
+    EdgesNotIncreasing {
+        /// Position in the edge list of the offending edge.
+        position: usize,
+        /// The edge before it.
+        previous: u32,
+        /// The offending edge.
+        value: u32,
+    },
+    /// A length falls outside the edges.
+    EdgesDoNotCover {
+        /// Row of the sample.
+        row: usize,
+        /// Its length.
+        length: u32,
+        /// First edge (exclusive lower bound).
+        low: u32,
+        /// Last edge (inclusive upper bound).
+        high: u32,
+    },
+    /// `max_tokens` is smaller than every sample, so no batch can be formed.
+    MaxTokensBelowShortest {
+        /// The budget.
+        max_tokens: u64,
+        /// Shortest padded sample length.
+        shortest: u64,
+        /// Row of that sample.
+        row: usize,
+    },
+    /// A sample is longer than `max_tokens` and `oversize="error"`.
+    Oversize {
+        /// Row of the sample.
+        row: usize,
+        /// Its padded length.
+        length: u64,
+        /// The budget.
+        max_tokens: u64,
+    },
+    /// Not enough samples to give every rank at least one batch.
+    TooFewSamplesForRanks {
+        /// Samples in the plan.
+        samples: usize,
+        /// Ranks requested.
+        world_size: u32,
+    },
+    /// A step index past the end of the plan.
+    StepOutOfRange {
+        /// Requested step.
+        step: u64,
+        /// Steps in the epoch.
+        steps: u64,
+    },
+}
+
+/// The error type of this crate: a kind plus the context needed to act on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    kind: ErrorKind,
+}
+
+/// Shorthand used across the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The kind of failure, for matching.
+    pub fn kind(&self) -> &ErrorKind {
+        &self.kind
+    }
+}
+
+impl From<ErrorKind> for Error {
+    fn from(kind: ErrorKind) -> Self {
+        Self { kind }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use ErrorKind as K;
+        match &self.kind {
+            K::EmptyLengths => write!(f, "lengths is empty; pass at least one sample length"),
+            K::NonPositiveLength { row, value } => write!(
+                f,
+                "length {value} at row {row} is not positive; every sample needs at least one token \
+                 (filter empty samples out of the dataset first)"
+            ),
+            K::LengthTooLarge { row, value } => write!(
+                f,
+                "length {value} at row {row} exceeds the largest supported length {}; check the column",
+                u32::MAX
+            ),
+            K::TooManySamples { count } => write!(
+                f,
+                "{count} samples exceed the supported maximum of {}; split the dataset",
+                u32::MAX
+            ),
+            K::BatchSpec { both: true } => write!(
+                f,
+                "both batch_size and max_tokens were given; pass exactly one of them"
+            ),
+            K::BatchSpec { both: false } => write!(
+                f,
+                "neither batch_size nor max_tokens was given; pass exactly one of them \
+                 (e.g. max_tokens=16384 or batch_size=8)"
+            ),
+            K::InvalidSetting { name, value, expected } => {
+                write!(f, "{name}={value} is invalid; {name} must be {expected}")
+            }
+            K::TooFewEdges { count } => write!(
+                f,
+                "boundaries has {count} edge(s); give at least two, e.g. [0, 8192] for one bucket"
+            ),
+            K::EdgesNotIncreasing { position, previous, value } => write!(
+                f,
+                "boundaries must be strictly increasing, but edge {position} ({value}) is not above \
+                 edge {} ({previous}); sort the edges and remove duplicates",
+                position - 1
+            ),
+            K::EdgesDoNotCover { row, length, low, high } => {
+                if length <= low {
+                    write!(
+                        f,
+                        "length {length} at row {row} is not above the first edge {low}; lower the first \
+                         edge (buckets hold lengths in (edge[i], edge[i+1]])"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "length {length} at row {row} exceeds the last edge {high}; append an edge \
+                         ≥ {length} (buckets hold lengths in (edge[i], edge[i+1]])"
+                    )
+                }
+            }
+            K::MaxTokensBelowShortest { max_tokens, shortest, row } => write!(
+                f,
+                "max_tokens {max_tokens} is smaller than the shortest sample ({shortest} tokens at row \
+                 {row}), so no batch can be formed; raise max_tokens"
+            ),
+            K::Oversize { row, length, max_tokens } => write!(
+                f,
+                "length {length} at row {row} exceeds max_tokens {max_tokens}; raise max_tokens or pass \
+                 oversize='skip'"
+            ),
+            K::TooFewSamplesForRanks { samples, world_size } => write!(
+                f,
+                "{samples} sample(s) cannot give each of world_size {world_size} ranks a batch without \
+                 repeating samples; use fewer ranks or pass drop_last=True"
+            ),
+            K::StepOutOfRange { step, steps } => write!(
+                f,
+                "step {step} is past the end of the epoch ({steps} steps); resume from a step < {steps}"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_lowercase_and_name_the_value() {
+        let e: Error = ErrorKind::Oversize { row: 17, length: 9000, max_tokens: 8192 }.into();
+        assert_eq!(
+            e.to_string(),
+            "length 9000 at row 17 exceeds max_tokens 8192; raise max_tokens or pass oversize='skip'"
+        );
+        let e: Error = ErrorKind::EdgesDoNotCover { row: 3, length: 5, low: 10, high: 20 }.into();
+        assert!(e.to_string().starts_with("length 5 at row 3 is not above the first edge 10"));
+    }
+}

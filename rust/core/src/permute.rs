@@ -1,0 +1,210 @@
+//! A seeded, uniformly random permutation of `0..n`, built in parallel in a single buffer.
+//!
+//! Algorithm (a scatter shuffle):
+//!
+//! 1. Give every element `r` a random chunk id in `0..C` (`C = 2^bits`, chosen from `n` only, so the
+//!    result never depends on the thread count) and counting-sort the elements by chunk id into the
+//!    output. Ids come `64 / bits` at a time from one 64-bit draw; with `C` a power of two, taking the
+//!    top bits is exactly uniform. The elements are cut into fixed segments, each with its own stream,
+//!    so counting and scattering run in parallel (see [`scatter`]).
+//! 2. Fisher–Yates every chunk with its own stream, in parallel. Chunks hold ~16K elements, so each
+//!    shuffle runs in L2 instead of jumping across the whole array.
+//!
+//! The result is uniform over all `n!` permutations: for any output arrangement, summing over the chunk
+//! sizes `s` gives `Σ_s C^-n · Π 1/s_c! = C^-n · C^n / n! = 1/n!`.
+//!
+//! Measured on the seed workload (902,087 elements, 2 cores): a plain Fisher–Yates over the whole array
+//! takes ~4.6 ms, dominated by cache misses; this takes a fraction of that (see `benches/plan.rs`).
+
+use rayon::prelude::*;
+
+use crate::rng::{shuffle, Pcg64, Stream};
+
+/// Average elements per chunk that the chunk count aims for (fits in L2 as `u32`s).
+const TARGET_CHUNK: usize = 1 << 14;
+
+/// Rows per segment aimed for when splitting the epoch into parallel segments.
+const TARGET_SEGMENT: usize = 1 << 16;
+
+/// Most segments: enough to keep 8 threads busy, few enough that the `chunks × segments` regions
+/// of the scatter stay cheap to set up.
+const MAX_SEGMENTS: usize = 16;
+
+/// `0..n` cut into equal contiguous segments, their number set by `n` alone (never by the thread count,
+/// so that the plan does not depend on it).
+pub fn segments(n: usize) -> Vec<std::ops::Range<usize>> {
+    let count = (n / TARGET_SEGMENT).clamp(1, MAX_SEGMENTS);
+    (0..count).map(|s| s * n / count..(s + 1) * n / count).collect()
+}
+
+/// A uniformly random permutation of `0..n` for `(seed, epoch)`; `n` must fit in `u32`.
+pub fn random_permutation(n: usize, seed: u64, epoch: u64, pool: Option<&rayon::ThreadPool>) -> Vec<u32> {
+    let bits = chunk_bits(n);
+    let chunks = 1usize << bits;
+    let segments = segments(n);
+    // counts[s][c]: elements of segment s that go to chunk c.
+    let counts: Vec<Vec<usize>> = run(pool, segments.iter().enumerate().collect(), |(s, range)| {
+        let mut counts = vec![0usize; chunks];
+        for_each_chunk_id(range.clone(), s, bits, seed, epoch, |_, c| counts[c] += 1);
+        counts
+    });
+    let mut out = vec![0u32; n];
+    scatter(&mut out, &segments, &counts, bits, seed, epoch, pool);
+    let mut pieces = Vec::with_capacity(chunks);
+    let mut rest = out.as_mut_slice();
+    for c in 0..chunks {
+        let (head, tail) = rest.split_at_mut(counts.iter().map(|k| k[c]).sum());
+        pieces.push((c, head));
+        rest = tail;
+    }
+    run(pool, pieces, |(c, piece)| {
+        // Chunk ids are below 2^16 (see `chunk_bits`).
+        #[allow(clippy::cast_possible_truncation)]
+        shuffle(&mut Pcg64::new(seed, epoch, Stream::Chunk(c as u32)), piece);
+    });
+    out
+}
+
+/// Writes every element to its chunk. The buffer is cut, chunk by chunk, into one region per segment,
+/// so each segment owns disjoint slices and all segments scatter in parallel without sharing.
+fn scatter(
+    out: &mut [u32],
+    segments: &[std::ops::Range<usize>],
+    counts: &[Vec<usize>],
+    bits: u32,
+    seed: u64,
+    epoch: u64,
+    pool: Option<&rayon::ThreadPool>,
+) {
+    let chunks = 1usize << bits;
+    let mut regions: Vec<Vec<&mut [u32]>> = segments.iter().map(|_| Vec::with_capacity(chunks)).collect();
+    let mut rest = out;
+    for c in 0..chunks {
+        for (owned, count) in regions.iter_mut().zip(counts) {
+            let (head, tail) = rest.split_at_mut(count[c]);
+            owned.push(head);
+            rest = tail;
+        }
+    }
+    let work: Vec<_> = regions.into_iter().zip(segments.iter().cloned()).enumerate().collect();
+    run(pool, work, |(s, (mut owned, range))| {
+        let mut cursor = vec![0usize; chunks];
+        for_each_chunk_id(range, s, bits, seed, epoch, |r, c| {
+            owned[c][cursor[c]] = r;
+            cursor[c] += 1;
+        });
+    });
+}
+
+/// Maps `f` over `items` on the pool (in order), or on this thread without one.
+pub(crate) fn run<T: Send, R: Send>(
+    pool: Option<&rayon::ThreadPool>,
+    items: Vec<T>,
+    f: impl Fn(T) -> R + Send + Sync,
+) -> Vec<R> {
+    match pool {
+        Some(pool) => pool.install(|| items.into_par_iter().map(f).collect()),
+        None => items.into_iter().map(f).collect(),
+    }
+}
+
+/// log2 of the chunk count: about `n / TARGET_CHUNK` chunks, at most 2^16.
+fn chunk_bits(n: usize) -> u32 {
+    (n / TARGET_CHUNK).max(1).next_power_of_two().trailing_zeros().min(16)
+}
+
+/// Calls `f(element, chunk)` for every element of `range` in order, drawing chunk ids from the
+/// segment's own stream.
+fn for_each_chunk_id(
+    range: std::ops::Range<usize>,
+    segment: usize,
+    bits: u32,
+    seed: u64,
+    epoch: u64,
+    mut f: impl FnMut(u32, usize),
+) {
+    // Elements fit in u32 (the planner rejects larger inputs); segments number at most 16.
+    #[allow(clippy::cast_possible_truncation)]
+    let (mut r, end, segment) = (range.start as u32, range.end as u32, segment as u32);
+    if bits == 0 {
+        (r..end).for_each(|r| f(r, 0));
+        return;
+    }
+    let mut rng = Pcg64::new(seed, epoch, Stream::Segment(segment));
+    let per_draw = 64 / bits;
+    while r < end {
+        let mut draw = rng.next_u64();
+        for _ in 0..per_draw.min(end - r) {
+            // The top `bits` bits of the draw; `bits ≤ 16` so the id fits.
+            #[allow(clippy::cast_possible_truncation)]
+            let chunk = (draw >> (64 - bits)) as usize;
+            f(r, chunk);
+            draw <<= bits;
+            r += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn is_a_permutation_for_many_sizes() {
+        for n in [0, 1, 2, 17, TARGET_CHUNK * 3 + 5, 100_000] {
+            let mut p = random_permutation(n, 1, 2, None);
+            p.sort_unstable();
+            assert!(p.iter().enumerate().all(|(i, &v)| v as usize == i), "n = {n}");
+        }
+    }
+
+    #[test]
+    fn same_for_any_thread_count() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        let n = TARGET_CHUNK * 5 + 3;
+        assert_eq!(random_permutation(n, 9, 1, None), random_permutation(n, 9, 1, Some(&pool)));
+        assert_ne!(random_permutation(n, 9, 1, None), random_permutation(n, 9, 2, None));
+    }
+
+    const TRIALS: u32 = 400;
+
+    /// Every watched element lands in each eighth of the output about equally often: chi-square with
+    /// 7 degrees of freedom below its 99.9% quantile (24.32), for a size that uses several chunks.
+    #[test]
+    fn positions_are_uniform() {
+        let n = 4 * TARGET_CHUNK;
+        let watched = [0usize, n / 2, n - 1];
+        // counts[w][bin]: where watched element w landed, in 8 position bins.
+        let mut counts = [[0u32; 8]; 3];
+        for epoch in 0..u64::from(TRIALS) {
+            let p = random_permutation(n, 5, epoch, None);
+            for (pos, &v) in p.iter().enumerate() {
+                if let Some(w) = watched.iter().position(|&x| x == v as usize) {
+                    counts[w][pos * 8 / n] += 1;
+                }
+            }
+        }
+        let expected = f64::from(TRIALS) / 8.0;
+        for row in counts {
+            let chi2: f64 = row.iter().map(|&c| (f64::from(c) - expected).powi(2) / expected).sum();
+            assert!(chi2 < 24.32, "chi2 {chi2:.1} for {row:?}");
+        }
+    }
+
+    #[test]
+    fn chunk_bits_follow_size() {
+        assert_eq!(chunk_bits(10), 0);
+        assert_eq!(chunk_bits(902_087), 6);
+        assert_eq!(chunk_bits(usize::MAX / 2), 16);
+    }
+
+    #[test]
+    fn segments_cover_and_depend_on_size_only() {
+        assert_eq!(segments(10).first(), Some(&(0..10)));
+        let s = segments(902_087);
+        assert_eq!(s.len(), 13);
+        assert_eq!((s[0].start, s[12].end), (0, 902_087));
+        assert!(s.windows(2).all(|w| w[0].end == w[1].start));
+        assert_eq!(segments(1 << 30).len(), MAX_SEGMENTS);
+    }
+}
