@@ -1,4 +1,5 @@
 //! Seeded, reproducible length-bucketed batch planning for LLM training.
+#![forbid(unsafe_code)]
 pub mod buckets;
 pub mod error;
 pub mod lengths;

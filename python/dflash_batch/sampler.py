@@ -1,0 +1,336 @@
+"""`BucketSampler`: the per-epoch plan as a torch-style batch sampler.
+
+The Rust planner computes the whole epoch for every rank at once (milliseconds for a million samples);
+this class holds what changes between calls — the epoch and how far into it this rank has gone — and
+hands this rank its batches as numpy index arrays. It drops into
+``torch.utils.data.DataLoader(dataset, batch_sampler=sampler)`` and pickles as its configuration, so
+DataLoader workers and spawned processes rebuild the planner instead of copying Rust memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import operator
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import _core
+from ._core import Plan, PlanError
+
+_STATE_VERSION = 1
+_U64 = 1 << 64
+
+
+class BucketSampler:
+    """Length-bucketed batches, reshuffled every epoch, with equal step counts on every rank.
+
+    Args:
+        lengths: token count of every sample: a 1-D numpy integer array (any width), a list of ints, or
+            a pyarrow ``Array``/``ChunkedArray`` of integers (read without a copy where possible).
+        batch_size: fixed rows per batch. Exactly one of ``batch_size`` and ``max_tokens``.
+        max_tokens: padded-token budget per batch: ``rows × round_up(longest row) ≤ max_tokens``.
+        boundaries: ``"auto"`` (today: 16 quantile buckets), a bucket count (quantile edges), or
+            explicit edges ``e_0 < … < e_K``; bucket ``i`` holds lengths in ``(e_i, e_{i+1}]``.
+        seed: seed of every random stream (``0 ≤ seed < 2**64``).
+        shuffle: reshuffle every epoch (training); ``False`` gives a deterministic length-sorted plan.
+        world_size, rank: default to ``torch.distributed`` when it is initialized, else 1 and 0.
+        drop_last: drop the last ``batches mod world_size`` batches instead of splitting batches so that
+            every rank gets the same number of steps.
+        oversize: ``"error"`` (default) or ``"skip"`` for samples longer than ``max_tokens``.
+        pad_to_multiple_of: padded lengths are rounded up to a multiple of this.
+        threads: planner threads (default: up to 8). The plan is identical for any value.
+    """
+
+    def __init__(
+        self,
+        lengths: Any,
+        *,
+        batch_size: int | None = None,
+        max_tokens: int | None = None,
+        boundaries: str | int | Sequence[int] = "auto",
+        seed: int = 0,
+        shuffle: bool = True,
+        world_size: int | None = None,
+        rank: int | None = None,
+        drop_last: bool = False,
+        oversize: str = "error",
+        pad_to_multiple_of: int = 1,
+        threads: int | None = None,
+    ) -> None:
+        world_size, rank = _resolve_ranks(world_size, rank)
+        if oversize not in ("error", "skip"):
+            raise PlanError(f"oversize={oversize!r} is invalid; use 'error' or 'skip'")
+        self._config = {
+            "batch_size": _optional_int("batch_size", batch_size),
+            "max_tokens": _optional_int("max_tokens", max_tokens),
+            "boundaries": _boundaries(boundaries),
+            "seed": _seed(seed),
+            "shuffle": _bool("shuffle", shuffle),
+            "world_size": world_size,
+            "drop_last": _bool("drop_last", drop_last),
+            "skip_oversize": oversize == "skip",
+            "pad_to_multiple_of": _positive_int("pad_to_multiple_of", pad_to_multiple_of),
+            "threads": _optional_int("threads", threads),
+        }
+        self._chunks = _length_chunks(lengths)
+        self._rank = rank
+        self._epoch = 0
+        self._consumed = 0
+        self._resume: tuple[int, int] | None = None
+        self._build()
+
+    def _build(self) -> None:
+        self._planner = _core.Planner(self._chunks, **self._config)
+        self._plan: Plan | None = None
+
+    # -- the plan -------------------------------------------------------------------------------------
+
+    def plan(self, epoch: int | None = None) -> Plan:
+        """The whole epoch for every rank, in training order (default: the current epoch)."""
+        epoch = self._epoch if epoch is None else _epoch(epoch)
+        if self._plan is not None and self._plan.epoch == epoch:
+            return self._plan
+        plan = self._planner.plan(epoch)
+        if epoch == self._epoch:
+            self._plan = plan
+        return plan
+
+    def set_epoch(self, epoch: int) -> None:
+        """Selects the epoch that the next iteration plans (call it at the start of every epoch)."""
+        epoch = _epoch(epoch)
+        if epoch != self._epoch:
+            self._epoch, self._consumed, self._plan = epoch, 0, None
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        return self._config["world_size"]
+
+    @property
+    def edges(self) -> list[int]:
+        """The bucket edges in use."""
+        return self._planner.edges
+
+    @property
+    def num_samples(self) -> int:
+        return len(self._planner)
+
+    def __len__(self) -> int:
+        """Steps (batches) this rank runs in the current epoch."""
+        return self.plan().steps
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        """This rank's batches of the current epoch as read-only uint32 index arrays.
+
+        A batch counts as consumed once it is handed out; after ``load_state_dict`` the next iteration
+        resumes at the first step not consumed.
+        """
+        plan = self.plan()
+        start = 0
+        if self._resume is not None and self._resume[0] == self._epoch:
+            start = self._resume[1]
+        self._resume = None
+        world, rank = self.world_size, self._rank
+        self._consumed = start
+        for step in range(start, plan.steps):
+            batch = plan[step * world + rank]
+            self._consumed = step + 1
+            yield batch
+
+    # -- checkpoints ----------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Epoch and consumed steps, plus what identifies the plan (to refuse a mismatched resume)."""
+        return {
+            "version": _STATE_VERSION,
+            "epoch": self._epoch,
+            "step": self._consumed,
+            "seed": self._config["seed"],
+            "world_size": self.world_size,
+            "num_samples": self.num_samples,
+            "fingerprint": self._fingerprint(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resumes at ``state``: the next iteration yields exactly the rest of its epoch."""
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
+        missing = {"version", "epoch", "step", "fingerprint"} - state.keys()
+        if missing:
+            raise PlanError(f"state is missing {sorted(missing)}; pass a dict from BucketSampler.state_dict()")
+        if state["version"] != _STATE_VERSION:
+            raise PlanError(f"state version {state['version']} is not supported (expected {_STATE_VERSION})")
+        if state["fingerprint"] != self._fingerprint():
+            raise PlanError(
+                "state was saved for a different dataset or configuration "
+                f"(num_samples {state.get('num_samples')} vs {self.num_samples}, seed {state.get('seed')} vs "
+                f"{self._config['seed']}, world_size {state.get('world_size')} vs {self.world_size}); "
+                "resume with the sampler settings and lengths of the checkpointed run"
+            )
+        epoch, step = _epoch(state["epoch"]), operator.index(state["step"])
+        self.set_epoch(epoch)
+        steps = self.plan().steps
+        if not 0 <= step <= steps:
+            raise PlanError(f"step {step} is outside epoch {epoch}, which has {steps} steps")
+        self._consumed = step
+        self._resume = (epoch, step)
+
+    def _fingerprint(self) -> str:
+        digest = hashlib.blake2b(digest_size=16)
+        digest.update(repr(sorted(self._config.items())).encode())
+        for chunk in self._chunks:
+            digest.update(str(chunk.dtype).encode())
+            digest.update(np.ascontiguousarray(chunk).view(np.uint8))
+        return digest.hexdigest()
+
+    # -- pickling: configuration and lengths, never Rust memory ---------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_planner"], state["_plan"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._build()
+
+    def __repr__(self) -> str:
+        c = self._config
+        size = f"batch_size={c['batch_size']}" if c["batch_size"] else f"max_tokens={c['max_tokens']}"
+        return (
+            f"BucketSampler(num_samples={self.num_samples}, {size}, buckets={len(self.edges) - 1}, "
+            f"seed={c['seed']}, epoch={self._epoch}, rank={self._rank}/{self.world_size})"
+        )
+
+
+# -- input checking ----------------------------------------------------------------------------------
+
+
+def _length_chunks(lengths: Any) -> list[np.ndarray]:
+    """Normalizes the accepted length inputs to 1-D integer numpy arrays (zero-copy where possible)."""
+    if isinstance(lengths, (str, bytes)):
+        raise TypeError(f"lengths must be an array of integers, got {type(lengths).__name__}")
+    if _is_arrow(lengths):
+        return _arrow_chunks(lengths)
+    array = np.asarray(lengths)
+    if array.size == 0:
+        return [np.zeros(0, dtype=np.uint32)]
+    if array.ndim != 1:
+        raise PlanError(f"lengths must be 1-D, got an array of shape {array.shape}; pass one length per sample")
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"lengths must be integers, got dtype {array.dtype}; convert with .astype(np.int64)")
+    return [np.ascontiguousarray(array)]
+
+
+def _is_arrow(value: Any) -> bool:
+    return type(value).__module__.startswith("pyarrow") and hasattr(value, "null_count")
+
+
+def _arrow_chunks(array: Any) -> list[np.ndarray]:
+    import pyarrow as pa
+
+    chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
+    if not pa.types.is_integer(array.type):
+        raise TypeError(f"lengths must be integers, got arrow type {array.type}")
+    out, row = [], 0
+    for chunk in chunks:
+        if chunk.null_count:
+            first = row + chunk.is_null().to_numpy(zero_copy_only=False).argmax()
+            raise PlanError(
+                f"lengths contain {array.null_count} null(s), the first at row {first}; "
+                "drop or fill those samples first"
+            )
+        out.append(chunk.to_numpy(zero_copy_only=True))
+        row += len(chunk)
+    return out or [np.zeros(0, dtype=np.uint32)]
+
+
+def _resolve_ranks(world_size: int | None, rank: int | None) -> tuple[int, int]:
+    if world_size is None or rank is None:
+        default_world, default_rank = _distributed()
+        world_size = default_world if world_size is None else world_size
+        rank = default_rank if rank is None else rank
+    world_size = _positive_int("world_size", world_size)
+    rank = _int("rank", rank)
+    if not 0 <= rank < world_size:
+        raise PlanError(f"rank={rank} is invalid for world_size={world_size}; use 0 <= rank < world_size")
+    return world_size, rank
+
+
+def _distributed() -> tuple[int, int]:
+    """(world_size, rank) from torch.distributed when initialized, else (1, 0). Never imports torch."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+def _boundaries(value: Any) -> int | list[int] | None:
+    if isinstance(value, str):
+        if value != "auto":
+            raise PlanError(f"boundaries={value!r} is invalid; use 'auto', a bucket count or a list of edges")
+        return None
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return _positive_int("boundaries", int(value))
+    try:
+        edges = [operator.index(e) for e in value]
+    except TypeError:
+        raise TypeError(
+            f"boundaries must be 'auto', a bucket count or a list of int edges, got {value!r}"
+        ) from None
+    bad = [e for e in edges if not 0 <= e < 2**32]
+    if bad:
+        raise PlanError(f"boundary edge {bad[0]} is out of range; edges must be in [0, 2**32)")
+    return edges
+
+
+def _int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    return int(value)
+
+
+def _positive_int(name: str, value: Any) -> int:
+    value = _int(name, value)
+    if value < 1 or value >= 2**32:
+        raise PlanError(f"{name}={value} is invalid; {name} must be between 1 and 4294967295")
+    return value
+
+
+def _optional_int(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    value = _int(name, value)
+    if not -(2**63) <= value < 2**63:
+        raise PlanError(f"{name}={value} is out of range")
+    return value
+
+
+def _seed(value: Any) -> int:
+    value = _int("seed", value)
+    if not 0 <= value < _U64:
+        raise PlanError(f"seed={value} is invalid; seed must be in [0, 2**64)")
+    return value
+
+
+def _epoch(value: Any) -> int:
+    value = _int("epoch", value)
+    if not 0 <= value < _U64:
+        raise PlanError(f"epoch={value} is invalid; epoch must be in [0, 2**64)")
+    return value
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return bool(value)
