@@ -6,8 +6,15 @@ use dflash_batch_core::workload::{seed_lengths, SEED_SAMPLES};
 
 fn plan_epoch(c: &mut Criterion) {
     let lengths = seed_lengths(SEED_SAMPLES, 0);
-    for (name, boundaries) in [("6 buckets", Boundaries::Count(6)), ("auto", Boundaries::Auto)] {
-        let config = Config { boundaries, world_size: 8, ..Config::new(Batching::Tokens(16_384)) };
+    for (name, boundaries) in [
+        ("6 buckets", Boundaries::Count(6)),
+        ("auto", Boundaries::Auto),
+    ] {
+        let config = Config {
+            boundaries,
+            world_size: 8,
+            ..Config::new(Batching::Tokens(16_384))
+        };
         let planner = Planner::new(lengths.clone(), config).expect("valid config");
         let mut epoch = 0;
         c.bench_function(&format!("plan epoch, {name}"), |b| {

@@ -30,10 +30,20 @@ impl Buckets {
         }
         if let Some(position) = (1..edges.len()).find(|&i| edges[i] <= edges[i - 1]) {
             let (previous, value) = (edges[position - 1], edges[position]);
-            return Err(ErrorKind::EdgesNotIncreasing { position, previous, value }.into());
+            return Err(ErrorKind::EdgesNotIncreasing {
+                position,
+                previous,
+                value,
+            }
+            .into());
         }
         if edges.len() - 1 > usize::from(u16::MAX) {
-            return Err(invalid("boundaries (bucket count)", edges.len() - 1, "at most 65535").into());
+            return Err(invalid(
+                "boundaries (bucket count)",
+                edges.len() - 1,
+                "at most 65535",
+            )
+            .into());
         }
         Ok(Self { edges })
     }
@@ -77,11 +87,18 @@ impl Buckets {
     /// first row that does not.
     pub fn check_covers(&self, lengths: &[u32], keep: impl Fn(u32) -> bool) -> Result<()> {
         let (low, high) = (self.edges[0], self.edges[self.edges.len() - 1]);
-        match lengths.iter().position(|&l| keep(l) && (l <= low || l > high)) {
+        match lengths
+            .iter()
+            .position(|&l| keep(l) && (l <= low || l > high))
+        {
             None => Ok(()),
-            Some(row) => {
-                Err(ErrorKind::EdgesDoNotCover { row, length: lengths[row], low, high }.into())
+            Some(row) => Err(ErrorKind::EdgesDoNotCover {
+                row,
+                length: lengths[row],
+                low,
+                high,
             }
+            .into()),
         }
     }
 
@@ -90,10 +107,18 @@ impl Buckets {
     pub fn assigner(&self, longest: u32) -> Assigner {
         let table = (longest <= LUT_MAX_LENGTH).then(|| {
             (0..=longest)
-                .map(|l| self.bucket_of(l).and_then(|b| u16::try_from(b).ok()).unwrap_or(NO_BUCKET))
+                .map(|l| {
+                    self.bucket_of(l)
+                        .and_then(|b| u16::try_from(b).ok())
+                        .unwrap_or(NO_BUCKET)
+                })
                 .collect()
         });
-        Assigner { table, buckets: self.clone(), longest }
+        Assigner {
+            table,
+            buckets: self.clone(),
+            longest,
+        }
     }
 }
 
@@ -164,7 +189,11 @@ impl Assigner {
 }
 
 fn invalid(name: &'static str, value: usize, expected: &'static str) -> ErrorKind {
-    ErrorKind::InvalidSetting { name, value: value as i128, expected }
+    ErrorKind::InvalidSetting {
+        name,
+        value: value as i128,
+        expected,
+    }
 }
 
 #[cfg(test)]
@@ -179,7 +208,11 @@ mod tests {
         );
         assert_eq!(
             Buckets::from_edges(vec![0, 10, 10]).unwrap_err().kind(),
-            &ErrorKind::EdgesNotIncreasing { position: 2, previous: 10, value: 10 }
+            &ErrorKind::EdgesNotIncreasing {
+                position: 2,
+                previous: 10,
+                value: 10
+            }
         );
         assert!(Buckets::from_edges(vec![0, 20, 10]).is_err());
     }
@@ -187,7 +220,10 @@ mod tests {
     #[test]
     fn bucket_of_uses_half_open_intervals() {
         let b = Buckets::from_edges(vec![0, 10, 20]).unwrap();
-        let got: Vec<_> = [1, 10, 11, 20, 21, 0].iter().map(|&l| b.bucket_of(l)).collect();
+        let got: Vec<_> = [1, 10, 11, 20, 21, 0]
+            .iter()
+            .map(|&l| b.bucket_of(l))
+            .collect();
         assert_eq!(got, [Some(0), Some(0), Some(1), Some(1), None, None]);
         for limit in [15, LUT_MAX_LENGTH + 1] {
             let a = b.assigner(limit);
@@ -203,7 +239,12 @@ mod tests {
         let b = Buckets::from_edges(vec![0, 10]).unwrap();
         assert_eq!(
             b.check_covers(&[3, 12, 40], |_| true).unwrap_err().kind(),
-            &ErrorKind::EdgesDoNotCover { row: 1, length: 12, low: 0, high: 10 }
+            &ErrorKind::EdgesDoNotCover {
+                row: 1,
+                length: 12,
+                low: 0,
+                high: 10
+            }
         );
     }
 
@@ -217,7 +258,9 @@ mod tests {
         let same = Buckets::quantiles(&[7, 7, 7], 4).unwrap();
         assert_eq!(same.edges(), &[6, 7]);
         let huge = [HISTOGRAM_MAX_LENGTH + 5, 3, 9, HISTOGRAM_MAX_LENGTH + 1];
-        assert_eq!(Buckets::quantiles(&huge, 2).unwrap().edges(), &[2, 9, HISTOGRAM_MAX_LENGTH + 5]);
+        assert_eq!(
+            Buckets::quantiles(&huge, 2).unwrap().edges(),
+            &[2, 9, HISTOGRAM_MAX_LENGTH + 5]
+        );
     }
-
 }

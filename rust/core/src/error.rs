@@ -214,12 +214,25 @@ mod tests {
 
     #[test]
     fn messages_are_lowercase_and_name_the_value() {
-        let e: Error = ErrorKind::Oversize { row: 17, length: 9000, max_tokens: 8192 }.into();
+        let e: Error = ErrorKind::Oversize {
+            row: 17,
+            length: 9000,
+            max_tokens: 8192,
+        }
+        .into();
         assert_eq!(
             e.to_string(),
             "length 9000 at row 17 exceeds max_tokens 8192; raise max_tokens or pass oversize='skip'"
         );
-        let e: Error = ErrorKind::EdgesDoNotCover { row: 3, length: 5, low: 10, high: 20 }.into();
-        assert!(e.to_string().starts_with("length 5 at row 3 is not above the first edge 10"));
+        let e: Error = ErrorKind::EdgesDoNotCover {
+            row: 3,
+            length: 5,
+            low: 10,
+            high: 20,
+        }
+        .into();
+        assert!(e
+            .to_string()
+            .starts_with("length 5 at row 3 is not above the first edge 10"));
     }
 }

@@ -18,9 +18,19 @@ pub fn extend_checked<T: Copy + Into<i128>>(
         match u32::try_from(value) {
             Ok(l) if l > 0 => out.push(l),
             Ok(_) | Err(_) if value <= 0 => {
-                return Err(ErrorKind::NonPositiveLength { row: first_row + i, value }.into())
+                return Err(ErrorKind::NonPositiveLength {
+                    row: first_row + i,
+                    value,
+                }
+                .into())
             }
-            _ => return Err(ErrorKind::LengthTooLarge { row: first_row + i, value }.into()),
+            _ => {
+                return Err(ErrorKind::LengthTooLarge {
+                    row: first_row + i,
+                    value,
+                }
+                .into())
+            }
         }
     }
     Ok(())
@@ -36,10 +46,22 @@ mod tests {
         extend_checked(&[1i64, 2, 3], 1, &mut out).unwrap();
         assert_eq!(out, [7, 1, 2, 3]);
         let err = extend_checked(&[4i8, -1], 10, &mut out).unwrap_err();
-        assert_eq!(err.kind(), &ErrorKind::NonPositiveLength { row: 11, value: -1 });
+        assert_eq!(
+            err.kind(),
+            &ErrorKind::NonPositiveLength { row: 11, value: -1 }
+        );
         let err = extend_checked(&[0u16], 0, &mut out).unwrap_err();
-        assert_eq!(err.kind(), &ErrorKind::NonPositiveLength { row: 0, value: 0 });
+        assert_eq!(
+            err.kind(),
+            &ErrorKind::NonPositiveLength { row: 0, value: 0 }
+        );
         let err = extend_checked(&[1u64 << 40], 5, &mut out).unwrap_err();
-        assert_eq!(err.kind(), &ErrorKind::LengthTooLarge { row: 5, value: 1 << 40 });
+        assert_eq!(
+            err.kind(),
+            &ErrorKind::LengthTooLarge {
+                row: 5,
+                value: 1 << 40
+            }
+        );
     }
 }

@@ -36,13 +36,18 @@ pub fn split_for_ranks(
     let rows = |i: usize| offsets[i + 1] - offsets[i];
     let parts = choose_parts(batches, needed, rows).ok_or_else(|| {
         let samples = indices.len();
-        ErrorKind::TooFewSamplesForRanks { samples, world_size }
+        ErrorKind::TooFewSamplesForRanks {
+            samples,
+            world_size,
+        }
     })?;
     let members = |s: u64, e: u64| &indices[to_usize(s)..to_usize(e)];
     let (mut before, mut after) = (0, 0);
     for &(i, p) in &parts {
         before += cost(members(offsets[i], offsets[i + 1]));
-        after += part_bounds(offsets[i], offsets[i + 1], p).map(|(s, e)| cost(members(s, e))).sum::<u64>();
+        after += part_bounds(offsets[i], offsets[i + 1], p)
+            .map(|(s, e)| cost(members(s, e)))
+            .sum::<u64>();
     }
     expand(offsets, &parts, needed);
     Ok((parts.len() as u64, before, after))
@@ -51,7 +56,11 @@ pub fn split_for_ranks(
 /// Which batches to split and into how many parts: `(batch, parts)` sorted by batch, or `None` when
 /// there are not enough rows. Only the `needed` largest batches can ever be chosen, so the heap holds
 /// just those.
-fn choose_parts(batches: usize, needed: usize, rows: impl Fn(usize) -> u64) -> Option<Vec<(usize, u64)>> {
+fn choose_parts(
+    batches: usize,
+    needed: usize,
+    rows: impl Fn(usize) -> u64,
+) -> Option<Vec<(usize, u64)>> {
     // Max-heap on the largest part; `Reverse(index)` breaks ties toward the earliest batch.
     let mut top: BinaryHeap<Reverse<(u64, Reverse<usize>)>> = BinaryHeap::with_capacity(needed + 1);
     for i in 0..batches {
@@ -74,8 +83,11 @@ fn choose_parts(batches: usize, needed: usize, rows: impl Fn(usize) -> u64) -> O
         }
         heap.push((rows(i).div_ceil(parts + 1), Reverse(i), parts + 1));
     }
-    let mut chosen: Vec<(usize, u64)> =
-        heap.into_iter().filter(|&(_, _, p)| p > 1).map(|(_, Reverse(i), p)| (i, p)).collect();
+    let mut chosen: Vec<(usize, u64)> = heap
+        .into_iter()
+        .filter(|&(_, _, p)| p > 1)
+        .map(|(_, Reverse(i), p)| (i, p))
+        .collect();
     chosen.sort_unstable();
     Some(chosen)
 }
@@ -141,9 +153,16 @@ pub fn drop_remainder(
     let batches = offsets.len() - 1;
     let keep = batches - batches % world_size as usize;
     let rows = to_usize(offsets[keep])..to_usize(offsets[batches]);
-    let cost = offsets[keep..].windows(2).map(|w| cost(&indices[to_usize(w[0])..to_usize(w[1])])).sum();
+    let cost = offsets[keep..]
+        .windows(2)
+        .map(|w| cost(&indices[to_usize(w[0])..to_usize(w[1])]))
+        .sum();
     offsets.truncate(keep + 1);
-    Dropped { batches: (batches - keep) as u64, rows, cost }
+    Dropped {
+        batches: (batches - keep) as u64,
+        rows,
+        cost,
+    }
 }
 
 /// Offsets index a `Vec` in memory, so they always fit in `usize`.
@@ -190,7 +209,13 @@ mod tests {
     #[test]
     fn too_few_samples_is_an_error() {
         let err = split_for_ranks(&mut vec![0, 2], &[0, 1], 4, |m| m.len() as u64).unwrap_err();
-        assert_eq!(err.kind(), &ErrorKind::TooFewSamplesForRanks { samples: 2, world_size: 4 });
+        assert_eq!(
+            err.kind(),
+            &ErrorKind::TooFewSamplesForRanks {
+                samples: 2,
+                world_size: 4
+            }
+        );
     }
 
     #[test]
@@ -198,7 +223,14 @@ mod tests {
         let mut offsets = vec![0, 1, 3, 4, 6, 7, 9, 10];
         let indices: Vec<u32> = (0..10).collect();
         let dropped = drop_remainder(&mut offsets, &indices, 3, |m| 10 * m.len() as u64);
-        assert_eq!(dropped, Dropped { batches: 1, rows: 9..10, cost: 10 });
+        assert_eq!(
+            dropped,
+            Dropped {
+                batches: 1,
+                rows: 9..10,
+                cost: 10
+            }
+        );
         assert_eq!(offsets, [0, 1, 3, 4, 6, 7, 9]);
     }
 }

@@ -34,11 +34,18 @@ const MAX_SEGMENTS: usize = 16;
 /// so that the plan does not depend on it).
 pub fn segments(n: usize) -> Vec<std::ops::Range<usize>> {
     let count = (n / TARGET_SEGMENT).clamp(1, MAX_SEGMENTS);
-    (0..count).map(|s| s * n / count..(s + 1) * n / count).collect()
+    (0..count)
+        .map(|s| s * n / count..(s + 1) * n / count)
+        .collect()
 }
 
 /// A uniformly random permutation of `0..n` for `(seed, epoch)`; `n` must fit in `u32`.
-pub fn random_permutation(n: usize, seed: u64, epoch: u64, pool: Option<&rayon::ThreadPool>) -> Vec<u32> {
+pub fn random_permutation(
+    n: usize,
+    seed: u64,
+    epoch: u64,
+    pool: Option<&rayon::ThreadPool>,
+) -> Vec<u32> {
     let bits = chunk_bits(n);
     let chunks = 1usize << bits;
     let segments = segments(n);
@@ -77,7 +84,10 @@ fn scatter(
     pool: Option<&rayon::ThreadPool>,
 ) {
     let chunks = 1usize << bits;
-    let mut regions: Vec<Vec<&mut [u32]>> = segments.iter().map(|_| Vec::with_capacity(chunks)).collect();
+    let mut regions: Vec<Vec<&mut [u32]>> = segments
+        .iter()
+        .map(|_| Vec::with_capacity(chunks))
+        .collect();
     let mut rest = out;
     for c in 0..chunks {
         for (owned, count) in regions.iter_mut().zip(counts) {
@@ -86,7 +96,11 @@ fn scatter(
             rest = tail;
         }
     }
-    let work: Vec<_> = regions.into_iter().zip(segments.iter().cloned()).enumerate().collect();
+    let work: Vec<_> = regions
+        .into_iter()
+        .zip(segments.iter().cloned())
+        .enumerate()
+        .collect();
     run(pool, work, |(s, (mut owned, range))| {
         let mut cursor = vec![0usize; chunks];
         for_each_chunk_id(range, s, bits, seed, epoch, |r, c| {
@@ -110,7 +124,11 @@ pub(crate) fn run<T: Send, R: Send>(
 
 /// log2 of the chunk count: about `n / TARGET_CHUNK` chunks, at most 2^16.
 fn chunk_bits(n: usize) -> u32 {
-    (n / TARGET_CHUNK).max(1).next_power_of_two().trailing_zeros().min(16)
+    (n / TARGET_CHUNK)
+        .max(1)
+        .next_power_of_two()
+        .trailing_zeros()
+        .min(16)
 }
 
 /// Calls `f(element, chunk)` for every element of `range` in order, drawing chunk ids from the
@@ -154,16 +172,28 @@ mod tests {
         for n in [0, 1, 2, 17, TARGET_CHUNK * 3 + 5, 100_000] {
             let mut p = random_permutation(n, 1, 2, None);
             p.sort_unstable();
-            assert!(p.iter().enumerate().all(|(i, &v)| v as usize == i), "n = {n}");
+            assert!(
+                p.iter().enumerate().all(|(i, &v)| v as usize == i),
+                "n = {n}"
+            );
         }
     }
 
     #[test]
     fn same_for_any_thread_count() {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
         let n = TARGET_CHUNK * 5 + 3;
-        assert_eq!(random_permutation(n, 9, 1, None), random_permutation(n, 9, 1, Some(&pool)));
-        assert_ne!(random_permutation(n, 9, 1, None), random_permutation(n, 9, 2, None));
+        assert_eq!(
+            random_permutation(n, 9, 1, None),
+            random_permutation(n, 9, 1, Some(&pool))
+        );
+        assert_ne!(
+            random_permutation(n, 9, 1, None),
+            random_permutation(n, 9, 2, None)
+        );
     }
 
     const TRIALS: u32 = 400;
@@ -186,7 +216,10 @@ mod tests {
         }
         let expected = f64::from(TRIALS) / 8.0;
         for row in counts {
-            let chi2: f64 = row.iter().map(|&c| (f64::from(c) - expected).powi(2) / expected).sum();
+            let chi2: f64 = row
+                .iter()
+                .map(|&c| (f64::from(c) - expected).powi(2) / expected)
+                .sum();
             assert!(chi2 < 24.32, "chi2 {chi2:.1} for {row:?}");
         }
     }

@@ -70,7 +70,13 @@ impl Plan {
         stats: Stats,
     ) -> Self {
         debug_assert_eq!(offsets.last().copied(), Some(indices.len() as u64));
-        Self { offsets, indices, world_size, epoch, stats }
+        Self {
+            offsets,
+            indices,
+            world_size,
+            epoch,
+            stats,
+        }
     }
 
     /// Number of batches, all ranks together.
@@ -93,7 +99,12 @@ impl Plan {
     pub fn step(&self, step: u64, rank: u32) -> Result<&[u32]> {
         if rank >= self.world_size {
             let value = i128::from(rank);
-            return Err(ErrorKind::InvalidSetting { name: "rank", value, expected: "below world_size" }.into());
+            return Err(ErrorKind::InvalidSetting {
+                name: "rank",
+                value,
+                expected: "below world_size",
+            }
+            .into());
         }
         let steps = self.stats.steps;
         let i = step
@@ -145,7 +156,11 @@ mod tests {
     use super::*;
 
     fn tiny() -> Plan {
-        let stats = Stats { batches: 4, steps: 2, ..Stats::default() };
+        let stats = Stats {
+            batches: 4,
+            steps: 2,
+            ..Stats::default()
+        };
         Plan::new(vec![0, 2, 3, 5, 6], vec![4, 1, 0, 2, 5, 3], 2, 0, stats)
     }
 
@@ -165,7 +180,11 @@ mod tests {
 
     #[test]
     fn efficiency_is_real_over_padded() {
-        let s = Stats { real_tokens: 3, padded_tokens: 4, ..Stats::default() };
+        let s = Stats {
+            real_tokens: 3,
+            padded_tokens: 4,
+            ..Stats::default()
+        };
         assert!((s.efficiency() - 0.75).abs() < 1e-12);
         assert!(Stats::default().efficiency().abs() < 1e-12);
     }

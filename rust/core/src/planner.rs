@@ -178,7 +178,12 @@ struct Open {
 impl Open {
     fn new(full: u32) -> Self {
         let rows = Vec::with_capacity(full.min(1 << 16) as usize);
-        Self { rows, longest: 0, capacity: u32::MAX, full }
+        Self {
+            rows,
+            longest: 0,
+            capacity: u32::MAX,
+            full,
+        }
     }
 }
 
@@ -199,10 +204,19 @@ const NO_RULE: u64 = u64::MAX;
 impl Rules {
     fn new(buckets: &Buckets, config: &Config, admit_max: u32, longest: u32) -> Self {
         let assigner = buckets.assigner(admit_max);
-        let mut rules = Self { table: None, assigner, batching: config.batching, pad: config.pad_to_multiple_of };
+        let mut rules = Self {
+            table: None,
+            assigner,
+            batching: config.batching,
+            pad: config.pad_to_multiple_of,
+        };
         if longest <= LUT_MAX_LENGTH {
             let table = (0..=longest)
-                .map(|l| rules.compute(l).map_or(NO_RULE, |(b, c)| ((b as u64) << 32) | u64::from(c)))
+                .map(|l| {
+                    rules
+                        .compute(l)
+                        .map_or(NO_RULE, |(b, c)| ((b as u64) << 32) | u64::from(c))
+                })
                 .collect();
             rules.table = Some(table);
         }
@@ -247,7 +261,12 @@ struct Formed {
 
 impl Default for Formed {
     fn default() -> Self {
-        Self { offsets: vec![0], written: 0, real_tokens: 0, padded_tokens: 0 }
+        Self {
+            offsets: vec![0],
+            written: 0,
+            real_tokens: 0,
+            padded_tokens: 0,
+        }
     }
 }
 
@@ -270,7 +289,16 @@ impl Planner {
         }
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
         let pool = Mutex::new(None);
-        Ok(Self { lengths, config, buckets, rules, bucket_capacity, admitted, threads, pool })
+        Ok(Self {
+            lengths,
+            config,
+            buckets,
+            rules,
+            bucket_capacity,
+            admitted,
+            threads,
+            pool,
+        })
     }
 
     /// Uses `threads` worker threads (1 = plan on the calling thread). The plan does not change.
@@ -298,7 +326,12 @@ impl Planner {
     /// Plans `epoch`: every batch of every rank, in training order.
     pub fn plan(&self, epoch: u64) -> Result<Plan> {
         let mut order = if self.config.shuffle {
-            random_permutation(self.lengths.len(), self.config.seed, epoch, self.pool().as_deref())
+            random_permutation(
+                self.lengths.len(),
+                self.config.seed,
+                epoch,
+                self.pool().as_deref(),
+            )
         } else {
             sorted_by_length(&self.lengths)
         };
@@ -311,19 +344,27 @@ impl Planner {
         if self.config.drop_last {
             let gone = drop_remainder(&mut formed.offsets, &order, world_size, cost);
             let tail = &order[gone.rows.clone()];
-            formed.real_tokens -= tail.iter().map(|&r| u64::from(self.lengths[r as usize])).sum::<u64>();
+            formed.real_tokens -= tail
+                .iter()
+                .map(|&r| u64::from(self.lengths[r as usize]))
+                .sum::<u64>();
             formed.padded_tokens -= gone.cost;
             (dropped, dropped_batches) = (tail.len() as u64, gone.batches);
             order.truncate(gone.rows.start);
         } else {
-            let (split, before, after) = split_for_ranks(&mut formed.offsets, &order, world_size, cost)?;
+            let (split, before, after) =
+                split_for_ranks(&mut formed.offsets, &order, world_size, cost)?;
             formed.padded_tokens = formed.padded_tokens - before + after;
             split_batches = split;
         }
         let batches = (formed.offsets.len() - 1) as u64;
         if batches == 0 {
             let samples = formed.written;
-            return Err(ErrorKind::TooFewSamplesForRanks { samples, world_size }.into());
+            return Err(ErrorKind::TooFewSamplesForRanks {
+                samples,
+                world_size,
+            }
+            .into());
         }
         let (min_rows, max_rows) = row_range(&formed.offsets);
         let stats = Stats {
@@ -373,13 +414,17 @@ impl Planner {
             formed
         });
         let mut parts = ranges.into_iter().zip(parts);
-        let Some((_, mut total)) = parts.next() else { return Formed::default() };
+        let Some((_, mut total)) = parts.next() else {
+            return Formed::default();
+        };
         for (range, part) in parts {
             let shift = total.written as u64;
             if range.start != total.written {
                 order.copy_within(range.start..range.start + part.written, total.written);
             }
-            total.offsets.extend(part.offsets[1..].iter().map(|&o| o + shift));
+            total
+                .offsets
+                .extend(part.offsets[1..].iter().map(|&o| o + shift));
             total.written += part.written;
             total.real_tokens += part.real_tokens;
             total.padded_tokens += part.padded_tokens;
@@ -392,10 +437,21 @@ impl Planner {
     }
 
     /// Emits the batches still open, in a seeded order for shuffled epochs (`flush_stream`).
-    fn flush(&self, order: &mut [u32], open: &mut [Open], formed: &mut Formed, flush_stream: Option<(u64, u32)>) {
-        let mut leftover: Vec<usize> = (0..open.len()).filter(|&b| !open[b].rows.is_empty()).collect();
+    fn flush(
+        &self,
+        order: &mut [u32],
+        open: &mut [Open],
+        formed: &mut Formed,
+        flush_stream: Option<(u64, u32)>,
+    ) {
+        let mut leftover: Vec<usize> = (0..open.len())
+            .filter(|&b| !open[b].rows.is_empty())
+            .collect();
         if let Some((epoch, segment)) = flush_stream {
-            shuffle(&mut Pcg64::new(self.config.seed, epoch, Stream::Flush(segment)), &mut leftover);
+            shuffle(
+                &mut Pcg64::new(self.config.seed, epoch, Stream::Flush(segment)),
+                &mut leftover,
+            );
         }
         for b in leftover {
             self.emit(order, formed, &mut open[b]);
@@ -405,7 +461,12 @@ impl Planner {
     /// The hot loop: ~20 instructions per sample. Rows and lengths of a block are copied out first —
     /// the length loads are random and overlap when issued together, where loads interleaved with the
     /// branchy logic below would wait one by one — and the loop then reads only the block copies.
-    fn stream<const SORTED: bool>(&self, order: &mut [u32], open: &mut [Open], formed: &mut Formed) {
+    fn stream<const SORTED: bool>(
+        &self,
+        order: &mut [u32],
+        open: &mut [Open],
+        formed: &mut Formed,
+    ) {
         let mut rows = [0u32; GATHER_BLOCK];
         let mut lengths = [0u32; GATHER_BLOCK];
         let mut real_tokens = 0u64;
@@ -418,9 +479,11 @@ impl Planner {
                 *slot = self.lengths[row as usize];
             }
             for (&row, &length) in rows[..count].iter().zip(&lengths[..count]) {
-                let Some((b, capacity)) = self.rules.get(length) else { continue };
+                let Some((b, capacity)) = self.rules.get(length) else {
+                    continue;
+                };
                 real_tokens += u64::from(length);
-                if SORTED && previous != b && previous != usize::MAX {
+                if SORTED && previous != b && previous != usize::MAX && !open[previous].rows.is_empty() {
                     // Sorted input: a bucket is complete when the next one starts.
                     self.emit(order, formed, &mut open[previous]);
                 }
@@ -455,7 +518,11 @@ impl Planner {
 
     /// Padded tokens of a batch with these members.
     fn cost(&self, members: &[u32]) -> u64 {
-        let longest = members.iter().map(|&r| self.lengths[r as usize]).max().unwrap_or(0);
+        let longest = members
+            .iter()
+            .map(|&r| self.lengths[r as usize])
+            .max()
+            .unwrap_or(0);
         members.len() as u64 * self.config.padded(longest)
     }
 
@@ -466,13 +533,19 @@ impl Planner {
             return None;
         }
         let pid = std::process::id();
-        let mut guard = self.pool.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut guard = self
+            .pool
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some((owner, pool)) = guard.as_ref() {
             if *owner == pid {
                 return Some(Arc::clone(pool));
             }
         }
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(self.threads).build().ok()?;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(self.threads)
+            .build()
+            .ok()?;
         let pool = Arc::new(pool);
         *guard = Some((pid, Arc::clone(&pool)));
         Some(pool)
@@ -516,7 +589,10 @@ fn check_lengths(lengths: &[u32]) -> Result<()> {
         return Err(ErrorKind::EmptyLengths.into());
     }
     if u32::try_from(lengths.len()).is_err() {
-        return Err(ErrorKind::TooManySamples { count: lengths.len() }.into());
+        return Err(ErrorKind::TooManySamples {
+            count: lengths.len(),
+        }
+        .into());
     }
     match lengths.iter().position(|&l| l == 0) {
         Some(row) => Err(ErrorKind::NonPositiveLength { row, value: 0 }.into()),
@@ -537,13 +613,23 @@ fn admission(lengths: &[u32], config: &Config) -> Result<u32> {
     if let Some((row, &shortest)) = lengths.iter().enumerate().min_by_key(|(_, &l)| l) {
         if !fits(shortest) {
             let shortest = config.padded(shortest);
-            return Err(ErrorKind::MaxTokensBelowShortest { max_tokens: budget, shortest, row }.into());
+            return Err(ErrorKind::MaxTokensBelowShortest {
+                max_tokens: budget,
+                shortest,
+                row,
+            }
+            .into());
         }
     }
     if config.oversize == Oversize::Error {
         if let Some(row) = lengths.iter().position(|&l| !fits(l)) {
             let length = config.padded(lengths[row]);
-            return Err(ErrorKind::Oversize { row, length, max_tokens: budget }.into());
+            return Err(ErrorKind::Oversize {
+                row,
+                length,
+                max_tokens: budget,
+            }
+            .into());
         }
     }
     Ok(admit_max)
@@ -569,5 +655,10 @@ fn choose_buckets(lengths: &[u32], config: &Config, admit_max: u32) -> Result<Bu
 }
 
 fn setting(name: &'static str, value: i64, expected: &'static str) -> crate::error::Error {
-    ErrorKind::InvalidSetting { name, value: i128::from(value), expected }.into()
+    ErrorKind::InvalidSetting {
+        name,
+        value: i128::from(value),
+        expected,
+    }
+    .into()
 }

@@ -69,7 +69,10 @@ impl Pcg64 {
     /// PCG's reference seeding (`pcg64_srandom_r`): the same outputs as the C library for the same
     /// `(initstate, initseq)`, which the tests check.
     fn from_state_and_sequence(initial: u128, sequence: u128) -> Self {
-        let mut rng = Self { state: 0, increment: (sequence << 1) | 1 };
+        let mut rng = Self {
+            state: 0,
+            increment: (sequence << 1) | 1,
+        };
         rng.step();
         rng.state = rng.state.wrapping_add(initial);
         rng.step();
@@ -77,7 +80,10 @@ impl Pcg64 {
     }
 
     fn step(&mut self) {
-        self.state = self.state.wrapping_mul(MULTIPLIER).wrapping_add(self.increment);
+        self.state = self
+            .state
+            .wrapping_mul(MULTIPLIER)
+            .wrapping_add(self.increment);
     }
 
     /// The next 64 random bits.
@@ -126,7 +132,15 @@ mod tests {
     fn matches_pcg_reference_output() {
         let mut rng = Pcg64::from_state_and_sequence(42, 54);
         let got: Vec<u64> = (0..4).map(|_| rng.next_u64()).collect();
-        assert_eq!(got, [0x86b1_da1d_7206_2b68, 0x1304_aa46_c985_3d39, 0xa367_0e9e_0dd5_0358, 0xf909_0e52_9a7d_ae00]);
+        assert_eq!(
+            got,
+            [
+                0x86b1_da1d_7206_2b68,
+                0x1304_aa46_c985_3d39,
+                0xa367_0e9e_0dd5_0358,
+                0xf909_0e52_9a7d_ae00
+            ]
+        );
     }
 
     /// Golden vector: pins the generator so plans stay reproducible across releases.
@@ -137,8 +151,12 @@ mod tests {
         assert_eq!(got, GOLDEN_0_0_B0);
     }
 
-    const GOLDEN_0_0_B0: [u64; 4] =
-        [3_225_566_011_113_739_234, 16_252_075_297_584_883_730, 1_411_853_901_398_198_642, 10_186_506_579_067_983_082];
+    const GOLDEN_0_0_B0: [u64; 4] = [
+        3_225_566_011_113_739_234,
+        16_252_075_297_584_883_730,
+        1_411_853_901_398_198_642,
+        10_186_506_579_067_983_082,
+    ];
 
     #[test]
     fn streams_and_epochs_differ() {

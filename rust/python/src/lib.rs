@@ -29,7 +29,11 @@ fn to_py(err: Error) -> PyErr {
 }
 
 /// Appends one 1-D integer numpy array to `out`, checking every value.
-fn extend_from_array(array: &Bound<'_, PyAny>, first_row: usize, out: &mut Vec<u32>) -> PyResult<()> {
+fn extend_from_array(
+    array: &Bound<'_, PyAny>,
+    first_row: usize,
+    out: &mut Vec<u32>,
+) -> PyResult<()> {
     macro_rules! try_dtype {
         ($($t:ty),*) => {$(
             if let Ok(a) = array.extract::<PyReadonlyArray1<'_, $t>>() {
@@ -94,15 +98,23 @@ impl Planner {
             shuffle,
             world_size,
             drop_last,
-            oversize: if skip_oversize { Oversize::Skip } else { Oversize::Error },
+            oversize: if skip_oversize {
+                Oversize::Skip
+            } else {
+                Oversize::Error
+            },
             pad_to_multiple_of,
         };
-        let planner = py.detach(|| CorePlanner::new(lengths, config)).map_err(to_py)?;
+        let planner = py
+            .detach(|| CorePlanner::new(lengths, config))
+            .map_err(to_py)?;
         let planner = match threads {
             Some(t) => planner.with_threads(t),
             None => planner,
         };
-        Ok(Self { inner: Arc::new(planner) })
+        Ok(Self {
+            inner: Arc::new(planner),
+        })
     }
 
     /// Plans `epoch` (GIL released).
@@ -194,7 +206,11 @@ impl Plan {
         let index = usize::try_from(index)
             .ok()
             .filter(|&x| x < len)
-            .ok_or_else(|| PyIndexError::new_err(format!("batch {i} out of range for a plan of {len} batches")))?;
+            .ok_or_else(|| {
+                PyIndexError::new_err(format!(
+                    "batch {i} out of range for a plan of {len} batches"
+                ))
+            })?;
         let offsets = self.offsets.bind(py).readonly();
         let offsets = offsets.as_slice()?;
         let (start, end) = (offsets[index], offsets[index + 1]);

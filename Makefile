@@ -1,0 +1,44 @@
+# The verbs of the project. Each makes its own virtualenv (.venv) and builds the extension in release
+# mode, so `make demo` and `make test` work on a fresh machine with only Rust and Python 3.10+.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+EXTRAS ?= dev,torch
+export PYO3_PYTHON := $(abspath $(BIN)/python)
+
+.PHONY: demo test test-rust test-python lint bench build venv clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip "maturin>=1.9,<2"
+
+venv: $(BIN)/python
+
+# Builds the Rust extension (release) and installs it with the extras the tests need.
+build: venv
+	$(BIN)/maturin develop --release --quiet --extras $(EXTRAS)
+
+demo: build
+	$(BIN)/dflash-batch demo
+
+test: build test-rust test-python
+
+test-rust:
+	cargo test --package dflash-batch-core
+	cargo clippy --workspace --all-targets -- -D warnings
+
+test-python:
+	$(BIN)/python -m pytest
+
+lint: venv
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	$(BIN)/ruff check python tests benchmarks
+	$(BIN)/ruff format --check python tests benchmarks
+
+bench:
+	$(MAKE) build EXTRAS=dev,torch,bench
+	$(BIN)/python benchmarks/plan.py
+
+clean:
+	rm -rf $(VENV) target
