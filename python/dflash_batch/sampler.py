@@ -9,7 +9,6 @@ DataLoader workers and spawned processes rebuild the planner instead of copying 
 
 from __future__ import annotations
 
-import hashlib
 import operator
 import sys
 from collections.abc import Iterator, Sequence
@@ -75,15 +74,15 @@ class BucketSampler:
             "pad_to_multiple_of": _positive_int("pad_to_multiple_of", pad_to_multiple_of),
             "threads": _optional_int("threads", threads),
         }
-        self._chunks = _length_chunks(lengths)
         self._rank = rank
         self._epoch = 0
         self._consumed = 0
         self._resume: tuple[int, int] | None = None
-        self._build()
+        # The Rust planner keeps the only copy of the lengths; nothing here holds on to the input.
+        self._build(_length_chunks(lengths))
 
-    def _build(self) -> None:
-        self._planner = _core.Planner(self._chunks, **self._config)
+    def _build(self, chunks: list[np.ndarray]) -> None:
+        self._planner = _core.Planner(chunks, **self._config)
         self._plan: Plan | None = None
 
     # -- the plan -------------------------------------------------------------------------------------
@@ -186,23 +185,21 @@ class BucketSampler:
         self._resume = (epoch, step)
 
     def _fingerprint(self) -> str:
-        digest = hashlib.blake2b(digest_size=16)
-        digest.update(repr(sorted(self._config.items())).encode())
-        for chunk in self._chunks:
-            digest.update(str(chunk.dtype).encode())
-            digest.update(np.ascontiguousarray(chunk).view(np.uint8))
-        return digest.hexdigest()
+        """Lengths and configuration (not the rank), hashed in Rust."""
+        return self._planner.fingerprint
 
     # -- pickling: configuration and lengths, never Rust memory ---------------------------------------
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         del state["_planner"], state["_plan"]
+        state["_lengths"] = self._planner.lengths()
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        lengths = state.pop("_lengths")
         self.__dict__.update(state)
-        self._build()
+        self._build([lengths])
 
     def __repr__(self) -> str:
         c = self._config

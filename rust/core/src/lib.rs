@@ -37,6 +37,7 @@
 
 pub mod buckets;
 pub mod error;
+pub mod fingerprint;
 pub mod lengths;
 pub mod order;
 pub mod permute;

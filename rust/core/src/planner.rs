@@ -251,9 +251,11 @@ impl Rules {
     }
 }
 
-/// The epoch's batches in training order, written into the permutation buffer.
+/// The batches of one stream, in training order, written into its slice of the permutation buffer.
+/// Offsets are relative to the slice and `u32` (a slice never holds more rows than that): at 100M
+/// samples this halves the largest temporary of the plan.
 struct Formed {
-    offsets: Vec<u64>,
+    offsets: Vec<u32>,
     written: usize,
     real_tokens: u64,
     padded_tokens: u64,
@@ -267,6 +269,31 @@ impl Default for Formed {
             real_tokens: 0,
             padded_tokens: 0,
         }
+    }
+}
+
+/// The whole epoch: the streams' batches concatenated, offsets absolute.
+#[derive(Default)]
+struct Epoch {
+    offsets: Vec<u64>,
+    written: usize,
+    real_tokens: u64,
+    padded_tokens: u64,
+}
+
+impl Epoch {
+    /// Appends a stream that wrote its batches at `start` of `order`, moving them up to close the
+    /// gap left by skipped samples of earlier streams.
+    fn append(&mut self, order: &mut [u32], start: usize, part: Formed) {
+        if start != self.written {
+            order.copy_within(start..start + part.written, self.written);
+        }
+        let shift = self.written as u64;
+        self.offsets
+            .extend(part.offsets[1..].iter().map(|&o| u64::from(o) + shift));
+        self.written += part.written;
+        self.real_tokens += part.real_tokens;
+        self.padded_tokens += part.padded_tokens;
     }
 }
 
@@ -321,6 +348,11 @@ impl Planner {
     /// The sample lengths.
     pub fn lengths(&self) -> &[u32] {
         &self.lengths
+    }
+
+    /// Fingerprint of the lengths and configuration (see [`crate::fingerprint`]).
+    pub fn fingerprint(&self) -> u64 {
+        crate::fingerprint::fingerprint(&self.lengths, &self.config)
     }
 
     /// Plans `epoch`: every batch of every rank, in training order.
@@ -388,13 +420,19 @@ impl Planner {
     /// `order` behind the read cursor (see the module docs). Shuffled epochs stream their fixed
     /// segments in parallel, each flushing its partial batches at its end, then close the gaps left by
     /// skipped samples; sorted epochs are one stream.
-    fn form(&self, order: &mut [u32], epoch: u64) -> Formed {
+    fn form(&self, order: &mut [u32], epoch: u64) -> Epoch {
         if !self.config.shuffle {
             let mut formed = Formed::default();
             let mut open = self.open_batches();
             self.stream::<true>(order, &mut open, &mut formed);
             self.flush(order, &mut open, &mut formed, None);
-            return formed;
+            let mut total = Epoch::default();
+            total
+                .offsets
+                .reserve_exact(formed.offsets.len() + self.config.world_size as usize);
+            total.offsets.push(0);
+            total.append(order, 0, formed);
+            return total;
         }
         let ranges = segments(order.len());
         let mut pieces = Vec::with_capacity(ranges.len());
@@ -413,21 +451,16 @@ impl Planner {
             self.flush(piece, &mut open, &mut formed, Some((epoch, s as u32)));
             formed
         });
-        let mut parts = ranges.into_iter().zip(parts);
-        let Some((_, mut total)) = parts.next() else {
-            return Formed::default();
+        let batches: usize = parts.iter().map(|p| p.offsets.len() - 1).sum();
+        // Exact size plus room for the rank splits, so the offsets never reallocate.
+        let capacity = batches + 1 + self.config.world_size as usize;
+        let mut total = Epoch {
+            offsets: Vec::with_capacity(capacity),
+            ..Epoch::default()
         };
-        for (range, part) in parts {
-            let shift = total.written as u64;
-            if range.start != total.written {
-                order.copy_within(range.start..range.start + part.written, total.written);
-            }
-            total
-                .offsets
-                .extend(part.offsets[1..].iter().map(|&o| o + shift));
-            total.written += part.written;
-            total.real_tokens += part.real_tokens;
-            total.padded_tokens += part.padded_tokens;
+        total.offsets.push(0);
+        for (range, part) in ranges.into_iter().zip(parts) {
+            total.append(order, range.start, part);
         }
         total
     }
@@ -483,7 +516,11 @@ impl Planner {
                     continue;
                 };
                 real_tokens += u64::from(length);
-                if SORTED && previous != b && previous != usize::MAX && !open[previous].rows.is_empty() {
+                if SORTED
+                    && previous != b
+                    && previous != usize::MAX
+                    && !open[previous].rows.is_empty()
+                {
                     // Sorted input: a bucket is complete when the next one starts.
                     self.emit(order, formed, &mut open[previous]);
                 }
@@ -509,7 +546,9 @@ impl Planner {
         let end = formed.written + batch.rows.len();
         order[formed.written..end].copy_from_slice(&batch.rows);
         formed.written = end;
-        formed.offsets.push(end as u64);
+        // `end` ≤ the stream's length, which fits in u32.
+        #[allow(clippy::cast_possible_truncation)]
+        formed.offsets.push(end as u32);
         formed.padded_tokens += batch.rows.len() as u64 * self.config.padded(batch.longest);
         batch.rows.clear();
         batch.longest = 0;

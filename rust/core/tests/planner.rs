@@ -12,7 +12,9 @@ fn config(batching: Batching) -> Config {
 }
 
 fn batches(plan: &Plan) -> Vec<Vec<u32>> {
-    (0..plan.len()).map(|i| plan.batch(i).unwrap().to_vec()).collect()
+    (0..plan.len())
+        .map(|i| plan.batch(i).unwrap().to_vec())
+        .collect()
 }
 
 /// The naive oracle: what the plan must satisfy, computed the obvious way.
@@ -23,16 +25,23 @@ fn check_invariants(lengths: &[u32], cfg: &Config, planner: &Planner, plan: &Pla
         Batching::Tokens(t) => t,
         Batching::Rows(_) => u64::MAX,
     };
-    let admitted: Vec<u32> =
-        (0..lengths.len() as u32).filter(|&r| padded(lengths[r as usize]) <= budget).collect();
+    let admitted: Vec<u32> = (0..lengths.len() as u32)
+        .filter(|&r| padded(lengths[r as usize]) <= budget)
+        .collect();
     let stats = plan.stats();
     assert_eq!(stats.skipped as usize, lengths.len() - admitted.len());
 
     // Every admitted sample exactly once, except exactly the counted dropped ones.
     let mut seen: Vec<u32> = plan.indices().to_vec();
     seen.sort_unstable();
-    assert!(seen.windows(2).all(|w| w[0] < w[1]), "a sample appears twice");
-    assert!(seen.iter().all(|r| admitted.binary_search(r).is_ok()), "a skipped sample was planned");
+    assert!(
+        seen.windows(2).all(|w| w[0] < w[1]),
+        "a sample appears twice"
+    );
+    assert!(
+        seen.iter().all(|r| admitted.binary_search(r).is_ok()),
+        "a skipped sample was planned"
+    );
     assert_eq!(seen.len() + stats.dropped as usize, admitted.len());
     if !cfg.drop_last {
         assert_eq!(stats.dropped, 0);
@@ -48,7 +57,11 @@ fn check_invariants(lengths: &[u32], cfg: &Config, planner: &Planner, plan: &Pla
 
     // Every batch non-empty, within budget and inside one bucket.
     let edges = planner.buckets().edges();
-    let bucket = |l: u32| (0..edges.len() - 1).find(|&b| edges[b] < l && l <= edges[b + 1]).unwrap();
+    let bucket = |l: u32| {
+        (0..edges.len() - 1)
+            .find(|&b| edges[b] < l && l <= edges[b + 1])
+            .unwrap()
+    };
     let (mut real, mut cost) = (0u64, 0u64);
     for batch in batches(plan) {
         assert!(!batch.is_empty());
@@ -59,7 +72,10 @@ fn check_invariants(lengths: &[u32], cfg: &Config, planner: &Planner, plan: &Pla
             Batching::Rows(n) => assert!(rows <= u64::from(n)),
             Batching::Tokens(t) => assert!(rows * padded(longest) <= t, "batch over budget"),
         }
-        assert!(ls.iter().all(|&l| bucket(l) == bucket(ls[0])), "batch mixes buckets");
+        assert!(
+            ls.iter().all(|&l| bucket(l) == bucket(ls[0])),
+            "batch mixes buckets"
+        );
         real += ls.iter().map(|&l| u64::from(l)).sum::<u64>();
         cost += rows * padded(longest);
     }
@@ -78,21 +94,31 @@ fn arb_case() -> impl Strategy<Value = (Vec<u32>, Config)> {
         (1usize..10).prop_map(Boundaries::Count),
         Just(Boundaries::Edges(vec![0, 100, 250, 600])),
     ];
-    (lengths, batching, boundaries, any::<u64>(), any::<bool>(), 1u32..6, any::<bool>(), 1u32..9).prop_map(
-        |(lengths, batching, boundaries, seed, shuffle, world_size, drop_last, pad)| {
-            let cfg = Config {
-                batching,
-                boundaries,
-                seed,
-                shuffle,
-                world_size,
-                drop_last,
-                oversize: Oversize::Skip,
-                pad_to_multiple_of: pad,
-            };
-            (lengths, cfg)
-        },
+    (
+        lengths,
+        batching,
+        boundaries,
+        any::<u64>(),
+        any::<bool>(),
+        1u32..6,
+        any::<bool>(),
+        1u32..9,
     )
+        .prop_map(
+            |(lengths, batching, boundaries, seed, shuffle, world_size, drop_last, pad)| {
+                let cfg = Config {
+                    batching,
+                    boundaries,
+                    seed,
+                    shuffle,
+                    world_size,
+                    drop_last,
+                    oversize: Oversize::Skip,
+                    pad_to_multiple_of: pad,
+                };
+                (lengths, cfg)
+            },
+        )
 }
 
 proptest! {
@@ -119,9 +145,16 @@ proptest! {
 #[test]
 fn large_plans_are_deterministic_across_threads_and_differ_across_epochs() {
     let lengths = dflash_batch_core::workload::seed_lengths(300_000, 1);
-    let cfg = Config { world_size: 8, ..config(Batching::Tokens(16_384)) };
-    let one = Planner::new(lengths.clone(), cfg.clone()).unwrap().with_threads(1);
-    let four = Planner::new(lengths.clone(), cfg.clone()).unwrap().with_threads(4);
+    let cfg = Config {
+        world_size: 8,
+        ..config(Batching::Tokens(16_384))
+    };
+    let one = Planner::new(lengths.clone(), cfg.clone())
+        .unwrap()
+        .with_threads(1);
+    let four = Planner::new(lengths.clone(), cfg.clone())
+        .unwrap()
+        .with_threads(4);
     let p0 = one.plan(0).unwrap();
     assert_eq!(p0, four.plan(0).unwrap());
     assert_eq!(p0, one.plan(0).unwrap());
@@ -139,17 +172,33 @@ fn sorted_plan_is_exact() {
         boundaries: Boundaries::Edges(vec![0, 4, 10]),
         ..config(Batching::Rows(2))
     };
-    let plan = Planner::new(lengths.clone(), cfg.clone()).unwrap().plan(0).unwrap();
+    let plan = Planner::new(lengths.clone(), cfg.clone())
+        .unwrap()
+        .plan(0)
+        .unwrap();
     assert_eq!(batches(&plan), [vec![3, 5], vec![1], vec![0, 4], vec![2]]);
     assert_eq!(plan.offsets(), [0, 2, 3, 5, 6]);
     // Three ranks: 4 batches → 6 by splitting the largest (earliest on ties).
-    let three = Config { world_size: 3, ..cfg.clone() };
-    let plan = Planner::new(lengths.clone(), three).unwrap().plan(0).unwrap();
-    assert_eq!(batches(&plan), [vec![3], vec![5], vec![1], vec![0], vec![4], vec![2]]);
+    let three = Config {
+        world_size: 3,
+        ..cfg.clone()
+    };
+    let plan = Planner::new(lengths.clone(), three)
+        .unwrap()
+        .plan(0)
+        .unwrap();
+    assert_eq!(
+        batches(&plan),
+        [vec![3], vec![5], vec![1], vec![0], vec![4], vec![2]]
+    );
     assert_eq!(plan.stats().split_batches, 2);
     assert_eq!(plan.step(1, 2).unwrap(), [2]);
     // drop_last instead: 4 batches → 3, the last one dropped.
-    let dropping = Config { world_size: 3, drop_last: true, ..cfg };
+    let dropping = Config {
+        world_size: 3,
+        drop_last: true,
+        ..cfg
+    };
     let plan = Planner::new(lengths, dropping).unwrap().plan(0).unwrap();
     assert_eq!(batches(&plan), [vec![3, 5], vec![1], vec![0, 4]]);
     assert_eq!((plan.stats().dropped, plan.stats().dropped_batches), (1, 1));
@@ -159,10 +208,17 @@ fn sorted_plan_is_exact() {
 fn max_tokens_forms_greedy_batches_in_sorted_order() {
     // Budget 10, lengths sorted 2,2,3,3,4,6 in one bucket: [2,2,3] (3×3=9), [3,4] (2×4=8), [6].
     let lengths = vec![3, 2, 6, 4, 2, 3];
-    let cfg = Config { shuffle: false, boundaries: Boundaries::Count(1), ..config(Batching::Tokens(10)) };
+    let cfg = Config {
+        shuffle: false,
+        boundaries: Boundaries::Count(1),
+        ..config(Batching::Tokens(10))
+    };
     let plan = Planner::new(lengths, cfg).unwrap().plan(0).unwrap();
     assert_eq!(batches(&plan), [vec![1, 4, 0], vec![5, 3], vec![2]]);
-    assert_eq!((plan.stats().real_tokens, plan.stats().padded_tokens), (20, 23));
+    assert_eq!(
+        (plan.stats().real_tokens, plan.stats().padded_tokens),
+        (20, 23)
+    );
 }
 
 #[test]
@@ -185,15 +241,21 @@ fn pad_to_multiple_of_counts_in_the_budget() {
 #[test]
 fn golden_shuffled_plan() {
     let lengths: Vec<u32> = (0..24).map(|i| 1 + (i * 7) % 13).collect();
-    let cfg = Config { seed: 7, boundaries: Boundaries::Count(3), world_size: 2, ..config(Batching::Rows(3)) };
+    let cfg = Config {
+        seed: 7,
+        boundaries: Boundaries::Count(3),
+        world_size: 2,
+        ..config(Batching::Rows(3))
+    };
     let plan = Planner::new(lengths, cfg).unwrap().plan(3).unwrap();
     assert_eq!(plan.offsets(), GOLDEN_OFFSETS);
     assert_eq!(plan.indices(), GOLDEN_INDICES);
 }
 
 const GOLDEN_OFFSETS: [u64; 11] = [0, 2, 3, 6, 9, 12, 15, 18, 21, 22, 24];
-const GOLDEN_INDICES: [u32; 24] =
-    [16, 1, 23, 13, 15, 17, 0, 19, 4, 8, 12, 3, 22, 20, 9, 18, 7, 5, 10, 14, 21, 11, 6, 2];
+const GOLDEN_INDICES: [u32; 24] = [
+    16, 1, 23, 13, 15, 17, 0, 19, 4, 8, 12, 3, 22, 20, 9, 18, 7, 5, 10, 14, 21, 11, 6, 2,
+];
 
 #[test]
 fn errors_name_the_row_and_value() {
@@ -202,26 +264,75 @@ fn errors_name_the_row_and_value() {
     let e = Planner::new(vec![4, 0], config(Batching::Rows(2))).unwrap_err();
     assert_eq!(e.kind(), &ErrorKind::NonPositiveLength { row: 1, value: 0 });
     let e = Planner::new(vec![4, 90, 5], config(Batching::Tokens(64))).unwrap_err();
-    assert_eq!(e.kind(), &ErrorKind::Oversize { row: 1, length: 90, max_tokens: 64 });
+    assert_eq!(
+        e.kind(),
+        &ErrorKind::Oversize {
+            row: 1,
+            length: 90,
+            max_tokens: 64
+        }
+    );
     let e = Planner::new(vec![40, 90], config(Batching::Tokens(16))).unwrap_err();
-    assert_eq!(e.kind(), &ErrorKind::MaxTokensBelowShortest { max_tokens: 16, shortest: 40, row: 0 });
-    let edges = Config { boundaries: Boundaries::Edges(vec![0, 10]), ..config(Batching::Rows(2)) };
+    assert_eq!(
+        e.kind(),
+        &ErrorKind::MaxTokensBelowShortest {
+            max_tokens: 16,
+            shortest: 40,
+            row: 0
+        }
+    );
+    let edges = Config {
+        boundaries: Boundaries::Edges(vec![0, 10]),
+        ..config(Batching::Rows(2))
+    };
     let e = Planner::new(vec![4, 12], edges).unwrap_err();
-    assert_eq!(e.kind(), &ErrorKind::EdgesDoNotCover { row: 1, length: 12, low: 0, high: 10 });
-    let ranks = Config { world_size: 5, ..config(Batching::Rows(2)) };
-    let e = Planner::new(vec![1, 2, 3], ranks).unwrap().plan(0).unwrap_err();
-    assert_eq!(e.kind(), &ErrorKind::TooFewSamplesForRanks { samples: 3, world_size: 5 });
-    let zero = Config { world_size: 0, ..config(Batching::Rows(2)) };
+    assert_eq!(
+        e.kind(),
+        &ErrorKind::EdgesDoNotCover {
+            row: 1,
+            length: 12,
+            low: 0,
+            high: 10
+        }
+    );
+    let ranks = Config {
+        world_size: 5,
+        ..config(Batching::Rows(2))
+    };
+    let e = Planner::new(vec![1, 2, 3], ranks)
+        .unwrap()
+        .plan(0)
+        .unwrap_err();
+    assert_eq!(
+        e.kind(),
+        &ErrorKind::TooFewSamplesForRanks {
+            samples: 3,
+            world_size: 5
+        }
+    );
+    let zero = Config {
+        world_size: 0,
+        ..config(Batching::Rows(2))
+    };
     assert!(matches!(
         Planner::new(vec![1], zero).unwrap_err().kind(),
-        ErrorKind::InvalidSetting { name: "world_size", .. }
+        ErrorKind::InvalidSetting {
+            name: "world_size",
+            ..
+        }
     ));
 }
 
 #[test]
 fn skip_leaves_oversize_samples_out() {
-    let cfg = Config { oversize: Oversize::Skip, ..config(Batching::Tokens(64)) };
-    let plan = Planner::new(vec![4, 90, 5, 70], cfg).unwrap().plan(0).unwrap();
+    let cfg = Config {
+        oversize: Oversize::Skip,
+        ..config(Batching::Tokens(64))
+    };
+    let plan = Planner::new(vec![4, 90, 5, 70], cfg)
+        .unwrap()
+        .plan(0)
+        .unwrap();
     let mut seen = plan.indices().to_vec();
     seen.sort_unstable();
     assert_eq!(seen, [0, 2]);

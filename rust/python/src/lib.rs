@@ -138,6 +138,18 @@ impl Planner {
         self.inner.buckets().edges().to_vec()
     }
 
+    /// A copy of the lengths (the planner owns its own; this is for pickling).
+    fn lengths<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<u32>> {
+        PyArray1::from_slice(py, self.inner.lengths())
+    }
+
+    /// 64-bit fingerprint of the lengths and configuration, as 16 hex digits.
+    #[getter]
+    fn fingerprint(&self, py: Python<'_>) -> String {
+        let inner = Arc::clone(&self.inner);
+        format!("{:016x}", py.detach(move || inner.fingerprint()))
+    }
+
     /// Number of samples (rows) planned over.
     fn __len__(&self) -> usize {
         self.inner.lengths().len()

@@ -1,0 +1,299 @@
+"""BucketSampler and Plan through the binding: invariants, zero-copy, resume, pickling, threads."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dflash_batch as db
+
+
+def seed_lengths(n: int = 20_000) -> np.ndarray:
+    return db.seed_workload(n, seed=3)
+
+
+def batches_of(plan: db.Plan) -> list[np.ndarray]:
+    return [plan[i] for i in range(len(plan))]
+
+
+def check_plan(lengths: np.ndarray, plan: db.Plan, *, max_tokens=None, batch_size=None, world_size=1, pad=1):
+    """The invariants every plan satisfies, checked the obvious way in numpy."""
+    stats = plan.stats()
+    seen = np.sort(plan.indices)
+    assert len(np.unique(seen)) == len(seen), "a sample appears twice"
+    assert len(seen) + stats["dropped"] + stats["skipped"] == len(lengths)
+    assert len(plan) % world_size == 0 and stats["steps"] * world_size == len(plan)
+    assert plan.offsets[0] == 0 and plan.offsets[-1] == len(plan.indices)
+    padded_total = 0
+    for batch in batches_of(plan):
+        assert len(batch) > 0
+        longest = -(-int(lengths[batch].max()) // pad) * pad
+        if max_tokens is not None:
+            assert len(batch) * longest <= max_tokens
+        if batch_size is not None:
+            assert len(batch) <= batch_size
+        padded_total += len(batch) * longest
+    assert stats["padded_tokens"] == padded_total
+    assert stats["real_tokens"] == int(lengths[plan.indices].sum())
+
+
+def test_plan_covers_every_sample_once_within_budget():
+    lengths = seed_lengths()
+    sampler = db.BucketSampler(lengths, max_tokens=16384, world_size=8, seed=1)
+    plan = sampler.plan(0)
+    check_plan(lengths, plan, max_tokens=16384, world_size=8)
+    assert set(plan.indices.tolist()) == set(range(len(lengths)))
+    assert plan.stats()["efficiency"] > 0.9
+
+
+def test_plan_arrays_are_rust_owned_read_only_and_not_copied():
+    plan = db.BucketSampler(seed_lengths(), max_tokens=16384).plan(0)
+    indices, offsets = plan.indices, plan.offsets
+    assert indices.dtype == np.uint32 and offsets.dtype == np.uint64
+    # numpy does not own the memory: a Rust container does, handed over without a copy.
+    assert not indices.flags.owndata and indices.base is not None
+    assert type(indices.base).__name__ == "PySliceContainer"
+    # The same buffer every time, and batches are views into it.
+    assert plan.indices.__array_interface__["data"][0] == indices.__array_interface__["data"][0]
+    assert np.shares_memory(plan[0], indices)
+    assert not indices.flags.writeable and not plan[3].flags.writeable
+    with pytest.raises(ValueError):
+        indices[0] = 1
+
+
+def test_plan_indexing_and_iteration():
+    plan = db.BucketSampler(seed_lengths(2_000), batch_size=8).plan(0)
+    assert np.array_equal(plan[-1], plan[len(plan) - 1])
+    assert [b.tolist() for b in plan] == [b.tolist() for b in batches_of(plan)]
+    with pytest.raises(IndexError, match="out of range"):
+        plan[len(plan)]
+    assert "Plan(epoch=0" in repr(plan)
+
+
+def test_same_seed_same_plan_and_epochs_differ():
+    lengths = seed_lengths()
+    a = db.BucketSampler(lengths, max_tokens=8192, seed=5)
+    b = db.BucketSampler(lengths, max_tokens=8192, seed=5, threads=1)
+    assert np.array_equal(a.plan(2).indices, b.plan(2).indices)
+    assert np.array_equal(a.plan(2).offsets, b.plan(2).offsets)
+    assert not np.array_equal(a.plan(2).indices, a.plan(3).indices)
+    c = db.BucketSampler(lengths, max_tokens=8192, seed=6)
+    assert not np.array_equal(a.plan(2).indices, c.plan(2).indices)
+
+
+def test_unshuffled_plan_is_length_sorted_and_epoch_independent():
+    lengths = seed_lengths(5_000)
+    sampler = db.BucketSampler(lengths, batch_size=16, shuffle=False)
+    plan = sampler.plan(0)
+    assert np.array_equal(plan.indices, sampler.plan(7).indices)
+    assert np.all(np.diff(lengths[plan.indices].astype(np.int64)) >= 0)
+
+
+def test_ranks_partition_each_step_and_the_epoch():
+    lengths = seed_lengths()
+    samplers = [db.BucketSampler(lengths, max_tokens=16384, world_size=4, rank=r, seed=2) for r in range(4)]
+    for s in samplers:
+        s.set_epoch(1)
+    per_rank = [list(s) for s in samplers]
+    assert len({len(b) for b in per_rank}) == 1, "ranks run different step counts"
+    assert all(len(b) == len(samplers[0]) for b in per_rank)
+    union = np.concatenate([np.concatenate(b) for b in per_rank])
+    assert np.array_equal(np.sort(union), np.arange(len(lengths)))
+
+
+def test_drop_last_drops_and_counts_the_remainder():
+    lengths = seed_lengths(3_001)
+    plan = db.BucketSampler(lengths, batch_size=7, world_size=8, drop_last=True).plan(0)
+    stats = plan.stats()
+    assert len(plan) % 8 == 0
+    assert stats["dropped_batches"] < 8 and stats["split_batches"] == 0
+    check_plan(lengths, plan, batch_size=7, world_size=8)
+
+
+def test_oversize_skip_counts_skipped():
+    lengths = np.array([10, 5000, 20, 30, 9000], dtype=np.int64)
+    plan = db.BucketSampler(lengths, max_tokens=4096, oversize="skip").plan(0)
+    assert sorted(plan.indices.tolist()) == [0, 2, 3]
+    assert plan.stats()["skipped"] == 2
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"])
+def test_every_integer_dtype_is_accepted(dtype):
+    lengths = np.array([3, 1, 4, 1, 5, 9, 2, 6], dtype=dtype)
+    plan = db.BucketSampler(lengths, batch_size=3, seed=0).plan(0)
+    assert sorted(plan.indices.tolist()) == list(range(8))
+
+
+def test_lists_and_arrow_inputs():
+    pa = pytest.importorskip("pyarrow")
+    lengths = [5, 8, 2, 7, 3, 3]
+    expected = db.BucketSampler(np.array(lengths), batch_size=2, seed=1).plan(0).indices
+    for source in (lengths, pa.array(lengths, pa.int16()), pa.chunked_array([[5, 8], [2, 7, 3], [3]])):
+        assert np.array_equal(db.BucketSampler(source, batch_size=2, seed=1).plan(0).indices, expected)
+
+
+def test_non_contiguous_numpy_input():
+    lengths = np.arange(1, 41, dtype=np.int64)[::2]
+    plan = db.BucketSampler(lengths, batch_size=4).plan(0)
+    assert sorted(plan.indices.tolist()) == list(range(20))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 3000), min_size=1, max_size=300),
+    max_tokens=st.integers(3000, 20000),
+    world_size=st.integers(1, 6),
+    pad=st.sampled_from([1, 8, 64]),
+    seed=st.integers(0, 2**64 - 1),
+    epoch=st.integers(0, 10),
+    shuffle=st.booleans(),
+)
+def test_hypothesis_invariants_max_tokens(lengths, max_tokens, world_size, pad, seed, epoch, shuffle):
+    lengths = np.array(lengths, dtype=np.int64)
+    sampler = db.BucketSampler(
+        lengths,
+        max_tokens=max_tokens,
+        world_size=world_size,
+        pad_to_multiple_of=pad,
+        seed=seed,
+        shuffle=shuffle,
+        oversize="skip",
+    )
+    try:
+        plan = sampler.plan(epoch)
+    except db.PlanError as err:
+        assert "cannot give each of world_size" in str(err)
+        return
+    check_plan(lengths, plan, max_tokens=max_tokens, world_size=world_size, pad=pad)
+    again = db.BucketSampler(
+        lengths, max_tokens=max_tokens, world_size=world_size, pad_to_multiple_of=pad, seed=seed,
+        shuffle=shuffle, oversize="skip", threads=1,
+    ).plan(epoch)
+    assert np.array_equal(plan.indices, again.indices) and np.array_equal(plan.offsets, again.offsets)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 500), min_size=8, max_size=300),
+    batch_size=st.integers(1, 16),
+    world_size=st.integers(1, 8),
+    drop_last=st.booleans(),
+    boundaries=st.one_of(st.just("auto"), st.integers(1, 8)),
+)
+def test_hypothesis_invariants_batch_size(lengths, batch_size, world_size, drop_last, boundaries):
+    lengths = np.array(lengths, dtype=np.uint16)
+    sampler = db.BucketSampler(
+        lengths, batch_size=batch_size, world_size=world_size, drop_last=drop_last, boundaries=boundaries
+    )
+    try:
+        plan = sampler.plan(0)
+    except db.PlanError as err:
+        assert "world_size" in str(err)
+        return
+    check_plan(lengths, plan, batch_size=batch_size, world_size=world_size)
+
+
+def test_state_dict_resume_yields_exactly_the_rest():
+    lengths = seed_lengths()
+    sampler = db.BucketSampler(lengths, max_tokens=16384, world_size=2, rank=1, seed=9)
+    sampler.set_epoch(3)
+    full = [b.tolist() for b in sampler]
+    sampler.set_epoch(3)  # same epoch: keeps position, a new iteration starts over
+    it = iter(sampler)
+    head = [next(it).tolist() for _ in range(10)]
+    state = sampler.state_dict()
+    assert (state["epoch"], state["step"]) == (3, 10)
+
+    resumed = db.BucketSampler(lengths, max_tokens=16384, world_size=2, rank=1, seed=9)
+    resumed.load_state_dict(pickle.loads(pickle.dumps(state)))
+    resumed.set_epoch(3)  # what a training loop does at the top of the epoch: must not rewind
+    rest = [b.tolist() for b in resumed]
+    assert head + rest == full
+    # The epoch after the resumed one starts from its beginning.
+    resumed.set_epoch(4)
+    assert len(list(resumed)) == len(resumed)
+
+
+def test_resume_at_end_of_epoch_yields_nothing():
+    sampler = db.BucketSampler(seed_lengths(1_000), batch_size=8)
+    list(sampler)
+    state = sampler.state_dict()
+    other = db.BucketSampler(seed_lengths(1_000), batch_size=8)
+    other.load_state_dict(state)
+    assert list(other) == []
+
+
+def test_load_state_dict_rejects_other_data_or_config():
+    lengths = seed_lengths(1_000)
+    state = db.BucketSampler(lengths, batch_size=8, seed=1).state_dict()
+    with pytest.raises(db.PlanError, match="different dataset or configuration"):
+        db.BucketSampler(lengths, batch_size=8, seed=2).load_state_dict(state)
+    with pytest.raises(db.PlanError, match="different dataset or configuration"):
+        db.BucketSampler(lengths[:-1], batch_size=8, seed=1).load_state_dict(state)
+    bad = dict(state, step=10**9)
+    with pytest.raises(db.PlanError, match="outside epoch"):
+        db.BucketSampler(lengths, batch_size=8, seed=1).load_state_dict(bad)
+    with pytest.raises(db.PlanError, match="missing"):
+        db.BucketSampler(lengths, batch_size=8, seed=1).load_state_dict({"epoch": 0})
+    with pytest.raises(TypeError):
+        db.BucketSampler(lengths, batch_size=8, seed=1).load_state_dict([1, 2])
+
+
+def test_pickle_round_trip_rebuilds_the_planner():
+    sampler = db.BucketSampler(seed_lengths(), max_tokens=16384, seed=4, world_size=2, rank=1)
+    sampler.set_epoch(2)
+    clone = pickle.loads(pickle.dumps(sampler))
+    assert clone.epoch == 2 and clone.rank == 1
+    assert np.array_equal(clone.plan().indices, sampler.plan().indices)
+    # The pickle holds the configuration and lengths, not a plan.
+    assert len(pickle.dumps(sampler)) < 3 * seed_lengths().nbytes
+
+
+def test_planning_releases_the_gil():
+    lengths = db.seed_workload(4_000_000, seed=1)
+    sampler = db.BucketSampler(lengths, max_tokens=16384, threads=1)
+    ticks = 0
+    stop = threading.Event()
+    started = threading.Event()
+
+    def count():
+        nonlocal ticks
+        started.set()
+        while not stop.is_set():
+            ticks += 1
+
+    worker = threading.Thread(target=count)
+    worker.start()
+    started.wait()
+    before = ticks
+    sampler.plan(1)  # ~100 ms in Rust; the counter runs only if the GIL is released
+    during = ticks - before
+    stop.set()
+    worker.join()
+    assert during > 1000
+
+
+def test_concurrent_plans_from_threads_agree():
+    sampler = db.BucketSampler(seed_lengths(), max_tokens=16384)
+    results = [None] * 4
+
+    def run(i):
+        results[i] = sampler._planner.plan(5).indices
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(np.array_equal(r, results[0]) for r in results)
+
+
+def test_default_ranks_without_torch_distributed():
+    sampler = db.BucketSampler([1, 2, 3], batch_size=1)
+    assert (sampler.world_size, sampler.rank) == (1, 0)
+    assert "BucketSampler(num_samples=3" in repr(sampler)
