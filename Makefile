@@ -28,7 +28,7 @@ test-rust:
 	cargo clippy --workspace --all-targets -- -D warnings
 
 test-python:
-	$(BIN)/python -m pytest
+	DFLASH_REQUIRE_TORCH=1 $(BIN)/python -m pytest
 
 lint: venv
 	cargo fmt --all --check

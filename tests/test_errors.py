@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import dflash_batch as db
 import numpy as np
 import pytest
-
-import dflash_batch as db
 
 OK = np.array([5, 9, 3, 7], dtype=np.int64)
 
@@ -126,7 +125,9 @@ def test_max_tokens_below_shortest_sample():
 
 
 def test_oversize_with_error_names_row_and_length():
-    with pytest.raises(db.PlanError, match="length 9 at row 1 exceeds max_tokens 8; raise max_tokens or pass oversize='skip'"):
+    with pytest.raises(
+        db.PlanError, match="length 9 at row 1 exceeds max_tokens 8; raise max_tokens or pass oversize='skip'"
+    ):
         db.BucketSampler(OK, max_tokens=8)
 
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 import pickle
 import threading
 
+import dflash_batch as db
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import dflash_batch as db
 
 
 def seed_lengths(n: int = 20_000) -> np.ndarray:
@@ -171,8 +170,14 @@ def test_hypothesis_invariants_max_tokens(lengths, max_tokens, world_size, pad, 
         return
     check_plan(lengths, plan, max_tokens=max_tokens, world_size=world_size, pad=pad)
     again = db.BucketSampler(
-        lengths, max_tokens=max_tokens, world_size=world_size, pad_to_multiple_of=pad, seed=seed,
-        shuffle=shuffle, oversize="skip", threads=1,
+        lengths,
+        max_tokens=max_tokens,
+        world_size=world_size,
+        pad_to_multiple_of=pad,
+        seed=seed,
+        shuffle=shuffle,
+        oversize="skip",
+        threads=1,
     ).plan(epoch)
     assert np.array_equal(plan.indices, again.indices) and np.array_equal(plan.offsets, again.offsets)
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import dflash_batch as db
 import numpy as np
 import pytest
-
-import dflash_batch as db
 
 torch = pytest.importorskip("torch")
 from _datasets import IndexDataset  # noqa: E402

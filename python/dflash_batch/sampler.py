@@ -282,9 +282,7 @@ def _boundaries(value: Any) -> int | list[int] | None:
     try:
         edges = [operator.index(e) for e in value]
     except TypeError:
-        raise TypeError(
-            f"boundaries must be 'auto', a bucket count or a list of int edges, got {value!r}"
-        ) from None
+        raise TypeError(f"boundaries must be 'auto', a bucket count or a list of int edges, got {value!r}") from None
     bad = [e for e in edges if not 0 <= e < 2**32]
     if bad:
         raise PlanError(f"boundary edge {bad[0]} is out of range; edges must be in [0, 2**32)")

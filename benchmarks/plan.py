@@ -1,0 +1,145 @@
+"""Time to plan one epoch of the seed workload, against the baselines measured in the same run.
+
+    python benchmarks/plan.py            # 902,087 lengths, max_tokens=16384, plus the 100M check
+    python benchmarks/plan.py --no-big   # skip the 100M-lengths run
+
+Correctness is asserted first (every sample exactly once, every batch within budget); then medians are
+printed side by side with ratios. Targets (issue 2): ≤ 10 ms per epoch, ≥ 50× HF transformers'
+LengthGroupedSampler, 100M lengths ≤ 2 s and ≤ 1 GB peak RSS (measured in a child process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import dflash_batch as db
+import numpy as np
+from dflash_batch import baselines
+
+MAX_TOKENS = 16384
+WORLD = 8
+
+
+def median_seconds(fn, repeats: int) -> float:
+    times = []
+    for i in range(repeats):
+        start = time.perf_counter()
+        fn(i)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def check(lengths: np.ndarray, plan: db.Plan) -> None:
+    """Every sample once, within budget: a benchmark of a wrong plan measures nothing."""
+    assert np.array_equal(np.sort(plan.indices), np.arange(len(lengths))), "plan loses or repeats samples"
+    sizes = np.diff(plan.offsets)
+    longest = np.maximum.reduceat(lengths[plan.indices], plan.offsets[:-1].astype(np.int64))
+    assert np.all(sizes * longest.astype(np.int64) <= MAX_TOKENS), "batch over budget"
+    assert len(plan) % WORLD == 0
+
+
+def plan_times(lengths: np.ndarray, boundaries, repeats: int) -> tuple[float, float, float]:
+    """(median seconds per epoch, efficiency, construction seconds) for dflash_batch."""
+    start = time.perf_counter()
+    sampler = db.BucketSampler(lengths, max_tokens=MAX_TOKENS, boundaries=boundaries, world_size=WORLD)
+    build = time.perf_counter() - start
+    check(lengths, sampler.plan(0))
+
+    def one(i):
+        sampler.set_epoch(i + 1)
+        sampler.plan()
+
+    return median_seconds(one, repeats), sampler.plan(0).stats()["efficiency"], build
+
+
+def length_grouped(lengths: np.ndarray, repeats: int) -> tuple[float, float] | None:
+    try:
+        import torch
+        from transformers.trainer_pt_utils import LengthGroupedSampler
+    except ImportError:
+        return None
+    as_list = lengths.tolist()
+
+    def one(i):
+        torch.manual_seed(i)
+        return list(LengthGroupedSampler(batch_size=8, lengths=as_list))
+
+    seconds = median_seconds(one, repeats)
+    order = np.array(one(0))
+    offsets = np.append(np.arange(0, len(order), 8), len(order))
+    return seconds, baselines.efficiency(lengths, order, offsets)
+
+
+def big_run(n: int) -> dict:
+    """Plans 3 epochs of n lengths in a fresh process; reports median plan seconds and peak RSS."""
+    code = f"""
+import json, resource, statistics, time
+import dflash_batch as db
+lengths = db.seed_workload({n}, seed=0)
+sampler = db.BucketSampler(lengths, max_tokens={MAX_TOKENS}, boundaries=6, world_size={WORLD})
+del lengths
+times = []
+for epoch in range(3):
+    sampler.set_epoch(epoch)
+    start = time.perf_counter(); plan = sampler.plan(); times.append(time.perf_counter() - start)
+    samples = plan.stats()["samples"]; del plan
+print(json.dumps({{"seconds": statistics.median(times), "samples": samples,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=db.SEED_SAMPLES)
+    parser.add_argument("--repeats", type=int, default=31)
+    parser.add_argument("--big", type=int, default=100_000_000, help="lengths for the memory run")
+    parser.add_argument("--no-big", action="store_true")
+    args = parser.parse_args()
+
+    lengths = db.seed_workload(args.samples, seed=0)
+    print(
+        f"seed workload: {len(lengths):,} lengths, mean {lengths.mean():.0f}, median {np.median(lengths):.0f}; "
+        f"max_tokens={MAX_TOKENS}, world_size={WORLD}, cores={os.cpu_count()}"
+    )
+
+    rows = []
+    six, six_eff, six_build = plan_times(lengths, 6, args.repeats)
+    rows.append(("dflash_batch, 6 quantile buckets", six_eff, six))
+    auto, auto_eff, _ = plan_times(lengths, "auto", args.repeats)
+    rows.append(("dflash_batch, boundaries='auto'", auto_eff, auto))
+    seed_s = median_seconds(lambda i: baselines.seed_bucketed(lengths, max_tokens=MAX_TOKENS, seed=i), 3)
+    seed_eff = baselines.efficiency(lengths, *baselines.seed_bucketed(lengths, max_tokens=MAX_TOKENS))
+    rows.append(("seed's 6-bucket shuffle (numpy)", seed_eff, seed_s))
+    hf = length_grouped(lengths, 3)
+    if hf is not None:
+        rows.append(("HF LengthGroupedSampler, batch 8", hf[1], hf[0]))
+
+    print(f"\n{'strategy':<36} {'efficiency':>10} {'plan ms':>10} {'× dflash':>10}")
+    for name, eff, seconds in rows:
+        print(f"{name:<36} {eff:>10.3f} {seconds * 1e3:>10.1f} {seconds / six:>10.1f}")
+    print(f"(planner construction, once per sampler: {six_build * 1e3:.1f} ms)")
+
+    print("\ntargets")
+    print(f"  plan ≤ 10 ms per epoch:            {six * 1e3:.1f} ms  {'MET' if six <= 0.010 else 'MISSED'}")
+    if hf is not None:
+        ratio = hf[0] / six
+        print(f"  ≥ 50× LengthGroupedSampler:        {ratio:.0f}×  {'MET' if ratio >= 50 else 'MISSED'}")
+    if not args.no_big:
+        big = big_run(args.big)
+        print(
+            f"  {args.big:,} lengths ≤ 2 s:       {big['seconds']:.2f} s  {'MET' if big['seconds'] <= 2 else 'MISSED'}"
+        )
+        rss = big["peak_rss_mb"]
+        print(f"  peak RSS ≤ 1 GB (1000 MB):          {rss:.0f} MB  {'MET' if rss <= 1000 else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Reference batching strategies in numpy, for side-by-side comparisons (benchmarks, the demo).
+
+Each returns ``(order, offsets)`` in the same CSR form as a :class:`~dflash_batch.Plan`, so one
+function, :func:`efficiency`, scores them all. These are the strategies of ``shared/CONTEXT.md``:
+sorted static batches (the seed's first version), a full random shuffle, and the seed's bucketed
+shuffle, written as a user would in numpy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: The seed's hand-picked bucket boundaries.
+SEED_EDGES = (0, 770, 1216, 1728, 2432, 3296, 8192)
+
+
+def efficiency(lengths: np.ndarray, order: np.ndarray, offsets: np.ndarray) -> float:
+    """Real tokens / padded tokens (rows × longest row per batch)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    sizes = np.diff(offsets)
+    longest = np.maximum.reduceat(lengths[order], offsets[:-1].astype(np.int64))
+    return float(lengths[order].sum() / (sizes * longest).sum())
+
+
+def _fixed(order: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    offsets = np.append(np.arange(0, len(order), batch_size), len(order))
+    return order, offsets
+
+
+def sorted_static(lengths: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sort once by length and cut fixed batches (reused every epoch)."""
+    return _fixed(np.argsort(lengths, kind="stable"), batch_size)
+
+
+def random_shuffle(lengths: np.ndarray, batch_size: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A full random shuffle cut into fixed batches."""
+    return _fixed(np.random.default_rng(seed).permutation(len(lengths)), batch_size)
+
+
+def seed_bucketed(
+    lengths: np.ndarray,
+    *,
+    edges=SEED_EDGES,
+    batch_size: int | None = None,
+    max_tokens: int | None = None,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The seed's bucketed shuffle: shuffle inside each length bucket, cut batches inside buckets
+    (fixed rows, or greedily under a padded-token budget), then shuffle the batch order."""
+    rng = np.random.default_rng(seed)
+    lengths = np.asarray(lengths)
+    bucket = np.searchsorted(np.asarray(edges), lengths, side="left") - 1
+    batches: list[np.ndarray] = []
+    for b in range(len(edges) - 1):
+        members = rng.permutation(np.flatnonzero(bucket == b))
+        if batch_size is not None:
+            batches.extend(np.array_split(members, np.arange(batch_size, len(members), batch_size)))
+            continue
+        start, longest = 0, 0
+        for i, length in enumerate(lengths[members].tolist()):
+            longest = max(longest, length)
+            if (i - start + 1) * longest > max_tokens:
+                batches.append(members[start:i])
+                start, longest = i, length
+        batches.append(members[start:])
+    batches = [b for b in batches if len(b)]
+    order = rng.permutation(len(batches))
+    sizes = np.array([len(batches[i]) for i in order])
+    return np.concatenate([batches[i] for i in order]), np.concatenate([[0], np.cumsum(sizes)])

@@ -1,0 +1,21 @@
+"""The README's Python example runs as written."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_readme_python_example_runs(capsys):
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    assert blocks, "README has no python example"
+    exec(compile(blocks[0], str(README), "exec"), {"__name__": "readme"})
+    efficiency = float(capsys.readouterr().out.strip().splitlines()[-1])
+    assert 0.9 < efficiency <= 1.0
+
+
+def test_readme_keeps_the_two_commands():
+    text = README.read_text()
+    assert "make demo" in text and "make test" in text
