@@ -46,30 +46,68 @@ pub fn random_permutation(
     epoch: u64,
     pool: Option<&rayon::ThreadPool>,
 ) -> Vec<u32> {
+    let (mut out, starts) = scatter_into_chunks(n, seed, epoch, pool);
+    let pieces = split_chunks(&mut out, &starts);
+    run(
+        pool,
+        pieces.into_iter().enumerate().collect(),
+        |(c, piece)| shuffle_chunk(seed, epoch, c, piece),
+    );
+    out
+}
+
+/// Step 1: every element written to its random chunk. Returns the buffer and the `C + 1` chunk starts;
+/// the permutation is complete once every chunk is shuffled with [`shuffle_chunk`] (callers may do
+/// that chunk by chunk, right before using it, while it is hot in cache).
+pub fn scatter_into_chunks(
+    n: usize,
+    seed: u64,
+    epoch: u64,
+    pool: Option<&rayon::ThreadPool>,
+) -> (Vec<u32>, Vec<usize>) {
     let bits = chunk_bits(n);
     let chunks = 1usize << bits;
     let segments = segments(n);
-    // counts[s][c]: elements of segment s that go to chunk c.
-    let counts: Vec<Vec<usize>> = run(pool, segments.iter().enumerate().collect(), |(s, range)| {
-        let mut counts = vec![0usize; chunks];
-        for_each_chunk_id(range.clone(), s, bits, seed, epoch, |_, c| counts[c] += 1);
-        counts
-    });
+    // counts[s][c]: elements of segment s that go to chunk c. Fixed arrays of 256: ids come from a
+    // byte, so indexing needs no bounds check.
+    let counts: Vec<[usize; 256]> =
+        run(pool, segments.iter().enumerate().collect(), |(s, range)| {
+            let mut counts = [0usize; 256];
+            for_each_chunk_id(range.clone(), s, bits, seed, epoch, |_, c| {
+                counts[usize::from(c)] += 1
+            });
+            counts
+        });
     let mut out = vec![0u32; n];
     scatter(&mut out, &segments, &counts, bits, seed, epoch, pool);
-    let mut pieces = Vec::with_capacity(chunks);
-    let mut rest = out.as_mut_slice();
+    let mut starts = Vec::with_capacity(chunks + 1);
+    starts.push(0);
     for c in 0..chunks {
-        let (head, tail) = rest.split_at_mut(counts.iter().map(|k| k[c]).sum());
-        pieces.push((c, head));
+        starts.push(starts[c] + counts.iter().map(|k| k[c]).sum::<usize>());
+    }
+    (out, starts)
+}
+
+/// Step 2 for chunk `c`: a Fisher–Yates with the chunk's own stream.
+pub fn shuffle_chunk(seed: u64, epoch: u64, chunk: usize, piece: &mut [u32]) {
+    // Chunk ids are below 2^16 (see `chunk_bits`).
+    #[allow(clippy::cast_possible_truncation)]
+    shuffle(
+        &mut Pcg64::new(seed, epoch, Stream::Chunk(chunk as u32)),
+        piece,
+    );
+}
+
+/// Cuts `out` at `starts` into one mutable slice per chunk.
+pub fn split_chunks<'a>(out: &'a mut [u32], starts: &[usize]) -> Vec<&'a mut [u32]> {
+    let mut pieces = Vec::with_capacity(starts.len() - 1);
+    let mut rest = out;
+    for w in starts.windows(2) {
+        let (head, tail) = rest.split_at_mut(w[1] - w[0]);
+        pieces.push(head);
         rest = tail;
     }
-    run(pool, pieces, |(c, piece)| {
-        // Chunk ids are below 2^16 (see `chunk_bits`).
-        #[allow(clippy::cast_possible_truncation)]
-        shuffle(&mut Pcg64::new(seed, epoch, Stream::Chunk(c as u32)), piece);
-    });
-    out
+    pieces
 }
 
 /// Writes every element to its chunk. The buffer is cut, chunk by chunk, into one region per segment,
@@ -77,7 +115,7 @@ pub fn random_permutation(
 fn scatter(
     out: &mut [u32],
     segments: &[std::ops::Range<usize>],
-    counts: &[Vec<usize>],
+    counts: &[[usize; 256]],
     bits: u32,
     seed: u64,
     epoch: u64,
@@ -101,10 +139,15 @@ fn scatter(
         .zip(segments.iter().cloned())
         .enumerate()
         .collect();
-    run(pool, work, |(s, (mut owned, range))| {
-        let mut cursor = vec![0usize; chunks];
+    run(pool, work, |(s, (owned, range))| {
+        let mut slots: [&mut [u32]; 256] = std::array::from_fn(|_| <&mut [u32]>::default());
+        for (slot, region) in slots.iter_mut().zip(owned) {
+            *slot = region;
+        }
+        let mut cursor = [0usize; 256];
         for_each_chunk_id(range, s, bits, seed, epoch, |r, c| {
-            owned[c][cursor[c]] = r;
+            let c = usize::from(c);
+            slots[c][cursor[c]] = r;
             cursor[c] += 1;
         });
     });
@@ -122,44 +165,49 @@ pub(crate) fn run<T: Send, R: Send>(
     }
 }
 
-/// log2 of the chunk count: about `n / TARGET_CHUNK` chunks, at most 2^16.
+/// log2 of the chunk count: about `n / TARGET_CHUNK` chunks, at most 2^8 (a chunk id per byte of a
+/// draw). At 100M samples that makes chunks of ~390K elements: larger than L2, still far cheaper than
+/// one Fisher–Yates over the whole array.
 fn chunk_bits(n: usize) -> u32 {
     (n / TARGET_CHUNK)
         .max(1)
         .next_power_of_two()
         .trailing_zeros()
-        .min(16)
+        .min(8)
 }
 
 /// Calls `f(element, chunk)` for every element of `range` in order, drawing chunk ids from the
-/// segment's own stream.
+/// segment's own stream: eight ids per 64-bit draw, the top `bits` bits of each byte.
 fn for_each_chunk_id(
     range: std::ops::Range<usize>,
     segment: usize,
     bits: u32,
     seed: u64,
     epoch: u64,
-    mut f: impl FnMut(u32, usize),
+    mut f: impl FnMut(u32, u8),
 ) {
     // Elements fit in u32 (the planner rejects larger inputs); segments number at most 16.
     #[allow(clippy::cast_possible_truncation)]
-    let (mut r, end, segment) = (range.start as u32, range.end as u32, segment as u32);
+    let (start, end, segment) = (range.start as u32, range.end as u32, segment as u32);
     if bits == 0 {
-        (r..end).for_each(|r| f(r, 0));
+        (start..end).for_each(|r| f(r, 0));
         return;
     }
     let mut rng = Pcg64::new(seed, epoch, Stream::Segment(segment));
-    let per_draw = 64 / bits;
-    while r < end {
-        let mut draw = rng.next_u64();
-        for _ in 0..per_draw.min(end - r) {
-            // The top `bits` bits of the draw; `bits ≤ 16` so the id fits.
+    let shift = 8 - bits;
+    let mut r = start;
+    while end - r >= 8 {
+        let bytes = rng.next_u64().to_le_bytes();
+        for (k, byte) in bytes.into_iter().enumerate() {
+            // k < 8.
             #[allow(clippy::cast_possible_truncation)]
-            let chunk = (draw >> (64 - bits)) as usize;
-            f(r, chunk);
-            draw <<= bits;
-            r += 1;
+            f(r + k as u32, byte >> shift);
         }
+        r += 8;
+    }
+    let bytes = rng.next_u64().to_le_bytes();
+    for (r, byte) in (r..end).zip(bytes) {
+        f(r, byte >> shift);
     }
 }
 
@@ -228,7 +276,7 @@ mod tests {
     fn chunk_bits_follow_size() {
         assert_eq!(chunk_bits(10), 0);
         assert_eq!(chunk_bits(902_087), 6);
-        assert_eq!(chunk_bits(usize::MAX / 2), 16);
+        assert_eq!(chunk_bits(usize::MAX / 2), 8);
     }
 
     #[test]

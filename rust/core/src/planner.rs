@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use crate::buckets::{Assigner, Buckets, LUT_MAX_LENGTH};
 use crate::error::{ErrorKind, Result};
 use crate::order::{drop_remainder, split_for_ranks};
-use crate::permute::{random_permutation, run, segments};
+use crate::permute::{run, scatter_into_chunks, shuffle_chunk, split_chunks};
 use crate::plan::{Plan, Stats};
 use crate::rng::{shuffle, Pcg64, Stream};
 
@@ -161,6 +161,9 @@ pub struct Planner {
     pool: Mutex<Option<(u32, Arc<rayon::ThreadPool>)>>,
 }
 
+/// Most parallel forming groups: enough for 16 threads; each flushes its partial batches at its end.
+const MAX_GROUPS: usize = 16;
+
 /// Rows whose lengths are gathered together before forming (see [`Planner::plan`]'s stream).
 const GATHER_BLOCK: usize = 256;
 
@@ -201,6 +204,17 @@ struct Rules {
 
 const NO_RULE: u64 = u64::MAX;
 
+/// `(bucket, capacity)` from a rules table (see [`Rules`]).
+#[inline]
+fn table_lookup(table: &[u64], length: u32) -> Option<(usize, u32)> {
+    match table.get(length as usize) {
+        // Packed as bucket << 32 | capacity; both halves fit their types by construction.
+        #[allow(clippy::cast_possible_truncation)]
+        Some(&e) if e != NO_RULE => Some(((e >> 32) as usize, e as u32)),
+        _ => None,
+    }
+}
+
 impl Rules {
     fn new(buckets: &Buckets, config: &Config, admit_max: u32, longest: u32) -> Self {
         let assigner = buckets.assigner(admit_max);
@@ -240,12 +254,7 @@ impl Rules {
     #[inline]
     fn get(&self, length: u32) -> Option<(usize, u32)> {
         match &self.table {
-            Some(t) => match t.get(length as usize) {
-                // Packed as bucket << 32 | capacity; both halves fit their types by construction.
-                #[allow(clippy::cast_possible_truncation)]
-                Some(&e) if e != NO_RULE => Some(((e >> 32) as usize, e as u32)),
-                _ => None,
-            },
+            Some(table) => table_lookup(table, length),
             None => self.compute(length),
         }
     }
@@ -357,17 +366,13 @@ impl Planner {
 
     /// Plans `epoch`: every batch of every rank, in training order.
     pub fn plan(&self, epoch: u64) -> Result<Plan> {
-        let mut order = if self.config.shuffle {
-            random_permutation(
-                self.lengths.len(),
-                self.config.seed,
-                epoch,
-                self.pool().as_deref(),
-            )
+        let (mut order, mut formed) = if self.config.shuffle {
+            self.form_shuffled(epoch)
         } else {
-            sorted_by_length(&self.lengths)
+            let mut order = sorted_by_length(&self.lengths);
+            let formed = self.form_sorted(&mut order);
+            (order, formed)
         };
-        let mut formed = self.form(&mut order, epoch);
         order.truncate(formed.written);
         let world_size = self.config.world_size;
         let cost = |members: &[u32]| self.cost(members);
@@ -416,39 +421,52 @@ impl Planner {
         Ok(Plan::new(formed.offsets, order, world_size, epoch, stats))
     }
 
-    /// Streams `order`, forming batches bucket by bucket and writing each finished batch back into
-    /// `order` behind the read cursor (see the module docs). Shuffled epochs stream their fixed
-    /// segments in parallel, each flushing its partial batches at its end, then close the gaps left by
-    /// skipped samples; sorted epochs are one stream.
-    fn form(&self, order: &mut [u32], epoch: u64) -> Epoch {
-        if !self.config.shuffle {
-            let mut formed = Formed::default();
-            let mut open = self.open_batches();
-            self.stream::<true>(order, &mut open, &mut formed);
-            self.flush(order, &mut open, &mut formed, None);
-            let mut total = Epoch::default();
-            total
-                .offsets
-                .reserve_exact(formed.offsets.len() + self.config.world_size as usize);
-            total.offsets.push(0);
-            total.append(order, 0, formed);
-            return total;
-        }
-        let ranges = segments(order.len());
-        let mut pieces = Vec::with_capacity(ranges.len());
-        let mut rest = &mut *order;
-        for (s, range) in ranges.iter().enumerate() {
-            let (head, tail) = rest.split_at_mut(range.len());
-            pieces.push((s, head));
-            rest = tail;
-        }
-        let parts = run(self.pool().as_deref(), pieces, |(s, piece)| {
+    /// Forms the sorted (evaluation) epoch: one stream; a bucket closes when the next one starts.
+    fn form_sorted(&self, order: &mut [u32]) -> Epoch {
+        let mut formed = Formed::default();
+        let mut open = self.open_batches();
+        self.stream::<true>(order, &mut open, &mut formed);
+        self.flush(order, &mut open, &mut formed, None);
+        let mut total = Epoch::default();
+        total
+            .offsets
+            .reserve_exact(formed.offsets.len() + self.config.world_size as usize);
+        total.offsets.push(0);
+        total.append(order, 0, formed);
+        total
+    }
+
+    /// Forms a shuffled epoch. The permutation's chunks are grouped into fixed groups (set by `n`
+    /// alone); each parallel task shuffles its group's chunks and streams them right away while they
+    /// are in cache, writing batches into the group's own slice and flushing its partial batches at
+    /// its end. The groups are then concatenated, closing any gaps left by skipped samples.
+    fn form_shuffled(&self, epoch: u64) -> (Vec<u32>, Epoch) {
+        let seed = self.config.seed;
+        let pool = self.pool();
+        let (mut order, starts) =
+            scatter_into_chunks(self.lengths.len(), seed, epoch, pool.as_deref());
+        let chunks = starts.len() - 1;
+        let groups = chunks.min(MAX_GROUPS);
+        let group_starts: Vec<usize> = (0..=groups).map(|g| starts[g * chunks / groups]).collect();
+        let tasks: Vec<(usize, &mut [u32])> = split_chunks(&mut order, &group_starts)
+            .into_iter()
+            .enumerate()
+            .collect();
+        let parts = run(pool.as_deref(), tasks, |(g, piece)| {
+            let (first, base) = (g * chunks / groups, group_starts[g]);
+            let bounds: Vec<usize> = starts[first..=(g + 1) * chunks / groups]
+                .iter()
+                .map(|s| s - base)
+                .collect();
+            for (k, chunk) in split_chunks(piece, &bounds).into_iter().enumerate() {
+                shuffle_chunk(seed, epoch, first + k, chunk);
+            }
             let mut formed = Formed::default();
             let mut open = self.open_batches();
             self.stream::<false>(piece, &mut open, &mut formed);
-            // Segments number at most 16.
+            // Groups number at most MAX_GROUPS.
             #[allow(clippy::cast_possible_truncation)]
-            self.flush(piece, &mut open, &mut formed, Some((epoch, s as u32)));
+            self.flush(piece, &mut open, &mut formed, Some((epoch, g as u32)));
             formed
         });
         let batches: usize = parts.iter().map(|p| p.offsets.len() - 1).sum();
@@ -459,10 +477,10 @@ impl Planner {
             ..Epoch::default()
         };
         total.offsets.push(0);
-        for (range, part) in ranges.into_iter().zip(parts) {
-            total.append(order, range.start, part);
+        for (g, part) in parts.into_iter().enumerate() {
+            total.append(&mut order, group_starts[g], part);
         }
-        total
+        (order, total)
     }
 
     fn open_batches(&self) -> Vec<Open> {
@@ -494,11 +512,28 @@ impl Planner {
     /// The hot loop: ~20 instructions per sample. Rows and lengths of a block are copied out first —
     /// the length loads are random and overlap when issued together, where loads interleaved with the
     /// branchy logic below would wait one by one — and the loop then reads only the block copies.
+    /// Streams with the table lookup when there is a table, else with the computation; chosen once
+    /// so each hot loop is compiled for its lookup.
     fn stream<const SORTED: bool>(
         &self,
         order: &mut [u32],
         open: &mut [Open],
         formed: &mut Formed,
+    ) {
+        match &self.rules.table {
+            Some(table) => {
+                self.stream_with::<SORTED>(order, open, formed, |l| table_lookup(table, l))
+            }
+            None => self.stream_with::<SORTED>(order, open, formed, |l| self.rules.compute(l)),
+        }
+    }
+
+    fn stream_with<const SORTED: bool>(
+        &self,
+        order: &mut [u32],
+        open: &mut [Open],
+        formed: &mut Formed,
+        lookup: impl Fn(u32) -> Option<(usize, u32)>,
     ) {
         let mut rows = [0u32; GATHER_BLOCK];
         let mut lengths = [0u32; GATHER_BLOCK];
@@ -512,7 +547,7 @@ impl Planner {
                 *slot = self.lengths[row as usize];
             }
             for (&row, &length) in rows[..count].iter().zip(&lengths[..count]) {
-                let Some((b, capacity)) = self.rules.get(length) else {
+                let Some((b, capacity)) = lookup(length) else {
                     continue;
                 };
                 real_tokens += u64::from(length);

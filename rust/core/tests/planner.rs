@@ -254,8 +254,44 @@ fn golden_shuffled_plan() {
 
 const GOLDEN_OFFSETS: [u64; 11] = [0, 2, 3, 6, 9, 12, 15, 18, 21, 22, 24];
 const GOLDEN_INDICES: [u32; 24] = [
-    16, 1, 23, 13, 15, 17, 0, 19, 4, 8, 12, 3, 22, 20, 9, 18, 7, 5, 10, 14, 21, 11, 6, 2,
+    14, 1, 10, 18, 11, 5, 6, 15, 19, 12, 3, 16, 17, 0, 4, 23, 21, 8, 22, 7, 20, 9, 2, 13,
 ];
+
+/// FNV-1a over the plan's offsets and indices: pins a plan too large to spell out.
+fn plan_hash(plan: &Plan) -> u64 {
+    let words = plan
+        .offsets()
+        .iter()
+        .copied()
+        .chain(plan.indices().iter().map(|&i| u64::from(i)));
+    words.fold(0xcbf2_9ce4_8422_2325, |h, w| {
+        (h ^ w).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// Golden hash of a plan that spans many chunks, segments and groups: pins the whole pipeline
+/// (permutation, parallel streams, flushes, rank splits), and checks it for 1 and 3 threads.
+#[test]
+fn golden_large_plan() {
+    let lengths = dflash_batch_core::workload::seed_lengths(200_000, 3);
+    let cfg = Config {
+        seed: 11,
+        world_size: 8,
+        ..config(Batching::Tokens(16_384))
+    };
+    for threads in [1, 3] {
+        let planner = Planner::new(lengths.clone(), cfg.clone())
+            .unwrap()
+            .with_threads(threads);
+        assert_eq!(
+            plan_hash(&planner.plan(2).unwrap()),
+            GOLDEN_LARGE_HASH,
+            "threads {threads}"
+        );
+    }
+}
+
+const GOLDEN_LARGE_HASH: u64 = 4_133_235_688_497_289_250;
 
 #[test]
 fn errors_name_the_row_and_value() {
