@@ -36,8 +36,10 @@
 #![forbid(unsafe_code)]
 
 pub mod buckets;
+pub mod config;
 pub mod error;
 pub mod fingerprint;
+mod form;
 pub mod lengths;
 pub mod order;
 pub mod permute;
@@ -47,6 +49,7 @@ pub mod rng;
 pub mod workload;
 
 pub use buckets::Buckets;
+pub use config::{Batching, Boundaries, Config, Oversize};
 pub use error::{Error, ErrorKind, Result};
 pub use plan::{Plan, Stats};
-pub use planner::{Batching, Boundaries, Config, Oversize, Planner};
+pub use planner::Planner;

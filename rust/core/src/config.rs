@@ -1,0 +1,126 @@
+//! What determines a plan besides the lengths, the seed and the epoch: batch sizing, bucket edges,
+//! ranks, and the policies for leftovers and oversize samples.
+
+use crate::error::{ErrorKind, Result};
+
+/// Buckets used by `Boundaries::Auto` until the boundary optimizer lands.
+pub const DEFAULT_BUCKETS: usize = 16;
+
+/// How batches are sized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Batching {
+    /// A fixed number of rows per batch.
+    Rows(u32),
+    /// A padded-token budget: `rows × round_up(longest row) ≤ budget`.
+    Tokens(u64),
+}
+
+impl Batching {
+    /// Builds the batching rule from the two optional settings, exactly one of which must be given.
+    pub fn from_options(batch_size: Option<i64>, max_tokens: Option<i64>) -> Result<Self> {
+        match (batch_size, max_tokens) {
+            (Some(_), Some(_)) => Err(ErrorKind::BatchSpec { both: true }.into()),
+            (None, None) => Err(ErrorKind::BatchSpec { both: false }.into()),
+            (Some(n), None) => match u32::try_from(n) {
+                Ok(n) if n > 0 => Ok(Batching::Rows(n)),
+                _ => Err(setting("batch_size", n, "between 1 and 4294967295")),
+            },
+            (None, Some(t)) => match u64::try_from(t) {
+                Ok(t) if t > 0 => Ok(Batching::Tokens(t)),
+                _ => Err(setting("max_tokens", t, "≥ 1")),
+            },
+        }
+    }
+}
+
+/// Where bucket edges come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Boundaries {
+    /// The library's choice (today: [`DEFAULT_BUCKETS`] quantile buckets).
+    Auto,
+    /// This many quantile buckets.
+    Count(usize),
+    /// Explicit edges; bucket `i` holds lengths in `(edges[i], edges[i + 1]]`.
+    Edges(Vec<u32>),
+}
+
+/// What to do with samples that fit no batch under `max_tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Oversize {
+    /// Fail, naming the first such sample.
+    Error,
+    /// Leave them out of every plan and count them in [`Stats::skipped`].
+    Skip,
+}
+
+/// Everything that, with the lengths, `seed` and `epoch`, determines a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Batch sizing rule.
+    pub batching: Batching,
+    /// Bucket edges.
+    pub boundaries: Boundaries,
+    /// Seed of every random stream.
+    pub seed: u64,
+    /// Shuffle (training) or length-sorted order (evaluation).
+    pub shuffle: bool,
+    /// Number of ranks sharing the epoch.
+    pub world_size: u32,
+    /// Drop the last `batches mod world_size` batches instead of splitting batches.
+    pub drop_last: bool,
+    /// Policy for samples over `max_tokens`.
+    pub oversize: Oversize,
+    /// Padded lengths are rounded up to a multiple of this.
+    pub pad_to_multiple_of: u32,
+}
+
+impl Config {
+    /// A training configuration with the library defaults around `batching`.
+    pub fn new(batching: Batching) -> Self {
+        Self {
+            batching,
+            boundaries: Boundaries::Auto,
+            seed: 0,
+            shuffle: true,
+            world_size: 1,
+            drop_last: false,
+            oversize: Oversize::Error,
+            pad_to_multiple_of: 1,
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.world_size == 0 {
+            return Err(setting("world_size", 0, "≥ 1"));
+        }
+        if self.pad_to_multiple_of == 0 {
+            return Err(setting("pad_to_multiple_of", 0, "≥ 1"));
+        }
+        match self.batching {
+            Batching::Rows(0) => Err(setting("batch_size", 0, "≥ 1")),
+            Batching::Tokens(0) => Err(setting("max_tokens", 0, "≥ 1")),
+            _ => Ok(()),
+        }
+    }
+
+    /// `length` rounded up to `pad_to_multiple_of`. Runs twice per sample in the hot loop, so powers
+    /// of two (the usual 1, 8, 64, 128) avoid the division.
+    #[inline]
+    pub(crate) fn padded(&self, length: u32) -> u64 {
+        let (l, pad) = (u64::from(length), u64::from(self.pad_to_multiple_of));
+        if pad.is_power_of_two() {
+            (l + pad - 1) & !(pad - 1)
+        } else {
+            l.div_ceil(pad) * pad
+        }
+    }
+}
+
+fn setting(name: &'static str, value: i64, expected: &'static str) -> crate::error::Error {
+    ErrorKind::InvalidSetting {
+        name,
+        value: i128::from(value),
+        expected,
+    }
+    .into()
+}

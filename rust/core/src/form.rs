@@ -1,0 +1,369 @@
+//! Forming batches from a stream of samples: the hot loop of planning.
+//!
+//! Each admitted sample joins the open batch of its bucket; a batch is closed when the next sample
+//! would break the rule (`batch_size` rows, or `rows × round_up(longest, pad_to_multiple_of) ≤
+//! max_tokens`) or when no sample of its bucket could still fit. A closed batch is written back into
+//! the same buffer *behind* the read cursor — every row written has already been read — so an epoch
+//! needs one `u32` per sample and nothing more. Batches therefore appear in the order they fill.
+//!
+//! Shuffled epochs stream fixed groups of the permutation's chunks in parallel (each flushes its own
+//! partial batches at its end); sorted epochs are one stream in which a bucket closes when the next
+//! begins.
+
+use crate::buckets::{Assigner, Buckets, LUT_MAX_LENGTH};
+use crate::config::{Batching, Config};
+use crate::permute::{run, scatter_into_chunks, shuffle_chunk, split_chunks};
+use crate::rng::{shuffle, Pcg64, Stream};
+
+/// Most parallel forming groups: enough for 16 threads; each flushes its partial batches at its end.
+const MAX_GROUPS: usize = 16;
+
+/// Rows whose lengths are gathered together before forming (see [`Former::stream`]).
+const GATHER_BLOCK: usize = 256;
+
+/// A batch being filled while the epoch streams by.
+#[derive(Debug)]
+struct Open {
+    rows: Vec<u32>,
+    longest: u32,
+    /// The most rows this batch may hold given its members: the smallest member capacity.
+    capacity: u32,
+    /// The most rows any batch of this bucket can hold: reaching it means the batch is full.
+    full: u32,
+}
+
+impl Open {
+    fn new(full: u32) -> Self {
+        let rows = Vec::with_capacity(full.min(1 << 16) as usize);
+        Self {
+            rows,
+            longest: 0,
+            capacity: u32::MAX,
+            full,
+        }
+    }
+}
+
+/// What the stream needs to know per length: its bucket, and its *capacity* — the most rows a batch
+/// whose longest sample has this length may hold (`batch_size`, or `⌊max_tokens / padded length⌋`).
+/// Capacity never grows with length, so a batch's capacity is the minimum over its members and
+/// "does it fit" is one comparison. A table indexed by length answers both in one load.
+#[derive(Debug)]
+pub(crate) struct Rules {
+    table: Option<Vec<u64>>,
+    assigner: Assigner,
+    batching: Batching,
+    pad: u32,
+}
+
+const NO_RULE: u64 = u64::MAX;
+
+/// `(bucket, capacity)` from a rules table (see [`Rules`]).
+#[inline]
+fn table_lookup(table: &[u64], length: u32) -> Option<(usize, u32)> {
+    match table.get(length as usize) {
+        // Packed as bucket << 32 | capacity; both halves fit their types by construction.
+        #[allow(clippy::cast_possible_truncation)]
+        Some(&e) if e != NO_RULE => Some(((e >> 32) as usize, e as u32)),
+        _ => None,
+    }
+}
+
+impl Rules {
+    pub(crate) fn new(buckets: &Buckets, config: &Config, admit_max: u32, longest: u32) -> Self {
+        let assigner = buckets.assigner(admit_max);
+        let mut rules = Self {
+            table: None,
+            assigner,
+            batching: config.batching,
+            pad: config.pad_to_multiple_of,
+        };
+        if longest <= LUT_MAX_LENGTH {
+            let table = (0..=longest)
+                .map(|l| {
+                    rules
+                        .compute(l)
+                        .map_or(NO_RULE, |(b, c)| ((b as u64) << 32) | u64::from(c))
+                })
+                .collect();
+            rules.table = Some(table);
+        }
+        rules
+    }
+
+    fn compute(&self, length: u32) -> Option<(usize, u32)> {
+        let bucket = self.assigner.get(length)?;
+        let capacity = match self.batching {
+            Batching::Rows(n) => n,
+            Batching::Tokens(t) => {
+                let pad = u64::from(self.pad);
+                let padded = u64::from(length).div_ceil(pad) * pad;
+                u32::try_from(t / padded).unwrap_or(u32::MAX)
+            }
+        };
+        Some((bucket, capacity))
+    }
+
+    /// `(bucket, capacity)` of `length`, or `None` when it is not admitted.
+    #[inline]
+    pub(crate) fn get(&self, length: u32) -> Option<(usize, u32)> {
+        match &self.table {
+            Some(table) => table_lookup(table, length),
+            None => self.compute(length),
+        }
+    }
+}
+
+/// The batches of one stream, in training order, written into its slice of the permutation buffer.
+/// Offsets are relative to the slice and `u32` (a slice never holds more rows than that): at 100M
+/// samples this halves the largest temporary of the plan.
+struct Formed {
+    offsets: Vec<u32>,
+    written: usize,
+    real_tokens: u64,
+    padded_tokens: u64,
+}
+
+impl Default for Formed {
+    fn default() -> Self {
+        Self {
+            offsets: vec![0],
+            written: 0,
+            real_tokens: 0,
+            padded_tokens: 0,
+        }
+    }
+}
+
+/// The whole epoch: the streams' batches concatenated, offsets absolute.
+#[derive(Default)]
+pub(crate) struct Epoch {
+    pub(crate) offsets: Vec<u64>,
+    pub(crate) written: usize,
+    pub(crate) real_tokens: u64,
+    pub(crate) padded_tokens: u64,
+}
+
+impl Epoch {
+    /// Appends a stream that wrote its batches at `start` of `order`, moving them up to close the
+    /// gap left by skipped samples of earlier streams.
+    fn append(&mut self, order: &mut [u32], start: usize, part: Formed) {
+        if start != self.written {
+            order.copy_within(start..start + part.written, self.written);
+        }
+        let shift = self.written as u64;
+        self.offsets
+            .extend(part.offsets[1..].iter().map(|&o| u64::from(o) + shift));
+        self.written += part.written;
+        self.real_tokens += part.real_tokens;
+        self.padded_tokens += part.padded_tokens;
+    }
+}
+
+/// The read-only state the stream needs, borrowed from the planner for one epoch.
+pub(crate) struct Former<'a> {
+    pub(crate) lengths: &'a [u32],
+    pub(crate) config: &'a Config,
+    pub(crate) rules: &'a Rules,
+    /// Per bucket, the most rows any batch of it can hold.
+    pub(crate) bucket_capacity: &'a [u32],
+}
+
+impl Former<'_> {
+    /// Forms the sorted (evaluation) epoch: one stream; a bucket closes when the next one starts.
+    pub(crate) fn form_sorted(&self, order: &mut [u32]) -> Epoch {
+        let mut formed = Formed::default();
+        let mut open = self.open_batches();
+        self.stream::<true>(order, &mut open, &mut formed);
+        self.flush(order, &mut open, &mut formed, None);
+        let mut total = Epoch::default();
+        total
+            .offsets
+            .reserve_exact(formed.offsets.len() + self.config.world_size as usize);
+        total.offsets.push(0);
+        total.append(order, 0, formed);
+        total
+    }
+
+    /// Forms a shuffled epoch. The permutation's chunks are grouped into fixed groups (set by `n`
+    /// alone); each parallel task shuffles its group's chunks and streams them right away while they
+    /// are in cache, writing batches into the group's own slice and flushing its partial batches at
+    /// its end. The groups are then concatenated, closing any gaps left by skipped samples.
+    pub(crate) fn form_shuffled(
+        &self,
+        epoch: u64,
+        pool: Option<&rayon::ThreadPool>,
+    ) -> (Vec<u32>, Epoch) {
+        let seed = self.config.seed;
+        let (mut order, starts) = scatter_into_chunks(self.lengths.len(), seed, epoch, pool);
+        let chunks = starts.len() - 1;
+        let groups = chunks.min(MAX_GROUPS);
+        let group_starts: Vec<usize> = (0..=groups).map(|g| starts[g * chunks / groups]).collect();
+        let tasks: Vec<(usize, &mut [u32])> = split_chunks(&mut order, &group_starts)
+            .into_iter()
+            .enumerate()
+            .collect();
+        let parts = run(pool, tasks, |(g, piece)| {
+            let (first, base) = (g * chunks / groups, group_starts[g]);
+            let bounds: Vec<usize> = starts[first..=(g + 1) * chunks / groups]
+                .iter()
+                .map(|s| s - base)
+                .collect();
+            for (k, chunk) in split_chunks(piece, &bounds).into_iter().enumerate() {
+                shuffle_chunk(seed, epoch, first + k, chunk);
+            }
+            let mut formed = Formed::default();
+            let mut open = self.open_batches();
+            self.stream::<false>(piece, &mut open, &mut formed);
+            // Groups number at most MAX_GROUPS.
+            #[allow(clippy::cast_possible_truncation)]
+            self.flush(piece, &mut open, &mut formed, Some((epoch, g as u32)));
+            formed
+        });
+        let batches: usize = parts.iter().map(|p| p.offsets.len() - 1).sum();
+        // Exact size plus room for the rank splits, so the offsets never reallocate.
+        let capacity = batches + 1 + self.config.world_size as usize;
+        let mut total = Epoch {
+            offsets: Vec::with_capacity(capacity),
+            ..Epoch::default()
+        };
+        total.offsets.push(0);
+        for (g, part) in parts.into_iter().enumerate() {
+            total.append(&mut order, group_starts[g], part);
+        }
+        (order, total)
+    }
+
+    fn open_batches(&self) -> Vec<Open> {
+        self.bucket_capacity.iter().map(|&c| Open::new(c)).collect()
+    }
+
+    /// Emits the batches still open, in a seeded order for shuffled epochs (`flush_stream`).
+    fn flush(
+        &self,
+        order: &mut [u32],
+        open: &mut [Open],
+        formed: &mut Formed,
+        flush_stream: Option<(u64, u32)>,
+    ) {
+        let mut leftover: Vec<usize> = (0..open.len())
+            .filter(|&b| !open[b].rows.is_empty())
+            .collect();
+        if let Some((epoch, segment)) = flush_stream {
+            shuffle(
+                &mut Pcg64::new(self.config.seed, epoch, Stream::Flush(segment)),
+                &mut leftover,
+            );
+        }
+        for b in leftover {
+            self.emit(order, formed, &mut open[b]);
+        }
+    }
+
+    /// The hot loop: ~20 instructions per sample. Rows and lengths of a block are copied out first —
+    /// the length loads are random and overlap when issued together, where loads interleaved with the
+    /// branchy logic below would wait one by one — and the loop then reads only the block copies.
+    /// Streams with the table lookup when there is a table, else with the computation; chosen once
+    /// so each hot loop is compiled for its lookup.
+    fn stream<const SORTED: bool>(
+        &self,
+        order: &mut [u32],
+        open: &mut [Open],
+        formed: &mut Formed,
+    ) {
+        match &self.rules.table {
+            Some(table) => {
+                self.stream_with::<SORTED>(order, open, formed, |l| table_lookup(table, l))
+            }
+            None => self.stream_with::<SORTED>(order, open, formed, |l| self.rules.compute(l)),
+        }
+    }
+
+    fn stream_with<const SORTED: bool>(
+        &self,
+        order: &mut [u32],
+        open: &mut [Open],
+        formed: &mut Formed,
+        lookup: impl Fn(u32) -> Option<(usize, u32)>,
+    ) {
+        let mut rows = [0u32; GATHER_BLOCK];
+        let mut lengths = [0u32; GATHER_BLOCK];
+        let mut real_tokens = 0u64;
+        let mut previous = usize::MAX;
+        for start in (0..order.len()).step_by(GATHER_BLOCK) {
+            let block = &order[start..(start + GATHER_BLOCK).min(order.len())];
+            let count = block.len();
+            rows[..count].copy_from_slice(block);
+            for (slot, &row) in lengths.iter_mut().zip(block) {
+                *slot = self.lengths[row as usize];
+            }
+            for (&row, &length) in rows[..count].iter().zip(&lengths[..count]) {
+                let Some((b, capacity)) = lookup(length) else {
+                    continue;
+                };
+                real_tokens += u64::from(length);
+                if SORTED
+                    && previous != b
+                    && previous != usize::MAX
+                    && !open[previous].rows.is_empty()
+                {
+                    // Sorted input: a bucket is complete when the next one starts.
+                    self.emit(order, formed, &mut open[previous]);
+                }
+                previous = b;
+                let batch = &mut open[b];
+                if batch.rows.len() >= batch.capacity.min(capacity) as usize {
+                    self.emit(order, formed, batch);
+                }
+                batch.rows.push(row);
+                batch.longest = batch.longest.max(length);
+                batch.capacity = batch.capacity.min(capacity);
+                if batch.rows.len() >= batch.capacity.min(batch.full) as usize {
+                    self.emit(order, formed, batch);
+                }
+            }
+        }
+        formed.real_tokens += real_tokens;
+    }
+
+    /// Writes `batch` at the write cursor and closes it. Safe in place: every row in an open batch was
+    /// read from a position at or after the write cursor.
+    fn emit(&self, order: &mut [u32], formed: &mut Formed, batch: &mut Open) {
+        let end = formed.written + batch.rows.len();
+        order[formed.written..end].copy_from_slice(&batch.rows);
+        formed.written = end;
+        // `end` ≤ the stream's length, which fits in u32.
+        #[allow(clippy::cast_possible_truncation)]
+        formed.offsets.push(end as u32);
+        formed.padded_tokens += batch.rows.len() as u64 * self.config.padded(batch.longest);
+        batch.rows.clear();
+        batch.longest = 0;
+        batch.capacity = u32::MAX;
+    }
+}
+
+/// Rows sorted by `(length, row)`: a counting sort when lengths are bounded, else a stable sort.
+pub(crate) fn sorted_by_length(lengths: &[u32]) -> Vec<u32> {
+    let longest = lengths.iter().copied().max().unwrap_or(0);
+    // Rows fit in u32: the planner rejects more samples than that.
+    #[allow(clippy::cast_possible_truncation)]
+    let rows = 0..lengths.len() as u32;
+    if longest > 1 << 22 {
+        let mut order: Vec<u32> = rows.collect();
+        order.sort_by_key(|&r| lengths[r as usize]);
+        return order;
+    }
+    let mut next = vec![0usize; longest as usize + 2];
+    for &l in lengths {
+        next[l as usize + 1] += 1;
+    }
+    for i in 1..next.len() {
+        next[i] += next[i - 1];
+    }
+    let mut order = vec![0u32; lengths.len()];
+    for (row, &l) in rows.zip(lengths) {
+        order[next[l as usize]] = row;
+        next[l as usize] += 1;
+    }
+    order
+}
