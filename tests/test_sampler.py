@@ -154,8 +154,7 @@ def test_non_contiguous_numpy_input():
 )
 def test_hypothesis_invariants_max_tokens(lengths, max_tokens, world_size, pad, seed, epoch, shuffle):
     lengths = np.array(lengths, dtype=np.int64)
-    sampler = db.BucketSampler(
-        lengths,
+    settings = dict(
         max_tokens=max_tokens,
         world_size=world_size,
         pad_to_multiple_of=pad,
@@ -164,21 +163,12 @@ def test_hypothesis_invariants_max_tokens(lengths, max_tokens, world_size, pad, 
         oversize="skip",
     )
     try:
-        plan = sampler.plan(epoch)
+        plan = db.BucketSampler(lengths, **settings).plan(epoch)
     except db.PlanError as err:
         assert "cannot give each of world_size" in str(err)
         return
     check_plan(lengths, plan, max_tokens=max_tokens, world_size=world_size, pad=pad)
-    again = db.BucketSampler(
-        lengths,
-        max_tokens=max_tokens,
-        world_size=world_size,
-        pad_to_multiple_of=pad,
-        seed=seed,
-        shuffle=shuffle,
-        oversize="skip",
-        threads=1,
-    ).plan(epoch)
+    again = db.BucketSampler(lengths, **settings, threads=1).plan(epoch)
     assert np.array_equal(plan.indices, again.indices) and np.array_equal(plan.offsets, again.offsets)
 
 
