@@ -12,6 +12,7 @@
 //! are a seam: an optimizer that minimizes padding replaces them without touching the planner.
 
 use crate::error::{ErrorKind, Result};
+use crate::lengths::Length;
 
 /// Longest length for which assignment uses a lookup table (a `u16` per length: 512 KiB at most).
 pub const LUT_MAX_LENGTH: u32 = 1 << 18;
@@ -50,7 +51,7 @@ impl Buckets {
 
     /// Edges at the `k`-quantiles of `lengths` (by sample count); ties may merge buckets, so the
     /// result can hold fewer than `k` buckets. `lengths` must not be empty.
-    pub fn quantiles(lengths: &[u32], k: usize) -> Result<Self> {
+    pub fn quantiles<L: Length>(lengths: &[L], k: usize) -> Result<Self> {
         if k == 0 || k > usize::from(u16::MAX) {
             return Err(invalid("boundaries (bucket count)", k, "between 1 and 65535").into());
         }
@@ -85,16 +86,14 @@ impl Buckets {
 
     /// Checks that every length for which `keep` holds lies inside the edges; the error names the
     /// first row that does not.
-    pub fn check_covers(&self, lengths: &[u32], keep: impl Fn(u32) -> bool) -> Result<()> {
+    pub fn check_covers<L: Length>(&self, lengths: &[L], keep: impl Fn(u32) -> bool) -> Result<()> {
         let (low, high) = (self.edges[0], self.edges[self.edges.len() - 1]);
-        match lengths
-            .iter()
-            .position(|&l| keep(l) && (l <= low || l > high))
-        {
+        let outside = |l: u32| keep(l) && (l <= low || l > high);
+        match lengths.iter().position(|&l| outside(l.into())) {
             None => Ok(()),
             Some(row) => Err(ErrorKind::EdgesDoNotCover {
                 row,
-                length: lengths[row],
+                length: lengths[row].into(),
                 low,
                 high,
             }
@@ -135,15 +134,16 @@ enum Ranked {
 }
 
 impl Ranked {
-    fn new(lengths: &[u32]) -> Result<Self> {
-        let longest = *lengths.iter().max().ok_or(ErrorKind::EmptyLengths)?;
+    fn new<L: Length>(lengths: &[L]) -> Result<Self> {
+        let longest: u32 = (*lengths.iter().max().ok_or(ErrorKind::EmptyLengths)?).into();
         if longest > HISTOGRAM_MAX_LENGTH {
-            let mut sorted = lengths.to_vec();
+            let mut sorted: Vec<u32> = lengths.iter().map(|&l| l.into()).collect();
             sorted.sort_unstable();
             return Ok(Ranked::Sorted(sorted));
         }
         let mut cumulative = vec![0u64; longest as usize + 1];
         for &l in lengths {
+            let l: u32 = l.into();
             cumulative[l as usize] += 1;
         }
         for i in 1..cumulative.len() {
@@ -238,7 +238,9 @@ mod tests {
     fn coverage_names_first_bad_row() {
         let b = Buckets::from_edges(vec![0, 10]).unwrap();
         assert_eq!(
-            b.check_covers(&[3, 12, 40], |_| true).unwrap_err().kind(),
+            b.check_covers(&[3u32, 12, 40], |_| true)
+                .unwrap_err()
+                .kind(),
             &ErrorKind::EdgesDoNotCover {
                 row: 1,
                 length: 12,
@@ -254,8 +256,8 @@ mod tests {
         let b = Buckets::quantiles(&lengths, 4).unwrap();
         assert_eq!(b.edges(), &[0, 25, 50, 75, 100]);
         b.check_covers(&lengths, |_| true).unwrap();
-        assert!(b.check_covers(&[3, 200], |l| l < 100).is_ok());
-        let same = Buckets::quantiles(&[7, 7, 7], 4).unwrap();
+        assert!(b.check_covers(&[3u16, 200], |l| l < 100).is_ok());
+        let same = Buckets::quantiles(&[7u32, 7, 7], 4).unwrap();
         assert_eq!(same.edges(), &[6, 7]);
         let huge = [HISTOGRAM_MAX_LENGTH + 5, 3, 9, HISTOGRAM_MAX_LENGTH + 1];
         assert_eq!(

@@ -5,7 +5,8 @@
 //! Built from the SplitMix64 finaliser over 64-bit words (two lengths each) folded in order, which is
 //! fast (a multiply per two lengths) and sensitive to order and value; it is not cryptographic.
 
-use crate::planner::{Batching, Boundaries, Config, Oversize};
+use crate::config::{Batching, Boundaries, Config, Oversize};
+use crate::lengths::Length;
 use crate::rng::mix64;
 
 /// Folds `words` into `state`, order-sensitively.
@@ -14,11 +15,13 @@ fn fold(state: u64, words: impl IntoIterator<Item = u64>) -> u64 {
 }
 
 /// The fingerprint of `(lengths, config)`.
-pub fn fingerprint(lengths: &[u32], config: &Config) -> u64 {
+pub fn fingerprint<L: Length>(lengths: &[L], config: &Config) -> u64 {
     let mut h = fold(0x6466_6c61_7368_5f62, [lengths.len() as u64]);
+    // Values, not storage: a u16 and a u32 copy of the same lengths share one fingerprint.
+    let wide = |l: &L| u64::from(Into::<u32>::into(*l));
     let pairs = lengths
         .chunks(2)
-        .map(|p| u64::from(p[0]) | (u64::from(*p.get(1).unwrap_or(&0)) << 32));
+        .map(|p| wide(&p[0]) | (p.get(1).map_or(0, wide) << 32));
     h = fold(h, pairs);
     let (kind, size) = match config.batching {
         Batching::Rows(n) => (1, u64::from(n)),
@@ -59,14 +62,15 @@ mod tests {
     #[test]
     fn pinned_and_sensitive_to_every_input() {
         let cfg = Config::new(Batching::Tokens(4096));
-        let base = fingerprint(&[3, 1, 4], &cfg);
+        let base = fingerprint(&[3u32, 1, 4], &cfg);
         assert_eq!(base, GOLDEN);
-        assert_ne!(base, fingerprint(&[1, 3, 4], &cfg));
-        assert_ne!(base, fingerprint(&[3, 1, 4, 0], &cfg));
+        assert_eq!(base, fingerprint(&[3u16, 1, 4], &cfg));
+        assert_ne!(base, fingerprint(&[1u32, 3, 4], &cfg));
+        assert_ne!(base, fingerprint(&[3u32, 1, 4, 0], &cfg));
         assert_ne!(
             base,
             fingerprint(
-                &[3, 1, 4],
+                &[3u32, 1, 4],
                 &Config {
                     seed: 1,
                     ..cfg.clone()
@@ -76,7 +80,7 @@ mod tests {
         assert_ne!(
             base,
             fingerprint(
-                &[3, 1, 4],
+                &[3u32, 1, 4],
                 &Config {
                     world_size: 2,
                     ..cfg.clone()
@@ -84,12 +88,12 @@ mod tests {
             )
         );
         let rows = Config::new(Batching::Rows(4096));
-        assert_ne!(base, fingerprint(&[3, 1, 4], &rows));
+        assert_ne!(base, fingerprint(&[3u32, 1, 4], &rows));
         let edges = Config {
             boundaries: Boundaries::Edges(vec![0, 4]),
             ..cfg
         };
-        assert_ne!(base, fingerprint(&[3, 1, 4], &edges));
+        assert_ne!(base, fingerprint(&[3u32, 1, 4], &edges));
     }
 
     const GOLDEN: u64 = 4_633_723_366_586_575_780;

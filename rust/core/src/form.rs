@@ -12,6 +12,7 @@
 
 use crate::buckets::{Assigner, Buckets, LUT_MAX_LENGTH};
 use crate::config::{Batching, Config};
+use crate::lengths::Length;
 use crate::permute::{run, scatter_into_chunks, shuffle_chunk, split_chunks};
 use crate::rng::{shuffle, Pcg64, Stream};
 
@@ -161,15 +162,15 @@ impl Epoch {
 }
 
 /// The read-only state the stream needs, borrowed from the planner for one epoch.
-pub(crate) struct Former<'a> {
-    pub(crate) lengths: &'a [u32],
+pub(crate) struct Former<'a, L> {
+    pub(crate) lengths: &'a [L],
     pub(crate) config: &'a Config,
     pub(crate) rules: &'a Rules,
     /// Per bucket, the most rows any batch of it can hold.
     pub(crate) bucket_capacity: &'a [u32],
 }
 
-impl Former<'_> {
+impl<L: Length> Former<'_, L> {
     /// Forms the sorted (evaluation) epoch: one stream; a bucket closes when the next one starts.
     pub(crate) fn form_sorted(&self, order: &mut [u32]) -> Epoch {
         let mut formed = Formed::default();
@@ -295,7 +296,7 @@ impl Former<'_> {
             let count = block.len();
             rows[..count].copy_from_slice(block);
             for (slot, &row) in lengths.iter_mut().zip(block) {
-                *slot = self.lengths[row as usize];
+                *slot = self.lengths[row as usize].into();
             }
             for (&row, &length) in rows[..count].iter().zip(&lengths[..count]) {
                 let Some((b, capacity)) = lookup(length) else {
@@ -343,8 +344,8 @@ impl Former<'_> {
 }
 
 /// Rows sorted by `(length, row)`: a counting sort when lengths are bounded, else a stable sort.
-pub(crate) fn sorted_by_length(lengths: &[u32]) -> Vec<u32> {
-    let longest = lengths.iter().copied().max().unwrap_or(0);
+pub(crate) fn sorted_by_length<L: Length>(lengths: &[L]) -> Vec<u32> {
+    let longest: u32 = lengths.iter().copied().max().map_or(0, Into::into);
     // Rows fit in u32: the planner rejects more samples than that.
     #[allow(clippy::cast_possible_truncation)]
     let rows = 0..lengths.len() as u32;
@@ -354,16 +355,17 @@ pub(crate) fn sorted_by_length(lengths: &[u32]) -> Vec<u32> {
         return order;
     }
     let mut next = vec![0usize; longest as usize + 2];
+    let index = |l: L| Into::<u32>::into(l) as usize;
     for &l in lengths {
-        next[l as usize + 1] += 1;
+        next[index(l) + 1] += 1;
     }
     for i in 1..next.len() {
         next[i] += next[i - 1];
     }
     let mut order = vec![0u32; lengths.len()];
     for (row, &l) in rows.zip(lengths) {
-        order[next[l as usize]] = row;
-        next[l as usize] += 1;
+        order[next[index(l)]] = row;
+        next[index(l)] += 1;
     }
     order
 }

@@ -1,23 +1,121 @@
-//! Checked conversion of caller-supplied integer lengths (any width, signed or not) to `u32`.
+//! Sample lengths: checked conversion from caller integers, and compact storage.
 //!
-//! Bindings receive lengths as numpy or Arrow arrays of whatever integer type the dataset used. This
-//! converts them in one pass, naming the first bad row, instead of a silent `as` cast that would turn
-//! `-1` into 4294967295 tokens.
+//! Bindings receive lengths as numpy or Arrow arrays of whatever integer type the dataset used. They
+//! are checked in one pass — naming the first bad row, instead of a silent `as` cast that would turn
+//! `-1` into 4294967295 tokens — and then stored in the narrowest type that holds them all: `u16` when
+//! every sample is shorter than 65,536 tokens (every LLM dataset up to 64K context), else `u32`.
+//! Half-width storage halves the planner's largest permanent allocation (200 MB instead of 400 MB at
+//! 100M samples) and keeps the random length lookups of planning in cache longer. The plan never
+//! depends on the storage width.
 
 use crate::error::{ErrorKind, Result};
 
-/// Appends `values` to `out` as `u32`; `first_row` is the row number of `values[0]` (for messages).
-pub fn extend_checked<T: Copy + Into<i128>>(
-    values: &[T],
-    first_row: usize,
-    out: &mut Vec<u32>,
-) -> Result<()> {
-    out.reserve(values.len());
+/// A stored sample length: `u16` or `u32`.
+pub trait Length: Copy + Send + Sync + Ord + Into<u32> + 'static {
+    /// Narrows `value`; callers guarantee it fits (checked when the storage was chosen).
+    fn narrow(value: u32) -> Self;
+}
+
+impl Length for u16 {
+    #[inline]
+    fn narrow(value: u32) -> Self {
+        u16::try_from(value).unwrap_or(u16::MAX)
+    }
+}
+
+impl Length for u32 {
+    #[inline]
+    fn narrow(value: u32) -> Self {
+        value
+    }
+}
+
+/// Every sample's length, in the narrowest storage that holds them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lengths {
+    /// Every length is below 65,536.
+    U16(Vec<u16>),
+    /// Some length needs 32 bits.
+    U32(Vec<u32>),
+}
+
+/// Runs `$body` with `$v` bound to the lengths as a typed slice (`&[u16]` or `&[u32]`), so generic
+/// code is compiled once per width and never branches per sample.
+#[macro_export]
+macro_rules! with_lengths {
+    ($lengths:expr, $v:ident => $body:expr) => {
+        match $lengths {
+            $crate::lengths::Lengths::U16(values) => {
+                let $v: &[u16] = values;
+                $body
+            }
+            $crate::lengths::Lengths::U32(values) => {
+                let $v: &[u32] = values;
+                $body
+            }
+        }
+    };
+}
+
+impl Lengths {
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        with_lengths!(self, v => v.len())
+    }
+
+    /// True when there are no samples.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The lengths widened to `u32` (a copy).
+    pub fn to_u32_vec(&self) -> Vec<u32> {
+        fn widen<L: Length>(values: &[L]) -> Vec<u32> {
+            values.iter().map(|&l| l.into()).collect()
+        }
+        with_lengths!(self, v => widen(v))
+    }
+
+    /// Checks every chunk (rows numbered across chunks), then copies them into the narrowest storage.
+    pub fn from_chunks<T: Copy + Into<i128>>(chunks: &[&[T]]) -> Result<Self> {
+        let mut longest = 0;
+        let mut row = 0;
+        for chunk in chunks {
+            longest = longest.max(scan(chunk, row)?);
+            row += chunk.len();
+        }
+        let mut builder = Builder::new(longest, row);
+        for chunk in chunks {
+            builder.extend(chunk);
+        }
+        Ok(builder.finish())
+    }
+}
+
+impl From<Vec<u32>> for Lengths {
+    fn from(values: Vec<u32>) -> Self {
+        if values.iter().all(|&l| l <= u32::from(u16::MAX)) {
+            Lengths::U16(values.into_iter().map(u16::narrow).collect())
+        } else {
+            Lengths::U32(values)
+        }
+    }
+}
+
+impl From<Vec<u16>> for Lengths {
+    fn from(values: Vec<u16>) -> Self {
+        Lengths::U16(values)
+    }
+}
+
+/// Checks `values` and returns the longest; `first_row` numbers `values[0]` for messages.
+pub fn scan<T: Copy + Into<i128>>(values: &[T], first_row: usize) -> Result<u32> {
+    let mut longest = 0;
     for (i, &v) in values.iter().enumerate() {
         let value: i128 = v.into();
         match u32::try_from(value) {
-            Ok(l) if l > 0 => out.push(l),
-            Ok(_) | Err(_) if value <= 0 => {
+            Ok(l) if l > 0 => longest = longest.max(l),
+            _ if value <= 0 => {
                 return Err(ErrorKind::NonPositiveLength {
                     row: first_row + i,
                     value,
@@ -33,7 +131,39 @@ pub fn extend_checked<T: Copy + Into<i128>>(
             }
         }
     }
-    Ok(())
+    Ok(longest)
+}
+
+/// Fills the narrowest storage for lengths already checked by [`scan`].
+#[derive(Debug)]
+pub struct Builder {
+    lengths: Lengths,
+}
+
+impl Builder {
+    /// Storage for `count` lengths, none longer than `longest`.
+    pub fn new(longest: u32, count: usize) -> Self {
+        let lengths = if longest <= u32::from(u16::MAX) {
+            Lengths::U16(Vec::with_capacity(count))
+        } else {
+            Lengths::U32(Vec::with_capacity(count))
+        };
+        Self { lengths }
+    }
+
+    /// Appends `values` (checked by [`scan`]: positive and at most the `longest` given to `new`).
+    pub fn extend<T: Copy + Into<i128>>(&mut self, values: &[T]) {
+        let widen = |v: T| u32::try_from(v.into()).unwrap_or(u32::MAX);
+        match &mut self.lengths {
+            Lengths::U16(out) => out.extend(values.iter().map(|&v| u16::narrow(widen(v)))),
+            Lengths::U32(out) => out.extend(values.iter().map(|&v| widen(v))),
+        }
+    }
+
+    /// The filled storage.
+    pub fn finish(self) -> Lengths {
+        self.lengths
+    }
 }
 
 #[cfg(test)]
@@ -41,27 +171,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn converts_and_names_bad_rows() {
-        let mut out = vec![7];
-        extend_checked(&[1i64, 2, 3], 1, &mut out).unwrap();
-        assert_eq!(out, [7, 1, 2, 3]);
-        let err = extend_checked(&[4i8, -1], 10, &mut out).unwrap_err();
+    fn scan_names_bad_rows() {
+        assert_eq!(scan(&[1i64, 2, 3], 1).unwrap(), 3);
+        let err = scan(&[4i8, -1], 10).unwrap_err();
         assert_eq!(
             err.kind(),
             &ErrorKind::NonPositiveLength { row: 11, value: -1 }
         );
-        let err = extend_checked(&[0u16], 0, &mut out).unwrap_err();
+        let err = scan(&[0u16], 0).unwrap_err();
         assert_eq!(
             err.kind(),
             &ErrorKind::NonPositiveLength { row: 0, value: 0 }
         );
-        let err = extend_checked(&[1u64 << 40], 5, &mut out).unwrap_err();
+        let err = scan(&[1u64 << 40], 5).unwrap_err();
         assert_eq!(
             err.kind(),
             &ErrorKind::LengthTooLarge {
                 row: 5,
                 value: 1 << 40
             }
+        );
+    }
+
+    #[test]
+    fn storage_is_the_narrowest_that_fits() {
+        let small = Lengths::from_chunks(&[&[3i64, 65_535][..], &[7][..]]).unwrap();
+        assert_eq!(small, Lengths::U16(vec![3, 65_535, 7]));
+        let large = Lengths::from_chunks(&[&[3u32][..], &[65_536][..]]).unwrap();
+        assert_eq!(large, Lengths::U32(vec![3, 65_536]));
+        assert_eq!(large.to_u32_vec(), [3, 65_536]);
+        assert_eq!(Lengths::from(vec![5u32, 9]), Lengths::U16(vec![5, 9]));
+        let err = Lengths::from_chunks(&[&[3i32][..], &[2, -4][..]]).unwrap_err();
+        assert_eq!(
+            err.kind(),
+            &ErrorKind::NonPositiveLength { row: 2, value: -4 }
         );
     }
 }

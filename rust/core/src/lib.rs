@@ -22,7 +22,7 @@
 //! ```
 //! use dflash_batch_core::{Batching, Config, Planner};
 //!
-//! let lengths = vec![120, 800, 95, 3000, 640, 2200, 150, 900];
+//! let lengths: Vec<u32> = vec![120, 800, 95, 3000, 640, 2200, 150, 900];
 //! let config = Config { world_size: 2, seed: 7, ..Config::new(Batching::Tokens(4096)) };
 //! let planner = Planner::new(lengths, config)?;
 //! let plan = planner.plan(0)?;

@@ -23,14 +23,16 @@ use crate::buckets::Buckets;
 pub use crate::config::{Batching, Boundaries, Config, Oversize, DEFAULT_BUCKETS};
 use crate::error::{ErrorKind, Result};
 use crate::form::{sorted_by_length, Former, Rules};
+use crate::lengths::{Length, Lengths};
 use crate::order::{drop_remainder, split_for_ranks};
 use crate::plan::{Plan, Stats};
+use crate::with_lengths;
 
 /// Plans epochs of one dataset under one configuration. Construction does the epoch-independent
 /// work (validation, edges, the bucket lookup table); [`Planner::plan`] does the rest.
 #[derive(Debug)]
 pub struct Planner {
-    lengths: Vec<u32>,
+    lengths: Lengths,
     config: Config,
     buckets: Buckets,
     rules: Rules,
@@ -43,33 +45,22 @@ pub struct Planner {
 }
 
 impl Planner {
-    /// Validates `lengths` and `config` and prepares the buckets.
-    pub fn new(lengths: Vec<u32>, config: Config) -> Result<Self> {
+    /// Validates `lengths` and `config` and prepares the buckets. `lengths` may be a `Vec<u32>`
+    /// (stored as `u16` when every length fits) or [`Lengths`] built by a binding.
+    pub fn new(lengths: impl Into<Lengths>, config: Config) -> Result<Self> {
+        let lengths = lengths.into();
         config.validate()?;
-        check_lengths(&lengths)?;
-        let admit_max = admission(&lengths, &config)?;
-        let buckets = choose_buckets(&lengths, &config, admit_max)?;
-        let longest = lengths.iter().copied().max().unwrap_or(0);
-        let rules = Rules::new(&buckets, &config, admit_max, longest);
-        let mut bucket_capacity = vec![0u32; buckets.count()];
-        let mut admitted = 0;
-        for &l in &lengths {
-            if let Some((b, capacity)) = rules.get(l) {
-                bucket_capacity[b] = bucket_capacity[b].max(capacity);
-                admitted += 1;
-            }
-        }
+        let prepared = with_lengths!(&lengths, v => prepare(v, &config))?;
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
-        let pool = Mutex::new(None);
         Ok(Self {
             lengths,
             config,
-            buckets,
-            rules,
-            bucket_capacity,
-            admitted,
+            buckets: prepared.buckets,
+            rules: prepared.rules,
+            bucket_capacity: prepared.bucket_capacity,
+            admitted: prepared.admitted,
             threads,
-            pool,
+            pool: Mutex::new(None),
         })
     }
 
@@ -91,19 +82,24 @@ impl Planner {
     }
 
     /// The sample lengths.
-    pub fn lengths(&self) -> &[u32] {
+    pub fn lengths(&self) -> &Lengths {
         &self.lengths
     }
 
     /// Fingerprint of the lengths and configuration (see [`crate::fingerprint`]).
     pub fn fingerprint(&self) -> u64 {
-        crate::fingerprint::fingerprint(&self.lengths, &self.config)
+        with_lengths!(&self.lengths, v => crate::fingerprint::fingerprint(v, &self.config))
     }
 
     /// Plans `epoch`: every batch of every rank, in training order.
     pub fn plan(&self, epoch: u64) -> Result<Plan> {
+        with_lengths!(&self.lengths, v => self.plan_with(v, epoch))
+    }
+
+    /// [`Planner::plan`] for one storage width of the lengths.
+    fn plan_with<L: Length>(&self, lengths: &[L], epoch: u64) -> Result<Plan> {
         let former = Former {
-            lengths: &self.lengths,
+            lengths,
             config: &self.config,
             rules: &self.rules,
             bucket_capacity: &self.bucket_capacity,
@@ -111,13 +107,13 @@ impl Planner {
         let (mut order, mut formed) = if self.config.shuffle {
             former.form_shuffled(epoch, self.pool().as_deref())
         } else {
-            let mut order = sorted_by_length(&self.lengths);
+            let mut order = sorted_by_length(lengths);
             let formed = former.form_sorted(&mut order);
             (order, formed)
         };
         order.truncate(formed.written);
         let world_size = self.config.world_size;
-        let cost = |members: &[u32]| self.cost(members);
+        let cost = |members: &[u32]| self.cost(lengths, members);
         let mut split_batches = 0;
         let (mut dropped, mut dropped_batches) = (0, 0);
         if self.config.drop_last {
@@ -125,7 +121,7 @@ impl Planner {
             let tail = &order[gone.rows.clone()];
             formed.real_tokens -= tail
                 .iter()
-                .map(|&r| u64::from(self.lengths[r as usize]))
+                .map(|&r| u64::from(lengths[r as usize].into()))
                 .sum::<u64>();
             formed.padded_tokens -= gone.cost;
             (dropped, dropped_batches) = (tail.len() as u64, gone.batches);
@@ -164,10 +160,10 @@ impl Planner {
     }
 
     /// Padded tokens of a batch with these members.
-    fn cost(&self, members: &[u32]) -> u64 {
+    fn cost<L: Length>(&self, lengths: &[L], members: &[u32]) -> u64 {
         let longest = members
             .iter()
-            .map(|&r| self.lengths[r as usize])
+            .map(|&r| lengths[r as usize].into())
             .max()
             .unwrap_or(0);
         members.len() as u64 * self.config.padded(longest)
@@ -205,7 +201,37 @@ fn row_range(offsets: &[u64]) -> (u64, u64) {
     (sizes.clone().min().unwrap_or(0), sizes.max().unwrap_or(0))
 }
 
-fn check_lengths(lengths: &[u32]) -> Result<()> {
+/// The epoch-independent state [`Planner::new`] derives from the lengths.
+struct Prepared {
+    buckets: Buckets,
+    rules: Rules,
+    bucket_capacity: Vec<u32>,
+    admitted: u64,
+}
+
+fn prepare<L: Length>(lengths: &[L], config: &Config) -> Result<Prepared> {
+    check_lengths(lengths)?;
+    let admit_max = admission(lengths, config)?;
+    let buckets = choose_buckets(lengths, config, admit_max)?;
+    let longest = lengths.iter().copied().max().map_or(0, Into::into);
+    let rules = Rules::new(&buckets, config, admit_max, longest);
+    let mut bucket_capacity = vec![0u32; buckets.count()];
+    let mut admitted = 0;
+    for &l in lengths {
+        if let Some((b, capacity)) = rules.get(l.into()) {
+            bucket_capacity[b] = bucket_capacity[b].max(capacity);
+            admitted += 1;
+        }
+    }
+    Ok(Prepared {
+        buckets,
+        rules,
+        bucket_capacity,
+        admitted,
+    })
+}
+
+fn check_lengths<L: Length>(lengths: &[L]) -> Result<()> {
     if lengths.is_empty() {
         return Err(ErrorKind::EmptyLengths.into());
     }
@@ -215,7 +241,7 @@ fn check_lengths(lengths: &[u32]) -> Result<()> {
         }
         .into());
     }
-    match lengths.iter().position(|&l| l == 0) {
+    match lengths.iter().position(|&l| l.into() == 0) {
         Some(row) => Err(ErrorKind::NonPositiveLength { row, value: 0 }.into()),
         None => Ok(()),
     }
@@ -223,7 +249,7 @@ fn check_lengths(lengths: &[u32]) -> Result<()> {
 
 /// The longest length that enters the plan: every length, or under `max_tokens` those that fit a
 /// batch on their own (`round_up(l, pad) ≤ max_tokens ⇔ l ≤ ⌊max_tokens / pad⌋ · pad`).
-fn admission(lengths: &[u32], config: &Config) -> Result<u32> {
+fn admission<L: Length>(lengths: &[L], config: &Config) -> Result<u32> {
     let budget = match config.batching {
         Batching::Tokens(t) => t,
         Batching::Rows(_) => u64::MAX,
@@ -232,8 +258,8 @@ fn admission(lengths: &[u32], config: &Config) -> Result<u32> {
     let admit_max = u32::try_from(budget / pad * pad).unwrap_or(u32::MAX);
     let fits = |l: u32| l <= admit_max;
     if let Some((row, &shortest)) = lengths.iter().enumerate().min_by_key(|(_, &l)| l) {
-        if !fits(shortest) {
-            let shortest = config.padded(shortest);
+        if !fits(shortest.into()) {
+            let shortest = config.padded(shortest.into());
             return Err(ErrorKind::MaxTokensBelowShortest {
                 max_tokens: budget,
                 shortest,
@@ -243,8 +269,8 @@ fn admission(lengths: &[u32], config: &Config) -> Result<u32> {
         }
     }
     if config.oversize == Oversize::Error {
-        if let Some(row) = lengths.iter().position(|&l| !fits(l)) {
-            let length = config.padded(lengths[row]);
+        if let Some(row) = lengths.iter().position(|&l| !fits(l.into())) {
+            let length = config.padded(lengths[row].into());
             return Err(ErrorKind::Oversize {
                 row,
                 length,
@@ -256,7 +282,7 @@ fn admission(lengths: &[u32], config: &Config) -> Result<u32> {
     Ok(admit_max)
 }
 
-fn choose_buckets(lengths: &[u32], config: &Config, admit_max: u32) -> Result<Buckets> {
+fn choose_buckets<L: Length>(lengths: &[L], config: &Config, admit_max: u32) -> Result<Buckets> {
     let keep = |l: u32| l <= admit_max;
     let count = match &config.boundaries {
         Boundaries::Edges(edges) => {
@@ -267,10 +293,14 @@ fn choose_buckets(lengths: &[u32], config: &Config, admit_max: u32) -> Result<Bu
         Boundaries::Count(k) => *k,
         Boundaries::Auto => DEFAULT_BUCKETS,
     };
-    if lengths.iter().all(|&l| keep(l)) {
+    if lengths.iter().all(|&l| keep(l.into())) {
         Buckets::quantiles(lengths, count)
     } else {
-        let kept: Vec<u32> = lengths.iter().copied().filter(|&l| keep(l)).collect();
+        let kept: Vec<L> = lengths
+            .iter()
+            .copied()
+            .filter(|&l| keep(l.into()))
+            .collect();
         Buckets::quantiles(&kept, count)
     }
 }

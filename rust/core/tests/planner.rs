@@ -166,7 +166,7 @@ fn large_plans_are_deterministic_across_threads_and_differ_across_epochs() {
 
 #[test]
 fn sorted_plan_is_exact() {
-    let lengths = vec![5, 3, 9, 1, 7, 2];
+    let lengths: Vec<u32> = vec![5, 3, 9, 1, 7, 2];
     let cfg = Config {
         shuffle: false,
         boundaries: Boundaries::Edges(vec![0, 4, 10]),
@@ -207,7 +207,7 @@ fn sorted_plan_is_exact() {
 #[test]
 fn max_tokens_forms_greedy_batches_in_sorted_order() {
     // Budget 10, lengths sorted 2,2,3,3,4,6 in one bucket: [2,2,3] (3×3=9), [3,4] (2×4=8), [6].
-    let lengths = vec![3, 2, 6, 4, 2, 3];
+    let lengths: Vec<u32> = vec![3, 2, 6, 4, 2, 3];
     let cfg = Config {
         shuffle: false,
         boundaries: Boundaries::Count(1),
@@ -224,7 +224,7 @@ fn max_tokens_forms_greedy_batches_in_sorted_order() {
 #[test]
 fn pad_to_multiple_of_counts_in_the_budget() {
     // Padded to 4: lengths 3 → 4, 5 → 8. Budget 16: two 5s (2×8) fit, three 3s (3×4=12) fit, four 3s do too.
-    let lengths = vec![3, 3, 3, 3, 5, 5];
+    let lengths: Vec<u32> = vec![3, 3, 3, 3, 5, 5];
     let cfg = Config {
         shuffle: false,
         boundaries: Boundaries::Edges(vec![0, 4, 8]),
@@ -295,11 +295,11 @@ const GOLDEN_LARGE_HASH: u64 = 4_133_235_688_497_289_250;
 
 #[test]
 fn errors_name_the_row_and_value() {
-    let e = Planner::new(vec![], config(Batching::Rows(2))).unwrap_err();
+    let e = Planner::new(Vec::<u32>::new(), config(Batching::Rows(2))).unwrap_err();
     assert_eq!(e.kind(), &ErrorKind::EmptyLengths);
-    let e = Planner::new(vec![4, 0], config(Batching::Rows(2))).unwrap_err();
+    let e = Planner::new(vec![4u32, 0], config(Batching::Rows(2))).unwrap_err();
     assert_eq!(e.kind(), &ErrorKind::NonPositiveLength { row: 1, value: 0 });
-    let e = Planner::new(vec![4, 90, 5], config(Batching::Tokens(64))).unwrap_err();
+    let e = Planner::new(vec![4u32, 90, 5], config(Batching::Tokens(64))).unwrap_err();
     assert_eq!(
         e.kind(),
         &ErrorKind::Oversize {
@@ -308,7 +308,7 @@ fn errors_name_the_row_and_value() {
             max_tokens: 64
         }
     );
-    let e = Planner::new(vec![40, 90], config(Batching::Tokens(16))).unwrap_err();
+    let e = Planner::new(vec![40u32, 90], config(Batching::Tokens(16))).unwrap_err();
     assert_eq!(
         e.kind(),
         &ErrorKind::MaxTokensBelowShortest {
@@ -321,7 +321,7 @@ fn errors_name_the_row_and_value() {
         boundaries: Boundaries::Edges(vec![0, 10]),
         ..config(Batching::Rows(2))
     };
-    let e = Planner::new(vec![4, 12], edges).unwrap_err();
+    let e = Planner::new(vec![4u32, 12], edges).unwrap_err();
     assert_eq!(
         e.kind(),
         &ErrorKind::EdgesDoNotCover {
@@ -335,7 +335,7 @@ fn errors_name_the_row_and_value() {
         world_size: 5,
         ..config(Batching::Rows(2))
     };
-    let e = Planner::new(vec![1, 2, 3], ranks)
+    let e = Planner::new(vec![1u32, 2, 3], ranks)
         .unwrap()
         .plan(0)
         .unwrap_err();
@@ -351,7 +351,7 @@ fn errors_name_the_row_and_value() {
         ..config(Batching::Rows(2))
     };
     assert!(matches!(
-        Planner::new(vec![1], zero).unwrap_err().kind(),
+        Planner::new(vec![1u32], zero).unwrap_err().kind(),
         ErrorKind::InvalidSetting {
             name: "world_size",
             ..
@@ -365,7 +365,7 @@ fn skip_leaves_oversize_samples_out() {
         oversize: Oversize::Skip,
         ..config(Batching::Tokens(64))
     };
-    let plan = Planner::new(vec![4, 90, 5, 70], cfg)
+    let plan = Planner::new(vec![4u32, 90, 5, 70], cfg)
         .unwrap()
         .plan(0)
         .unwrap();
@@ -373,4 +373,28 @@ fn skip_leaves_oversize_samples_out() {
     seen.sort_unstable();
     assert_eq!(seen, [0, 2]);
     assert_eq!(plan.stats().skipped, 2);
+}
+
+/// The plan depends on the lengths' values, never on their storage width.
+#[test]
+fn u16_and_u32_storage_give_the_same_plan() {
+    use dflash_batch_core::lengths::Lengths;
+    let lengths = dflash_batch_core::workload::seed_lengths(50_000, 4);
+    let narrow: Vec<u16> = lengths.iter().map(|&l| u16::try_from(l).unwrap()).collect();
+    for cfg in [
+        Config {
+            world_size: 3,
+            seed: 5,
+            ..config(Batching::Tokens(16_384))
+        },
+        Config {
+            shuffle: false,
+            ..config(Batching::Rows(8))
+        },
+    ] {
+        let wide = Planner::new(Lengths::U32(lengths.clone()), cfg.clone()).unwrap();
+        let small = Planner::new(Lengths::U16(narrow.clone()), cfg).unwrap();
+        assert_eq!(wide.plan(1).unwrap(), small.plan(1).unwrap());
+        assert_eq!(wide.fingerprint(), small.fingerprint());
+    }
 }

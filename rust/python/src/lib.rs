@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use dflash_batch_core::error::Error;
-use dflash_batch_core::lengths::extend_checked;
+use dflash_batch_core::lengths::{scan, Builder, Lengths};
 use dflash_batch_core::plan::Stats;
 use dflash_batch_core::planner::{Batching, Boundaries, Config, Oversize, Planner as CorePlanner};
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyUntypedArrayMethods};
@@ -28,26 +28,53 @@ fn to_py(err: Error) -> PyErr {
     PlanError::new_err(err.to_string())
 }
 
-/// Appends one 1-D integer numpy array to `out`, checking every value.
-fn extend_from_array(
-    array: &Bound<'_, PyAny>,
-    first_row: usize,
-    out: &mut Vec<u32>,
-) -> PyResult<()> {
-    macro_rules! try_dtype {
-        ($($t:ty),*) => {$(
-            if let Ok(a) = array.extract::<PyReadonlyArray1<'_, $t>>() {
-                let slice = a.as_slice().map_err(|_| {
-                    PyValueError::new_err("lengths must be a contiguous array; pass numpy.ascontiguousarray(lengths)")
+/// Runs `$body` with `$slice` bound to the chunk's values as a typed slice, whatever its integer dtype.
+macro_rules! with_int_slice {
+    ($chunk:expr, $slice:ident => $body:expr) => {{
+        let chunk = $chunk;
+        with_int_slice!(@try chunk, $slice => $body; u32, u16, i64, i32, u64, i16, u8, i8)
+    }};
+    (@try $chunk:ident, $slice:ident => $body:expr; $($t:ty),*) => {{
+        $(
+            if let Ok(array) = $chunk.extract::<PyReadonlyArray1<'_, $t>>() {
+                let $slice: &[$t] = array.as_slice().map_err(|_| {
+                    PyValueError::new_err(
+                        "lengths must be a contiguous array; pass numpy.ascontiguousarray(lengths)",
+                    )
                 })?;
-                return extend_checked(slice, first_row, out).map_err(to_py);
+                return Ok($body);
             }
-        )*};
+        )*
+        Err(PyTypeError::new_err(
+            "lengths must be a 1-D array of integers (int8 to int64, uint8 to uint64)",
+        ))
+    }};
+}
+
+/// Checks one chunk (rows numbered from `first_row`) and returns its longest length and its size.
+fn scan_chunk(chunk: &Bound<'_, PyAny>, first_row: usize) -> PyResult<(u32, usize)> {
+    with_int_slice!(chunk, values => (scan(values, first_row).map_err(to_py)?, values.len()))
+}
+
+/// Appends one chunk, already checked by `scan_chunk`.
+fn extend_chunk(chunk: &Bound<'_, PyAny>, builder: &mut Builder) -> PyResult<()> {
+    with_int_slice!(chunk, values => builder.extend(values))
+}
+
+/// Lengths from 1-D integer numpy arrays: checked first, then stored in the narrowest type, so no
+/// temporary full-width copy exists.
+fn lengths_from_chunks(chunks: &[Bound<'_, PyAny>]) -> PyResult<Lengths> {
+    let (mut longest, mut rows) = (0, 0);
+    for chunk in chunks {
+        let (chunk_longest, size) = scan_chunk(chunk, rows)?;
+        longest = longest.max(chunk_longest);
+        rows += size;
     }
-    try_dtype!(u32, i64, i32, u64, u16, i16, u8, i8);
-    Err(PyTypeError::new_err(
-        "lengths must be a 1-D array of integers (int8 to int64, uint8 to uint64)",
-    ))
+    let mut builder = Builder::new(longest, rows);
+    for chunk in chunks {
+        extend_chunk(chunk, &mut builder)?;
+    }
+    Ok(builder.finish())
 }
 
 /// Plans epochs of one dataset under one configuration (the core `Planner`).
@@ -78,10 +105,7 @@ impl Planner {
         pad_to_multiple_of: u32,
         threads: Option<usize>,
     ) -> PyResult<Self> {
-        let mut lengths = Vec::new();
-        for chunk in &chunks {
-            extend_from_array(chunk, lengths.len(), &mut lengths)?;
-        }
+        let lengths = lengths_from_chunks(&chunks)?;
         let boundaries = match boundaries {
             None => Boundaries::Auto,
             Some(b) => match b.extract::<usize>() {
@@ -140,7 +164,7 @@ impl Planner {
 
     /// A copy of the lengths (the planner owns its own; this is for pickling).
     fn lengths<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<u32>> {
-        PyArray1::from_slice(py, self.inner.lengths())
+        PyArray1::from_vec(py, self.inner.lengths().to_u32_vec())
     }
 
     /// 64-bit fingerprint of the lengths and configuration, as 16 hex digits.
