@@ -13,8 +13,14 @@
 use crate::buckets::{Assigner, Buckets, LUT_MAX_LENGTH};
 use crate::config::{Batching, Config};
 use crate::lengths::Length;
-use crate::permute::{run, scatter_into_chunks, shuffle_chunk, split_chunks};
+use crate::permute::{
+    run, scatter_into_chunks, shuffle_chunk, shuffle_chunk_pair, split_chunks, Scattered,
+};
 use crate::rng::{shuffle, Pcg64, Stream};
+
+/// Samples from which the scatter carries lengths along for the stream: below, the lengths array
+/// (2 or 4 bytes a sample) stays in cache and random lookups are cheaper than a second buffer.
+pub(crate) const COMPANION_MIN_SAMPLES: usize = 1 << 23;
 
 /// Most parallel forming groups: enough for 16 threads; each flushes its partial batches at its end.
 const MAX_GROUPS: usize = 16;
@@ -168,6 +174,8 @@ pub(crate) struct Former<'a, L> {
     pub(crate) rules: &'a Rules,
     /// Per bucket, the most rows any batch of it can hold.
     pub(crate) bucket_capacity: &'a [u32],
+    /// Epoch size from which lengths travel with the permutation (see [`COMPANION_MIN_SAMPLES`]).
+    pub(crate) companion_min: usize,
 }
 
 impl<L: Length> Former<'_, L> {
@@ -175,7 +183,7 @@ impl<L: Length> Former<'_, L> {
     pub(crate) fn form_sorted(&self, order: &mut [u32]) -> Epoch {
         let mut formed = Formed::default();
         let mut open = self.open_batches();
-        self.stream::<true>(order, &mut open, &mut formed);
+        self.stream::<true>(order, None, &mut open, &mut formed);
         self.flush(order, &mut open, &mut formed, None);
         let mut total = Epoch::default();
         total
@@ -196,31 +204,57 @@ impl<L: Length> Former<'_, L> {
         pool: Option<&rayon::ThreadPool>,
     ) -> (Vec<u32>, Epoch) {
         let seed = self.config.seed;
-        let (mut order, starts) = scatter_into_chunks(self.lengths.len(), seed, epoch, pool);
+        let n = self.lengths.len();
+        // Past a few cache sizes the stream's random length lookups go to DRAM; then the scatter
+        // carries each row's length along (one sequential read) so the stream reads them in order.
+        let source = (n >= self.companion_min).then_some(self.lengths);
+        let Scattered {
+            rows: mut order,
+            mut companion,
+            starts,
+        } = scatter_into_chunks(n, source, seed, epoch, pool);
         let chunks = starts.len() - 1;
         let groups = chunks.min(MAX_GROUPS);
         let group_starts: Vec<usize> = (0..=groups).map(|g| starts[g * chunks / groups]).collect();
-        let tasks: Vec<(usize, &mut [u32])> = split_chunks(&mut order, &group_starts)
-            .into_iter()
-            .enumerate()
-            .collect();
-        let parts = run(pool, tasks, |(g, piece)| {
+        let pieces = split_chunks(&mut order, &group_starts);
+        let values: Vec<Option<&mut [L]>> = match &mut companion {
+            Some(values) => split_chunks(values, &group_starts)
+                .into_iter()
+                .map(Some)
+                .collect(),
+            None => pieces.iter().map(|_| None).collect(),
+        };
+        let tasks: Vec<_> = pieces.into_iter().zip(values).enumerate().collect();
+        let parts = run(pool, tasks, |(g, (piece, mut values))| {
             let (first, base) = (g * chunks / groups, group_starts[g]);
             let bounds: Vec<usize> = starts[first..=(g + 1) * chunks / groups]
                 .iter()
                 .map(|s| s - base)
                 .collect();
-            for (k, chunk) in split_chunks(piece, &bounds).into_iter().enumerate() {
-                shuffle_chunk(seed, epoch, first + k, chunk);
+            match values.as_deref_mut() {
+                Some(values) => {
+                    let chunked = split_chunks(piece, &bounds)
+                        .into_iter()
+                        .zip(split_chunks(values, &bounds));
+                    for (k, (chunk, chunk_values)) in chunked.enumerate() {
+                        shuffle_chunk_pair(seed, epoch, first + k, chunk, chunk_values);
+                    }
+                }
+                None => {
+                    for (k, chunk) in split_chunks(piece, &bounds).into_iter().enumerate() {
+                        shuffle_chunk(seed, epoch, first + k, chunk);
+                    }
+                }
             }
             let mut formed = Formed::default();
             let mut open = self.open_batches();
-            self.stream::<false>(piece, &mut open, &mut formed);
+            self.stream::<false>(piece, values.as_deref(), &mut open, &mut formed);
             // Groups number at most MAX_GROUPS.
             #[allow(clippy::cast_possible_truncation)]
             self.flush(piece, &mut open, &mut formed, Some((epoch, g as u32)));
             formed
         });
+        drop(companion);
         let batches: usize = parts.iter().map(|p| p.offsets.len() - 1).sum();
         // Exact size plus room for the rank splits, so the offsets never reallocate.
         let capacity = batches + 1 + self.config.world_size as usize;
@@ -269,20 +303,24 @@ impl<L: Length> Former<'_, L> {
     fn stream<const SORTED: bool>(
         &self,
         order: &mut [u32],
+        values: Option<&[L]>,
         open: &mut [Open],
         formed: &mut Formed,
     ) {
         match &self.rules.table {
             Some(table) => {
-                self.stream_with::<SORTED>(order, open, formed, |l| table_lookup(table, l))
+                self.stream_with::<SORTED>(order, values, open, formed, |l| table_lookup(table, l))
             }
-            None => self.stream_with::<SORTED>(order, open, formed, |l| self.rules.compute(l)),
+            None => {
+                self.stream_with::<SORTED>(order, values, open, formed, |l| self.rules.compute(l))
+            }
         }
     }
 
     fn stream_with<const SORTED: bool>(
         &self,
         order: &mut [u32],
+        values: Option<&[L]>,
         open: &mut [Open],
         formed: &mut Formed,
         lookup: impl Fn(u32) -> Option<(usize, u32)>,
@@ -295,8 +333,18 @@ impl<L: Length> Former<'_, L> {
             let block = &order[start..(start + GATHER_BLOCK).min(order.len())];
             let count = block.len();
             rows[..count].copy_from_slice(block);
-            for (slot, &row) in lengths.iter_mut().zip(block) {
-                *slot = self.lengths[row as usize].into();
+            match values {
+                // Carried by the scatter: `values[i]` is the length of `order[i]`.
+                Some(values) => {
+                    for (slot, &l) in lengths.iter_mut().zip(&values[start..start + count]) {
+                        *slot = l.into();
+                    }
+                }
+                None => {
+                    for (slot, &row) in lengths.iter_mut().zip(block) {
+                        *slot = self.lengths[row as usize].into();
+                    }
+                }
             }
             for (&row, &length) in rows[..count].iter().zip(&lengths[..count]) {
                 let Some((b, capacity)) = lookup(length) else {

@@ -18,7 +18,8 @@
 
 use rayon::prelude::*;
 
-use crate::rng::{shuffle, Pcg64, Stream};
+use crate::lengths::Length;
+use crate::rng::{shuffle, shuffle_pair, Pcg64, Stream};
 
 /// Average elements per chunk that the chunk count aims for (fits in L2 as `u32`s).
 const TARGET_CHUNK: usize = 1 << 14;
@@ -46,8 +47,9 @@ pub fn random_permutation(
     epoch: u64,
     pool: Option<&rayon::ThreadPool>,
 ) -> Vec<u32> {
-    let (mut out, starts) = scatter_into_chunks(n, seed, epoch, pool);
-    let pieces = split_chunks(&mut out, &starts);
+    let scattered = scatter_into_chunks::<u32>(n, None, seed, epoch, pool);
+    let mut out = scattered.rows;
+    let pieces = split_chunks(&mut out, &scattered.starts);
     run(
         pool,
         pieces.into_iter().enumerate().collect(),
@@ -56,15 +58,28 @@ pub fn random_permutation(
     out
 }
 
-/// Step 1: every element written to its random chunk. Returns the buffer and the `C + 1` chunk starts;
-/// the permutation is complete once every chunk is shuffled with [`shuffle_chunk`] (callers may do
-/// that chunk by chunk, right before using it, while it is hot in cache).
-pub fn scatter_into_chunks(
+/// Every element written to its random chunk (step 1): the permutation is complete once every chunk
+/// is shuffled with [`shuffle_chunk`] — callers may do that chunk by chunk, right before using it,
+/// while it is hot in cache.
+#[derive(Debug)]
+pub struct Scattered<L> {
+    /// The elements, chunk by chunk.
+    pub rows: Vec<u32>,
+    /// `companion[i]` is `source[rows[i]]`, when a source was given (see [`scatter_into_chunks`]).
+    pub companion: Option<Vec<L>>,
+    /// The `C + 1` chunk starts.
+    pub starts: Vec<usize>,
+}
+
+/// Step 1. With `source`, also writes `source[r]` next to every element `r`: the scatter reads
+/// elements in order, so this costs one sequential read, and saves every later reader a random one.
+pub fn scatter_into_chunks<L: Length>(
     n: usize,
+    source: Option<&[L]>,
     seed: u64,
     epoch: u64,
     pool: Option<&rayon::ThreadPool>,
-) -> (Vec<u32>, Vec<usize>) {
+) -> Scattered<L> {
     let bits = chunk_bits(n);
     let chunks = 1usize << bits;
     let segments = segments(n);
@@ -78,28 +93,76 @@ pub fn scatter_into_chunks(
             });
             counts
         });
-    let mut out = vec![0u32; n];
-    scatter(&mut out, &segments, &counts, bits, seed, epoch, pool);
+    let mut rows = vec![0u32; n];
+    let mut companion = source.map(|_| vec![L::narrow(0); n]);
+    let layout = Layout {
+        segments: &segments,
+        counts: &counts,
+        bits,
+    };
+    match (&mut companion, source) {
+        (Some(values), Some(source)) => {
+            let targets = regions(&mut rows, &layout)
+                .into_iter()
+                .zip(regions(values, &layout));
+            let work: Vec<_> = targets.zip(segments.iter().cloned()).enumerate().collect();
+            run(pool, work, |(s, ((owned, owned_values), range))| {
+                let mut rows = Slots::new(owned);
+                let mut values = Slots::new(owned_values);
+                for_each_chunk_id(range, s, bits, seed, epoch, |r, c| {
+                    rows.push(c, r);
+                    values.push(c, source[r as usize]);
+                });
+            });
+        }
+        _ => {
+            let work: Vec<_> = regions(&mut rows, &layout)
+                .into_iter()
+                .zip(segments.iter().cloned())
+                .enumerate()
+                .collect();
+            run(pool, work, |(s, (owned, range))| {
+                let mut rows = Slots::new(owned);
+                for_each_chunk_id(range, s, bits, seed, epoch, |r, c| rows.push(c, r));
+            });
+        }
+    }
     let mut starts = Vec::with_capacity(chunks + 1);
     starts.push(0);
     for c in 0..chunks {
         starts.push(starts[c] + counts.iter().map(|k| k[c]).sum::<usize>());
     }
-    (out, starts)
+    Scattered {
+        rows,
+        companion,
+        starts,
+    }
 }
 
 /// Step 2 for chunk `c`: a Fisher–Yates with the chunk's own stream.
 pub fn shuffle_chunk(seed: u64, epoch: u64, chunk: usize, piece: &mut [u32]) {
-    // Chunk ids are below 2^16 (see `chunk_bits`).
+    shuffle(&mut chunk_rng(seed, epoch, chunk), piece);
+}
+
+/// [`shuffle_chunk`] applied to the chunk and its companion values in lockstep.
+pub fn shuffle_chunk_pair<L>(
+    seed: u64,
+    epoch: u64,
+    chunk: usize,
+    piece: &mut [u32],
+    values: &mut [L],
+) {
+    shuffle_pair(&mut chunk_rng(seed, epoch, chunk), piece, values);
+}
+
+fn chunk_rng(seed: u64, epoch: u64, chunk: usize) -> Pcg64 {
+    // Chunk ids are below 2^8 (see `chunk_bits`).
     #[allow(clippy::cast_possible_truncation)]
-    shuffle(
-        &mut Pcg64::new(seed, epoch, Stream::Chunk(chunk as u32)),
-        piece,
-    );
+    Pcg64::new(seed, epoch, Stream::Chunk(chunk as u32))
 }
 
 /// Cuts `out` at `starts` into one mutable slice per chunk.
-pub fn split_chunks<'a>(out: &'a mut [u32], starts: &[usize]) -> Vec<&'a mut [u32]> {
+pub fn split_chunks<'a, T>(out: &'a mut [T], starts: &[usize]) -> Vec<&'a mut [T]> {
     let mut pieces = Vec::with_capacity(starts.len() - 1);
     let mut rest = out;
     for w in starts.windows(2) {
@@ -110,47 +173,59 @@ pub fn split_chunks<'a>(out: &'a mut [u32], starts: &[usize]) -> Vec<&'a mut [u3
     pieces
 }
 
-/// Writes every element to its chunk. The buffer is cut, chunk by chunk, into one region per segment,
-/// so each segment owns disjoint slices and all segments scatter in parallel without sharing.
-fn scatter(
-    out: &mut [u32],
-    segments: &[std::ops::Range<usize>],
-    counts: &[[usize; 256]],
+/// Where the scatter writes: the segments and their per-chunk counts.
+struct Layout<'a> {
+    segments: &'a [std::ops::Range<usize>],
+    counts: &'a [[usize; 256]],
     bits: u32,
-    seed: u64,
-    epoch: u64,
-    pool: Option<&rayon::ThreadPool>,
-) {
-    let chunks = 1usize << bits;
-    let mut regions: Vec<Vec<&mut [u32]>> = segments
+}
+
+/// Cuts the buffer, chunk by chunk, into one region per segment, so each segment owns disjoint
+/// slices and all segments scatter in parallel without sharing. `regions[s][c]` is segment `s`'s
+/// part of chunk `c`.
+fn regions<'a, T>(out: &'a mut [T], layout: &Layout<'_>) -> Vec<Vec<&'a mut [T]>> {
+    let chunks = 1usize << layout.bits;
+    let mut regions: Vec<Vec<&mut [T]>> = layout
+        .segments
         .iter()
         .map(|_| Vec::with_capacity(chunks))
         .collect();
     let mut rest = out;
     for c in 0..chunks {
-        for (owned, count) in regions.iter_mut().zip(counts) {
+        for (owned, count) in regions.iter_mut().zip(layout.counts) {
             let (head, tail) = rest.split_at_mut(count[c]);
             owned.push(head);
             rest = tail;
         }
     }
-    let work: Vec<_> = regions
-        .into_iter()
-        .zip(segments.iter().cloned())
-        .enumerate()
-        .collect();
-    run(pool, work, |(s, (owned, range))| {
-        let mut slots: [&mut [u32]; 256] = std::array::from_fn(|_| <&mut [u32]>::default());
-        for (slot, region) in slots.iter_mut().zip(owned) {
+    regions
+}
+
+/// A segment's write cursors into its 256 possible chunk regions (ids come from a byte, so
+/// indexing the fixed arrays needs no bounds check).
+struct Slots<'a, T> {
+    regions: [&'a mut [T]; 256],
+    cursor: [usize; 256],
+}
+
+impl<'a, T> Slots<'a, T> {
+    fn new(owned: Vec<&'a mut [T]>) -> Self {
+        let mut regions: [&'a mut [T]; 256] = std::array::from_fn(|_| <&mut [T]>::default());
+        for (slot, region) in regions.iter_mut().zip(owned) {
             *slot = region;
         }
-        let mut cursor = [0usize; 256];
-        for_each_chunk_id(range, s, bits, seed, epoch, |r, c| {
-            let c = usize::from(c);
-            slots[c][cursor[c]] = r;
-            cursor[c] += 1;
-        });
-    });
+        Self {
+            regions,
+            cursor: [0; 256],
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, chunk: u8, value: T) {
+        let c = usize::from(chunk);
+        self.regions[c][self.cursor[c]] = value;
+        self.cursor[c] += 1;
+    }
 }
 
 /// Maps `f` over `items` on the pool (in order), or on this thread without one.

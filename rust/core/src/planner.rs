@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use crate::buckets::Buckets;
 pub use crate::config::{Batching, Boundaries, Config, Oversize, DEFAULT_BUCKETS};
 use crate::error::{ErrorKind, Result};
-use crate::form::{sorted_by_length, Former, Rules};
+use crate::form::{sorted_by_length, Former, Rules, COMPANION_MIN_SAMPLES};
 use crate::lengths::{Length, Lengths};
 use crate::order::{drop_remainder, split_for_ranks};
 use crate::plan::{Plan, Stats};
@@ -41,6 +41,7 @@ pub struct Planner {
     bucket_capacity: Vec<u32>,
     admitted: u64,
     threads: usize,
+    companion_min: usize,
     pool: Mutex<Option<(u32, Arc<rayon::ThreadPool>)>>,
 }
 
@@ -60,6 +61,7 @@ impl Planner {
             bucket_capacity: prepared.bucket_capacity,
             admitted: prepared.admitted,
             threads,
+            companion_min: COMPANION_MIN_SAMPLES,
             pool: Mutex::new(None),
         })
     }
@@ -68,6 +70,15 @@ impl Planner {
     #[must_use]
     pub fn with_threads(mut self, threads: usize) -> Self {
         self.threads = threads.max(1);
+        self
+    }
+
+    /// Carries lengths through the permutation from `samples` on (a speed/memory trade that never
+    /// changes the plan; exposed so tests can prove that on small inputs).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_companion_threshold(mut self, samples: usize) -> Self {
+        self.companion_min = samples;
         self
     }
 
@@ -103,6 +114,7 @@ impl Planner {
             config: &self.config,
             rules: &self.rules,
             bucket_capacity: &self.bucket_capacity,
+            companion_min: self.companion_min,
         };
         let (mut order, mut formed) = if self.config.shuffle {
             former.form_shuffled(epoch, self.pool().as_deref())

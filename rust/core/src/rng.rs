@@ -118,34 +118,50 @@ impl Pcg64 {
 /// Slices shorter than 2^32 (every chunk of a plan) draw 32-bit bounds, two per generator step, with
 /// Lemire's method on a 64-bit product: half the generator work and no 128-bit multiply.
 pub fn shuffle<T>(rng: &mut Pcg64, items: &mut [T]) {
-    if items.len() < 2 {
+    fisher_yates(rng, items.len(), |i, j| items.swap(i, j));
+}
+
+/// The same Fisher–Yates applied to two slices of equal length in lockstep: `b` ends up permuted
+/// exactly like `a`, and `a` exactly as [`shuffle`] would have left it.
+pub fn shuffle_pair<T, U>(rng: &mut Pcg64, a: &mut [T], b: &mut [U]) {
+    debug_assert_eq!(a.len(), b.len());
+    fisher_yates(rng, a.len().min(b.len()), |i, j| {
+        a.swap(i, j);
+        b.swap(i, j);
+    });
+}
+
+/// The draws of a Fisher–Yates over `len` items, reported as swaps `(i, j)`.
+#[inline]
+fn fisher_yates(rng: &mut Pcg64, len: usize, mut swap: impl FnMut(usize, usize)) {
+    if len < 2 {
         return;
     }
-    if u32::try_from(items.len()).is_err() {
-        for i in (1..items.len()).rev() {
-            // `below(i + 1) ≤ i < items.len()`, so the cast back to usize is lossless.
+    if u32::try_from(len).is_err() {
+        for i in (1..len).rev() {
+            // `below(i + 1) ≤ i < len`, so the cast back to usize is lossless.
             #[allow(clippy::cast_possible_truncation)]
             let j = rng.below(i as u64 + 1) as usize;
-            items.swap(i, j);
+            swap(i, j);
         }
         return;
     }
     // Two iterations per 64-bit draw: the low half bounds the first, the high half the second.
-    let mut i = items.len() - 1;
+    let mut i = len - 1;
     while i >= 2 {
         let x = rng.next_u64();
-        // i + 1 ≤ items.len() < 2^32; the halves are exactly the low and high 32 bits.
+        // i + 1 ≤ len < 2^32; the halves are exactly the low and high 32 bits.
         #[allow(clippy::cast_possible_truncation)]
         let (n, low, high) = (i as u32 + 1, x as u32, (x >> 32) as u32);
-        items.swap(i, bounded(rng, low, n) as usize);
-        items.swap(i - 1, bounded(rng, high, n - 1) as usize);
+        swap(i, bounded(rng, low, n) as usize);
+        swap(i - 1, bounded(rng, high, n - 1) as usize);
         i -= 2;
     }
     if i == 1 {
         // Low 32 bits of a fresh draw.
         #[allow(clippy::cast_possible_truncation)]
         let low = rng.next_u64() as u32;
-        items.swap(1, bounded(rng, low, 2) as usize);
+        swap(1, bounded(rng, low, 2) as usize);
     }
 }
 
@@ -200,6 +216,17 @@ mod tests {
         1_411_853_901_398_198_642,
         10_186_506_579_067_983_082,
     ];
+
+    #[test]
+    fn shuffle_pair_permutes_both_like_shuffle() {
+        let mut alone: Vec<u32> = (0..1001).collect();
+        let mut a = alone.clone();
+        let mut b: Vec<u64> = (0..1001).map(|x| x * 10).collect();
+        shuffle(&mut Pcg64::new(1, 1, Stream::Chunk(3)), &mut alone);
+        shuffle_pair(&mut Pcg64::new(1, 1, Stream::Chunk(3)), &mut a, &mut b);
+        assert_eq!(a, alone);
+        assert!(a.iter().zip(&b).all(|(&x, &y)| u64::from(x) * 10 == y));
+    }
 
     #[test]
     fn streams_and_epochs_differ() {

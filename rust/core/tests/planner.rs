@@ -398,3 +398,24 @@ fn u16_and_u32_storage_give_the_same_plan() {
         assert_eq!(wide.fingerprint(), small.fingerprint());
     }
 }
+
+/// Carrying lengths through the permutation (large epochs) is an optimization only: same plan.
+#[test]
+fn companion_lengths_give_the_same_plan() {
+    let lengths = dflash_batch_core::workload::seed_lengths(120_000, 6);
+    let cfg = Config {
+        world_size: 4,
+        seed: 2,
+        oversize: Oversize::Skip,
+        ..config(Batching::Tokens(6_000))
+    };
+    let gather = Planner::new(lengths.clone(), cfg.clone())
+        .unwrap()
+        .with_companion_threshold(usize::MAX);
+    let carry = Planner::new(lengths, cfg)
+        .unwrap()
+        .with_companion_threshold(0);
+    for epoch in 0..3 {
+        assert_eq!(gather.plan(epoch).unwrap(), carry.plan(epoch).unwrap());
+    }
+}
