@@ -26,13 +26,15 @@ MAX_TOKENS = 16384
 WORLD = 8
 
 
-def median_seconds(fn, repeats: int) -> float:
+def timings(fn, repeats: int) -> tuple[float, float]:
+    """(median, best) seconds of `repeats` calls. Shared machines only ever add time, so the best is
+    the cleaner figure of the code itself; the median is what a user sees on a busy machine."""
     times = []
     for i in range(repeats):
         start = time.perf_counter()
         fn(i)
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(times), min(times)
 
 
 def check(lengths: np.ndarray, plan: db.Plan) -> None:
@@ -44,8 +46,8 @@ def check(lengths: np.ndarray, plan: db.Plan) -> None:
     assert len(plan) % WORLD == 0
 
 
-def plan_times(lengths: np.ndarray, boundaries, repeats: int) -> tuple[float, float, float]:
-    """(median seconds per epoch, efficiency, construction seconds) for dflash_batch."""
+def plan_times(lengths: np.ndarray, boundaries, repeats: int) -> tuple[tuple[float, float], float, float]:
+    """((median, best) seconds per epoch, efficiency, construction seconds) for dflash_batch."""
     start = time.perf_counter()
     sampler = db.BucketSampler(lengths, max_tokens=MAX_TOKENS, boundaries=boundaries, world_size=WORLD)
     build = time.perf_counter() - start
@@ -55,10 +57,10 @@ def plan_times(lengths: np.ndarray, boundaries, repeats: int) -> tuple[float, fl
         sampler.set_epoch(i + 1)
         sampler.plan()
 
-    return median_seconds(one, repeats), sampler.plan(0).stats()["efficiency"], build
+    return timings(one, repeats), sampler.plan(0).stats()["efficiency"], build
 
 
-def length_grouped(lengths: np.ndarray, repeats: int) -> tuple[float, float] | None:
+def length_grouped(lengths: np.ndarray, repeats: int) -> tuple[tuple[float, float], float] | None:
     try:
         import torch
         from transformers.trainer_pt_utils import LengthGroupedSampler
@@ -70,7 +72,7 @@ def length_grouped(lengths: np.ndarray, repeats: int) -> tuple[float, float] | N
         torch.manual_seed(i)
         return list(LengthGroupedSampler(batch_size=8, lengths=as_list))
 
-    seconds = median_seconds(one, repeats)
+    seconds = timings(one, repeats)
     order = np.array(one(0))
     offsets = np.append(np.arange(0, len(order), 8), len(order))
     return seconds, baselines.efficiency(lengths, order, offsets)
@@ -115,23 +117,24 @@ def main() -> None:
     rows.append(("dflash_batch, 6 quantile buckets", six_eff, six))
     auto, auto_eff, _ = plan_times(lengths, "auto", args.repeats)
     rows.append(("dflash_batch, boundaries='auto'", auto_eff, auto))
-    seed_s = median_seconds(lambda i: baselines.seed_bucketed(lengths, max_tokens=MAX_TOKENS, seed=i), 3)
+    seed_s = timings(lambda i: baselines.seed_bucketed(lengths, max_tokens=MAX_TOKENS, seed=i), 5)
     seed_eff = baselines.efficiency(lengths, *baselines.seed_bucketed(lengths, max_tokens=MAX_TOKENS))
     rows.append(("seed's 6-bucket shuffle (numpy)", seed_eff, seed_s))
-    hf = length_grouped(lengths, 3)
+    hf = length_grouped(lengths, 5)
     if hf is not None:
         rows.append(("HF LengthGroupedSampler, batch 8", hf[1], hf[0]))
 
-    print(f"\n{'strategy':<36} {'efficiency':>10} {'plan ms':>10} {'× dflash':>10}")
-    for name, eff, seconds in rows:
-        print(f"{name:<36} {eff:>10.3f} {seconds * 1e3:>10.1f} {seconds / six:>10.1f}")
-    print(f"(planner construction, once per sampler: {six_build * 1e3:.1f} ms)")
+    print(f"\n{'strategy':<36} {'efficiency':>10} {'median ms':>10} {'best ms':>9} {'× dflash':>9}")
+    for name, eff, (median, best) in rows:
+        print(f"{name:<36} {eff:>10.3f} {median * 1e3:>10.1f} {best * 1e3:>9.1f} {median / six[0]:>9.1f}")
+    print(f"(planner construction, once per sampler: {six_build * 1e3:.1f} ms; × dflash uses medians)")
 
-    print("\ntargets")
-    print(f"  plan ≤ 10 ms per epoch:            {six * 1e3:.1f} ms  {'MET' if six <= 0.010 else 'MISSED'}")
+    print("\ntargets (median; best in brackets)")
+    ok = lambda met: "MET" if met else "MISSED"  # noqa: E731
+    print(f"  plan ≤ 10 ms per epoch:            {six[0] * 1e3:.1f} ms [{six[1] * 1e3:.1f}]  {ok(six[0] <= 0.010)}")
     if hf is not None:
-        ratio = hf[0] / six
-        print(f"  ≥ 50× LengthGroupedSampler:        {ratio:.0f}×  {'MET' if ratio >= 50 else 'MISSED'}")
+        ratio, best_ratio = hf[0][0] / six[0], hf[0][1] / six[1]
+        print(f"  ≥ 50× LengthGroupedSampler:        {ratio:.0f}× [{best_ratio:.0f}×]  {ok(ratio >= 50)}")
     if not args.no_big:
         big = big_run(args.big)
         print(
