@@ -192,10 +192,12 @@ impl Planner {
             .pool
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((owner, pool)) = guard.as_ref() {
-            if *owner == pid {
-                return Some(Arc::clone(pool));
-            }
+        match guard.as_ref() {
+            Some((owner, pool)) if *owner == pid => return Some(Arc::clone(pool)),
+            // Inherited across a fork: its threads do not exist here, and dropping it would touch
+            // locks a parent thread may have held at the fork. Leak it instead (once per fork).
+            Some(_) => std::mem::forget(guard.take()),
+            None => {}
         }
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(self.threads)
