@@ -84,6 +84,7 @@ class BucketSampler:
     def _build(self, chunks: list[np.ndarray]) -> None:
         self._planner = _core.Planner(chunks, **self._config)
         self._plan: Plan | None = None
+        self._fingerprint_cache: str | None = None
 
     # -- the plan -------------------------------------------------------------------------------------
 
@@ -185,14 +186,16 @@ class BucketSampler:
         self._resume = (epoch, step)
 
     def _fingerprint(self) -> str:
-        """Lengths and configuration (not the rank), hashed in Rust."""
-        return self._planner.fingerprint
+        """Lengths and configuration (not the rank), hashed in Rust once: neither ever changes."""
+        if self._fingerprint_cache is None:
+            self._fingerprint_cache = self._planner.fingerprint
+        return self._fingerprint_cache
 
     # -- pickling: configuration and lengths, never Rust memory ---------------------------------------
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        del state["_planner"], state["_plan"]
+        del state["_planner"], state["_plan"], state["_fingerprint_cache"]
         state["_lengths"] = self._planner.lengths()
         return state
 

@@ -127,7 +127,6 @@ impl Rules {
 struct Formed {
     offsets: Vec<u32>,
     written: usize,
-    real_tokens: u64,
     padded_tokens: u64,
 }
 
@@ -136,7 +135,6 @@ impl Default for Formed {
         Self {
             offsets: vec![0],
             written: 0,
-            real_tokens: 0,
             padded_tokens: 0,
         }
     }
@@ -147,11 +145,20 @@ impl Default for Formed {
 pub(crate) struct Epoch {
     pub(crate) offsets: Vec<u64>,
     pub(crate) written: usize,
-    pub(crate) real_tokens: u64,
     pub(crate) padded_tokens: u64,
 }
 
 impl Epoch {
+    /// An empty epoch whose offsets hold `batches` plus the rank splits without reallocating.
+    fn with_room(batches: usize, world_size: u32) -> Self {
+        let mut offsets = Vec::with_capacity(batches + 1 + world_size as usize);
+        offsets.push(0);
+        Self {
+            offsets,
+            ..Self::default()
+        }
+    }
+
     /// Appends a stream that wrote its batches at `start` of `order`, moving them up to close the
     /// gap left by skipped samples of earlier streams.
     fn append(&mut self, order: &mut [u32], start: usize, part: Formed) {
@@ -162,7 +169,6 @@ impl Epoch {
         self.offsets
             .extend(part.offsets[1..].iter().map(|&o| u64::from(o) + shift));
         self.written += part.written;
-        self.real_tokens += part.real_tokens;
         self.padded_tokens += part.padded_tokens;
     }
 }
@@ -185,11 +191,7 @@ impl<L: Length> Former<'_, L> {
         let mut open = self.open_batches();
         self.stream::<true>(order, None, &mut open, &mut formed);
         self.flush(order, &mut open, &mut formed, None);
-        let mut total = Epoch::default();
-        total
-            .offsets
-            .reserve_exact(formed.offsets.len() + self.config.world_size as usize);
-        total.offsets.push(0);
+        let mut total = Epoch::with_room(formed.offsets.len() - 1, self.config.world_size);
         total.append(order, 0, formed);
         total
     }
@@ -256,13 +258,7 @@ impl<L: Length> Former<'_, L> {
         });
         drop(companion);
         let batches: usize = parts.iter().map(|p| p.offsets.len() - 1).sum();
-        // Exact size plus room for the rank splits, so the offsets never reallocate.
-        let capacity = batches + 1 + self.config.world_size as usize;
-        let mut total = Epoch {
-            offsets: Vec::with_capacity(capacity),
-            ..Epoch::default()
-        };
-        total.offsets.push(0);
+        let mut total = Epoch::with_room(batches, self.config.world_size);
         for (g, part) in parts.into_iter().enumerate() {
             total.append(&mut order, group_starts[g], part);
         }
@@ -295,9 +291,6 @@ impl<L: Length> Former<'_, L> {
         }
     }
 
-    /// The hot loop: ~20 instructions per sample. Rows and lengths of a block are copied out first —
-    /// the length loads are random and overlap when issued together, where loads interleaved with the
-    /// branchy logic below would wait one by one — and the loop then reads only the block copies.
     /// Streams with the table lookup when there is a table, else with the computation; chosen once
     /// so each hot loop is compiled for its lookup.
     fn stream<const SORTED: bool>(
@@ -317,6 +310,10 @@ impl<L: Length> Former<'_, L> {
         }
     }
 
+    /// The hot loop (~40 instructions per sample, measured). Rows and lengths of a block are copied
+    /// out first — the length loads are random and overlap when issued together, where loads
+    /// interleaved with the branchy logic below would wait one by one — and the loop then reads only
+    /// the block copies. Lengths come from `values` when the scatter carried them along.
     fn stream_with<const SORTED: bool>(
         &self,
         order: &mut [u32],
@@ -327,7 +324,6 @@ impl<L: Length> Former<'_, L> {
     ) {
         let mut rows = [0u32; GATHER_BLOCK];
         let mut lengths = [0u32; GATHER_BLOCK];
-        let mut real_tokens = 0u64;
         let mut previous = usize::MAX;
         for start in (0..order.len()).step_by(GATHER_BLOCK) {
             let block = &order[start..(start + GATHER_BLOCK).min(order.len())];
@@ -350,7 +346,6 @@ impl<L: Length> Former<'_, L> {
                 let Some((b, capacity)) = lookup(length) else {
                     continue;
                 };
-                real_tokens += u64::from(length);
                 if SORTED
                     && previous != b
                     && previous != usize::MAX
@@ -372,7 +367,6 @@ impl<L: Length> Former<'_, L> {
                 }
             }
         }
-        formed.real_tokens += real_tokens;
     }
 
     /// Writes `batch` at the write cursor and closes it. Safe in place: every row in an open batch was

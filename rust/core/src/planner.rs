@@ -40,6 +40,8 @@ pub struct Planner {
     /// a batch that reaches it is full.
     bucket_capacity: Vec<u32>,
     admitted: u64,
+    /// Sum of the admitted lengths: every admitted sample is in every plan (less `drop_last`'s).
+    admitted_tokens: u64,
     threads: usize,
     companion_min: usize,
     pool: Mutex<Option<(u32, Arc<rayon::ThreadPool>)>>,
@@ -60,6 +62,7 @@ impl Planner {
             rules: prepared.rules,
             bucket_capacity: prepared.bucket_capacity,
             admitted: prepared.admitted,
+            admitted_tokens: prepared.admitted_tokens,
             threads,
             companion_min: COMPANION_MIN_SAMPLES,
             pool: Mutex::new(None),
@@ -125,13 +128,14 @@ impl Planner {
         };
         order.truncate(formed.written);
         let world_size = self.config.world_size;
+        let mut real_tokens = self.admitted_tokens;
         let cost = |members: &[u32]| self.cost(lengths, members);
         let mut split_batches = 0;
         let (mut dropped, mut dropped_batches) = (0, 0);
         if self.config.drop_last {
             let gone = drop_remainder(&mut formed.offsets, &order, world_size, cost);
             let tail = &order[gone.rows.clone()];
-            formed.real_tokens -= tail
+            real_tokens -= tail
                 .iter()
                 .map(|&r| u64::from(lengths[r as usize].into()))
                 .sum::<u64>();
@@ -158,7 +162,7 @@ impl Planner {
             batches,
             steps: batches / u64::from(world_size),
             samples: order.len() as u64,
-            real_tokens: formed.real_tokens,
+            real_tokens,
             padded_tokens: formed.padded_tokens,
             skipped: self.lengths.len() as u64 - self.admitted,
             dropped,
@@ -222,6 +226,7 @@ struct Prepared {
     rules: Rules,
     bucket_capacity: Vec<u32>,
     admitted: u64,
+    admitted_tokens: u64,
 }
 
 fn prepare<L: Length>(lengths: &[L], config: &Config) -> Result<Prepared> {
@@ -231,11 +236,12 @@ fn prepare<L: Length>(lengths: &[L], config: &Config) -> Result<Prepared> {
     let longest = lengths.iter().copied().max().map_or(0, Into::into);
     let rules = Rules::new(&buckets, config, admit_max, longest);
     let mut bucket_capacity = vec![0u32; buckets.count()];
-    let mut admitted = 0;
+    let (mut admitted, mut admitted_tokens) = (0, 0);
     for &l in lengths {
         if let Some((b, capacity)) = rules.get(l.into()) {
             bucket_capacity[b] = bucket_capacity[b].max(capacity);
             admitted += 1;
+            admitted_tokens += u64::from(l.into());
         }
     }
     Ok(Prepared {
@@ -243,6 +249,7 @@ fn prepare<L: Length>(lengths: &[L], config: &Config) -> Result<Prepared> {
         rules,
         bucket_capacity,
         admitted,
+        admitted_tokens,
     })
 }
 
