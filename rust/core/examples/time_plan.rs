@@ -1,0 +1,38 @@
+//! Times planning of the seed workload at a given thread count: `cargo run --release --example time_plan -- 1`.
+#![allow(clippy::expect_used, missing_docs, clippy::print_stdout)]
+use dflash_batch_core::planner::{Batching, Boundaries, Config, Planner};
+use dflash_batch_core::workload::{seed_lengths, SEED_SAMPLES};
+use std::time::Instant;
+
+fn main() {
+    let threads: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1);
+    let epochs: u64 = std::env::args()
+        .nth(2)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(41);
+    let config = Config {
+        boundaries: Boundaries::Count(6),
+        world_size: 8,
+        ..Config::new(Batching::Tokens(16_384))
+    };
+    let planner = Planner::new(seed_lengths(SEED_SAMPLES, 0), config)
+        .expect("valid config")
+        .with_threads(threads);
+    let mut times: Vec<f64> = (1..=epochs)
+        .map(|e| {
+            let start = Instant::now();
+            let plan = planner.plan(e).expect("plan");
+            std::hint::black_box(plan);
+            start.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    println!(
+        "threads {threads}: median {:.2} ms, best {:.2} ms",
+        times[times.len() / 2],
+        times[0]
+    );
+}
