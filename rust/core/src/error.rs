@@ -6,6 +6,8 @@
 
 use std::fmt;
 
+use crate::read_error::ReadProblem;
+
 /// What went wrong, with the values needed to say so precisely.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -101,6 +103,20 @@ pub enum ErrorKind {
         step: u64,
         /// Steps in the epoch.
         steps: u64,
+    },
+    /// A dataset file could not be read (see [`ReadProblem`]).
+    Read {
+        /// The file, as given (or the source, for [`ReadProblem::Empty`]).
+        path: String,
+        /// What went wrong.
+        problem: ReadProblem,
+    },
+    /// A row index past the end of a dataset.
+    RowOutOfRange {
+        /// The index asked for.
+        row: i128,
+        /// Rows in the dataset.
+        rows: u64,
     },
 }
 
@@ -203,6 +219,11 @@ impl fmt::Display for Error {
             K::StepOutOfRange { step, steps } => write!(
                 f,
                 "step {step} is past the end of the epoch ({steps} steps); resume from a step < {steps}"
+            ),
+            K::Read { path, problem } => write!(f, "{path} {problem}"),
+            K::RowOutOfRange { row, rows } => write!(
+                f,
+                "row {row} is out of range for a dataset of {rows} rows; valid rows are 0..{rows}"
             ),
         }
     }

@@ -33,10 +33,14 @@
 //! assert_eq!(planner.plan(0)?, plan); // reproducible
 //! # Ok::<(), dflash_batch_core::Error>(())
 //! ```
-#![forbid(unsafe_code)]
+// One `unsafe` block in the crate: memory-mapping a file (see `arrow.rs`).
+#![deny(unsafe_code)]
 
+pub mod arrow;
 pub mod buckets;
+pub mod column;
 pub mod config;
+pub mod dataset;
 pub mod error;
 pub mod fingerprint;
 mod form;
@@ -45,11 +49,16 @@ pub mod order;
 pub mod permute;
 pub mod plan;
 pub mod planner;
+pub mod read_error;
 pub mod rng;
+pub mod tokens;
 pub mod workload;
 
 pub use buckets::Buckets;
 pub use config::{Batching, Boundaries, Config, Oversize};
+pub use dataset::read_lengths;
 pub use error::{Error, ErrorKind, Result};
 pub use plan::{Plan, Stats};
 pub use planner::Planner;
+pub use read_error::ReadProblem;
+pub use tokens::{Gathered, TokenStore, Tokens};

@@ -1,0 +1,169 @@
+//! What can go wrong reading a dataset file, as the [`ErrorKind::Read`](crate::ErrorKind::Read)
+//! error's detail.
+//!
+//! Kept apart from `error.rs` because these messages carry their own fixes (how to rewrite a file,
+//! which column to use instead), and they all share the file's path as context.
+
+use std::fmt;
+
+/// Why a file could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReadProblem {
+    /// The operating system refused: missing file, a directory, no permission.
+    Io {
+        /// The `std::io` kind, so a binding can raise the matching exception.
+        kind: std::io::ErrorKind,
+        /// The operating system's message.
+        message: String,
+    },
+    /// Neither an Arrow IPC file (`ARROW1` magic) nor an Arrow IPC stream.
+    NotArrow {
+        /// The file's first bytes, to recognise what it is instead.
+        head: Vec<u8>,
+    },
+    /// The file ends before its data does.
+    Truncated {
+        /// Where and what was cut.
+        detail: String,
+    },
+    /// Record batches are compressed, so they cannot be mapped without copying.
+    Compressed {
+        /// The codec, e.g. `LZ4_FRAME`.
+        codec: String,
+    },
+    /// The bytes do not decode as Arrow (the decoder's message).
+    Corrupt {
+        /// What the decoder reported.
+        detail: String,
+    },
+    /// The column is not in the file.
+    ColumnMissing {
+        /// The column asked for.
+        column: String,
+        /// The columns that exist.
+        available: Vec<String>,
+        /// A list column whose offsets would give the lengths, if there is one.
+        suggestion: Option<String>,
+    },
+    /// The column has a type that cannot hold what was asked for.
+    ColumnType {
+        /// The column.
+        column: String,
+        /// Its Arrow type.
+        found: String,
+        /// What it must be.
+        expected: &'static str,
+    },
+    /// A null where every row needs a value.
+    Null {
+        /// The column.
+        column: String,
+        /// The row within the file.
+        row: u64,
+    },
+    /// A length below zero.
+    Negative {
+        /// The column.
+        column: String,
+        /// The row within the file.
+        row: u64,
+        /// The value.
+        value: i64,
+    },
+    /// A length above `u32::MAX`.
+    TooLarge {
+        /// The column.
+        column: String,
+        /// The row within the file.
+        row: u64,
+        /// The value.
+        value: u64,
+    },
+    /// The file's schema differs from the first file's.
+    SchemaMismatch {
+        /// The first file, whose schema the others must match.
+        first: String,
+        /// The first difference found.
+        detail: String,
+    },
+    /// No rows in any of the files (or no files).
+    Empty,
+}
+
+impl fmt::Display for ReadProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use ReadProblem as P;
+        match self {
+            P::Io { message, .. } => write!(f, "cannot be read: {message}"),
+            P::NotArrow { head } => {
+                let hint = match head.get(..4) {
+                    Some(b"PAR1") => "; it looks like Parquet: convert it with pyarrow.parquet.read_table + \
+                                      pyarrow.feather.write_feather(table, path, compression='uncompressed')",
+                    _ => "; pass a file written by datasets.save_to_disk, pyarrow.ipc.new_file or new_stream",
+                };
+                write!(f, "is not an Arrow IPC file or stream (it starts with {:?}){hint}", EscapedHead(head))
+            }
+            P::Truncated { detail } => write!(
+                f,
+                "is truncated ({detail}); it was cut short or is still being written: write it again"
+            ),
+            P::Compressed { codec } => write!(
+                f,
+                "holds {codec}-compressed record batches, which cannot be memory-mapped; rewrite it \
+                 uncompressed, e.g. pyarrow.feather.write_feather(table, path, compression='uncompressed')"
+            ),
+            P::Corrupt { detail } => write!(f, "is not valid Arrow data ({detail}); write it again"),
+            P::ColumnMissing { column, available, suggestion } => {
+                write!(f, "has no column {column:?}; its columns are {available:?}")?;
+                match suggestion {
+                    Some(list) => write!(
+                        f,
+                        "; pass column={list:?} to take each row's length from that list column's offsets"
+                    ),
+                    None => write!(f, "; pass one of them as column="),
+                }
+            }
+            P::ColumnType { column, found, expected } => {
+                write!(f, "has column {column:?} of type {found}, but it must be {expected}")
+            }
+            P::Null { column, row } => write!(
+                f,
+                "has a null in column {column:?} at row {row}; every sample needs a length (drop or fill \
+                 the null rows first)"
+            ),
+            P::Negative { column, row, value } => write!(
+                f,
+                "has the negative length {value} in column {column:?} at row {row}; check how the column \
+                 was computed"
+            ),
+            P::TooLarge { column, row, value } => write!(
+                f,
+                "has the length {value} in column {column:?} at row {row}, above the supported maximum {}",
+                u32::MAX
+            ),
+            P::SchemaMismatch { first, detail } => write!(
+                f,
+                "has a different schema from {first} ({detail}); every shard must come from one dataset"
+            ),
+            P::Empty => write!(f, "holds no rows; pass a dataset with at least one sample"),
+        }
+    }
+}
+
+/// Bytes shown the way Python shows `bytes`, so the message reads naturally in a traceback.
+struct EscapedHead<'a>(&'a [u8]);
+
+impl fmt::Debug for EscapedHead<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "b'")?;
+        for &b in self.0 {
+            match b {
+                b'\'' | b'\\' => write!(f, "\\{}", char::from(b))?,
+                0x20..=0x7e => write!(f, "{}", char::from(b))?,
+                _ => write!(f, "\\x{b:02x}")?,
+            }
+        }
+        write!(f, "'")
+    }
+}
