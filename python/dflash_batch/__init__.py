@@ -10,8 +10,19 @@ milliseconds, reproducible from ``(seed, epoch)``, with equal step counts on eve
     True
 """
 
-from ._core import Plan, PlanError, __version__
+from ._core import DataError, Plan, PlanError, __version__
+from .reading import TokenStore, read_lengths
 from .sampler import BucketSampler
 from .workload import SEED_SAMPLES, seed_workload
 
-__all__ = ["SEED_SAMPLES", "BucketSampler", "Plan", "PlanError", "__version__", "seed_workload"]
+__all__ = [
+    "SEED_SAMPLES",
+    "BucketSampler",
+    "DataError",
+    "Plan",
+    "PlanError",
+    "TokenStore",
+    "__version__",
+    "read_lengths",
+    "seed_workload",
+]

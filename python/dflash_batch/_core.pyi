@@ -1,6 +1,6 @@
 """Type stubs of the Rust extension module."""
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -9,6 +9,30 @@ __version__: str
 
 class PlanError(ValueError):
     """Invalid lengths or configuration for planning. The message names the value and the fix."""
+
+class DataError(ValueError):
+    """A dataset file that cannot be read as asked. The message names the file and the fix."""
+
+def read_lengths(
+    paths: Sequence[str], column: str, progress: Callable[[int], object] | None = None
+) -> npt.NDArray[np.uint32]: ...
+
+class TokenStore:
+    """A token column kept memory-mapped; rows are read-only views into the files."""
+
+    def __init__(
+        self,
+        paths: Sequence[str],
+        column: str,
+        rows: npt.NDArray[np.uint64] | None = None,
+        progress: Callable[[int], object] | None = None,
+    ) -> None: ...
+    @property
+    def dtype(self) -> str: ...
+    def __len__(self) -> int: ...
+    def lengths(self) -> npt.NDArray[np.uint32]: ...
+    def __getitem__(self, index: int) -> npt.NDArray[np.integer]: ...
+    def gather(self, indices: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.integer], npt.NDArray[np.int64]]: ...
 
 class Plan:
     """One epoch's batches for all ranks in training order (CSR, read-only numpy arrays)."""

@@ -18,6 +18,8 @@ import numpy as np
 
 from . import _core
 from ._core import Plan, PlanError
+from .reading import read_lengths
+from .sources import is_source
 
 _STATE_VERSION = 1
 _U64 = 1 << 64
@@ -27,8 +29,10 @@ class BucketSampler:
     """Length-bucketed batches, reshuffled every epoch, with equal step counts on every rank.
 
     Args:
-        lengths: token count of every sample: a 1-D numpy integer array (any width), a list of ints, or
-            a pyarrow ``Array``/``ChunkedArray`` of integers (read without a copy where possible).
+        lengths: token count of every sample: a 1-D numpy integer array (any width), a list of ints, a
+            pyarrow ``Array``/``ChunkedArray`` of integers (read without a copy where possible), or a
+            dataset to read them from with :func:`read_lengths` — an Arrow file, a ``save_to_disk``
+            directory, a glob, a list of paths, or a ``datasets.Dataset``.
         batch_size: fixed rows per batch. Exactly one of ``batch_size`` and ``max_tokens``.
         max_tokens: padded-token budget per batch: ``rows × round_up(longest row) ≤ max_tokens``.
         boundaries: ``"auto"`` (today: 16 quantile buckets), a bucket count (quantile edges), or
@@ -41,6 +45,8 @@ class BucketSampler:
         oversize: ``"error"`` (default) or ``"skip"`` for samples longer than ``max_tokens``.
         pad_to_multiple_of: padded lengths are rounded up to a multiple of this.
         threads: planner threads (default: up to 8). The plan is identical for any value.
+        column: the column that holds the lengths when ``lengths`` is a dataset: an integer column, or a
+            list column such as ``"input_ids"`` (lengths from its offsets).
     """
 
     def __init__(
@@ -58,6 +64,7 @@ class BucketSampler:
         oversize: str = "error",
         pad_to_multiple_of: int = 1,
         threads: int | None = None,
+        column: str = "seq_len",
     ) -> None:
         world_size, rank = _resolve_ranks(world_size, rank)
         if oversize not in ("error", "skip"):
@@ -79,6 +86,8 @@ class BucketSampler:
         self._consumed = 0
         self._resume: tuple[int, int] | None = None
         # The Rust planner keeps the only copy of the lengths; nothing here holds on to the input.
+        if is_source(lengths):
+            lengths = read_lengths(lengths, column)
         self._build(_length_chunks(lengths))
 
     def _build(self, chunks: list[np.ndarray]) -> None:

@@ -143,16 +143,20 @@ fn decode_file(
             continue; // dictionary batches: the column read is never dictionary-encoded
         };
         if let Some(compression) = batch.compression() {
-            let codec = compression.codec().variant_name().unwrap_or("an unknown codec");
+            let codec = compression
+                .codec()
+                .variant_name()
+                .unwrap_or("an unknown codec");
             return Err(ReadProblem::Compressed {
                 codec: codec.to_owned(),
             });
         }
         let body = buffer.slice_with_length(framed.body.start, framed.body.len());
         let version = message.version();
-        let decoded = RecordBatchDecoder::try_new(&body, batch, schema.clone(), &no_dictionaries, &version)
-            .and_then(|d| d.with_projection(Some(&[index])).read_record_batch())
-            .map_err(corrupt)?;
+        let decoded =
+            RecordBatchDecoder::try_new(&body, batch, schema.clone(), &no_dictionaries, &version)
+                .and_then(|d| d.with_projection(Some(&[index])).read_record_batch())
+                .map_err(corrupt)?;
         chunks.push(decoded.column(0).clone());
     }
     Ok(Column {
@@ -208,7 +212,12 @@ fn frame_at(bytes: &[u8], pos: usize) -> Result<Option<(Range<usize>, usize)>, R
         bytes
             .get(at..at + 4)
             .and_then(|w| w.try_into().ok())
-            .ok_or_else(|| truncated(format!("the file ends at byte {} inside a message header", bytes.len())))
+            .ok_or_else(|| {
+                truncated(format!(
+                    "the file ends at byte {} inside a message header",
+                    bytes.len()
+                ))
+            })
     };
     let first = word(pos)?;
     let (len, header) = if first == CONTINUATION {
@@ -264,17 +273,26 @@ fn schema_message(meta: &[u8]) -> Result<SchemaRef, ReadProblem> {
     let schema = message
         .header_as_schema()
         .ok_or_else(|| corrupt("the first message is not a schema"))?;
-    Ok(Arc::new(arrow_ipc::convert::try_fb_to_schema(schema).map_err(corrupt)?))
+    Ok(Arc::new(
+        arrow_ipc::convert::try_fb_to_schema(schema).map_err(corrupt)?,
+    ))
 }
 
 /// The schema and record-batch messages of a file-format file, from its footer.
 fn file_layout(bytes: &[u8]) -> Result<(SchemaRef, Vec<Framed>), ReadProblem> {
     let len = bytes.len();
     if len < 2 * MAGIC.len() + 4 || !bytes.ends_with(MAGIC) {
-        return Err(truncated("the file lacks the footer that ends every Arrow IPC file"));
+        return Err(truncated(
+            "the file lacks the footer that ends every Arrow IPC file",
+        ));
     }
     let trailer = len - MAGIC.len() - 4;
-    let footer_len = i32::from_le_bytes([bytes[trailer], bytes[trailer + 1], bytes[trailer + 2], bytes[trailer + 3]]);
+    let footer_len = i32::from_le_bytes([
+        bytes[trailer],
+        bytes[trailer + 1],
+        bytes[trailer + 2],
+        bytes[trailer + 3],
+    ]);
     let footer_len = usize::try_from(footer_len)
         .ok()
         .filter(|&l| l <= trailer)
@@ -289,14 +307,19 @@ fn file_layout(bytes: &[u8]) -> Result<(SchemaRef, Vec<Framed>), ReadProblem> {
     let schema = Arc::new(arrow_ipc::convert::try_fb_to_schema(schema).map_err(corrupt)?);
     let mut messages = Vec::new();
     for block in footer.recordBatches().into_iter().flatten() {
-        let offset = usize::try_from(block.offset()).map_err(|_| corrupt("negative block offset"))?;
+        let offset =
+            usize::try_from(block.offset()).map_err(|_| corrupt("negative block offset"))?;
         let Some((meta, _)) = frame_at(bytes, offset)? else {
-            return Err(corrupt(format!("empty record batch block at offset {offset}")));
+            return Err(corrupt(format!(
+                "empty record batch block at offset {offset}"
+            )));
         };
         let meta_len = i64::from(block.metaDataLength());
         let body_start = within(bytes, offset, meta_len, "record batch metadata")?.end;
         if meta.end > body_start {
-            return Err(corrupt(format!("record batch metadata at offset {offset} overruns its block")));
+            return Err(corrupt(format!(
+                "record batch metadata at offset {offset} overruns its block"
+            )));
         }
         let body = within(bytes, body_start, block.bodyLength(), "record batch body")?;
         messages.push(Framed { meta, body });

@@ -21,6 +21,11 @@ pub fn list_of_integers(data_type: &DataType) -> bool {
     }
 }
 
+/// An Arrow type as Python users read it (pyarrow spells types in lowercase: `int64`, `list<...>`).
+pub fn type_name(data_type: &DataType) -> String {
+    data_type.to_string().to_lowercase()
+}
+
 /// The type rule for a lengths column: an integer column, or a list of integers.
 pub fn accept_lengths(field: &Field) -> Result<(), ReadProblem> {
     let data_type = field.data_type();
@@ -29,37 +34,45 @@ pub fn accept_lengths(field: &Field) -> Result<(), ReadProblem> {
     }
     Err(ReadProblem::ColumnType {
         column: field.name().clone(),
-        found: data_type.to_string(),
+        found: type_name(data_type),
         expected: "an integer column (lengths) or a list of integers (lengths from its offsets)",
     })
 }
 
 /// Appends the length of every row of `chunks` (column `name`) to `out`. `first_row` is the file row
 /// of the first chunk's first row, for messages.
-pub fn append_lengths(name: &str, chunks: &[ArrayRef], out: &mut Vec<u32>) -> Result<(), ReadProblem> {
+pub fn append_lengths(
+    name: &str,
+    chunks: &[ArrayRef],
+    out: &mut Vec<u32>,
+) -> Result<(), ReadProblem> {
     let mut row = 0u64;
     for chunk in chunks {
         if let Some(null) = first_null(chunk.as_ref()) {
             return Err(ReadProblem::Null {
                 column: name.to_owned(),
-                row: row + null,
+                row: row + null as u64,
             });
         }
-        let values = Values { name, row, out: &mut *out };
+        let values = Values {
+            name,
+            row,
+            out: &mut *out,
+        };
         match chunk.data_type() {
-            DataType::List(_) => values.from_offsets(chunk.as_list::<i32>().value_offsets()),
-            DataType::LargeList(_) => values.from_offsets(chunk.as_list::<i64>().value_offsets()),
-            DataType::Int8 => values.from_ints::<Int8Type>(chunk),
-            DataType::Int16 => values.from_ints::<Int16Type>(chunk),
-            DataType::Int32 => values.from_ints::<Int32Type>(chunk),
-            DataType::Int64 => values.from_ints::<Int64Type>(chunk),
-            DataType::UInt8 => values.from_ints::<UInt8Type>(chunk),
-            DataType::UInt16 => values.from_ints::<UInt16Type>(chunk),
-            DataType::UInt32 => values.from_ints::<UInt32Type>(chunk),
-            DataType::UInt64 => values.from_ints::<UInt64Type>(chunk),
+            DataType::List(_) => values.push_offsets(chunk.as_list::<i32>().value_offsets()),
+            DataType::LargeList(_) => values.push_offsets(chunk.as_list::<i64>().value_offsets()),
+            DataType::Int8 => values.push_ints::<Int8Type>(chunk),
+            DataType::Int16 => values.push_ints::<Int16Type>(chunk),
+            DataType::Int32 => values.push_ints::<Int32Type>(chunk),
+            DataType::Int64 => values.push_ints::<Int64Type>(chunk),
+            DataType::UInt8 => values.push_ints::<UInt8Type>(chunk),
+            DataType::UInt16 => values.push_ints::<UInt16Type>(chunk),
+            DataType::UInt32 => values.push_ints::<UInt32Type>(chunk),
+            DataType::UInt64 => values.push_ints::<UInt64Type>(chunk),
             other => Err(ReadProblem::ColumnType {
                 column: name.to_owned(),
-                found: other.to_string(),
+                found: type_name(other),
                 expected: "an integer column or a list of integers",
             }),
         }?;
@@ -69,12 +82,12 @@ pub fn append_lengths(name: &str, chunks: &[ArrayRef], out: &mut Vec<u32>) -> Re
 }
 
 /// Position of the first null of `array`, if any.
-pub fn first_null(array: &dyn Array) -> Option<u64> {
+pub fn first_null(array: &dyn Array) -> Option<usize> {
     let nulls = array.logical_nulls()?;
     if nulls.null_count() == 0 {
         return None;
     }
-    nulls.iter().position(|valid| !valid).map(|p| p as u64)
+    nulls.iter().position(|valid| !valid)
 }
 
 /// The destination of one chunk's lengths, with what messages need.
@@ -85,7 +98,7 @@ struct Values<'a> {
 }
 
 impl Values<'_> {
-    fn from_ints<T: ArrowPrimitiveType>(self, chunk: &ArrayRef) -> Result<(), ReadProblem>
+    fn push_ints<T: ArrowPrimitiveType>(self, chunk: &ArrayRef) -> Result<(), ReadProblem>
     where
         T::Native: TryInto<u32> + Into<i128>,
     {
@@ -100,7 +113,7 @@ impl Values<'_> {
         Ok(())
     }
 
-    fn from_offsets<O: OffsetSizeTrait>(self, offsets: &[O]) -> Result<(), ReadProblem> {
+    fn push_offsets<O: OffsetSizeTrait>(self, offsets: &[O]) -> Result<(), ReadProblem> {
         self.out.reserve(offsets.len().saturating_sub(1));
         for (i, w) in offsets.windows(2).enumerate() {
             let length = w[1].as_usize() - w[0].as_usize(); // offsets are validated monotonic

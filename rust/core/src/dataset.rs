@@ -7,7 +7,7 @@ use std::path::Path;
 use arrow_schema::{Field, Schema};
 
 use crate::arrow::{read_column, Column};
-use crate::column::{accept_lengths, append_lengths};
+use crate::column::{accept_lengths, append_lengths, type_name};
 use crate::error::{ErrorKind, Result};
 use crate::read_error::ReadProblem;
 
@@ -26,7 +26,17 @@ pub fn for_each_file<P: AsRef<Path>>(
     for (i, path) in paths.iter().enumerate() {
         let path = path.as_ref();
         let fail = |problem| read_failure(path, problem);
-        let column = read_column(path, name, &accept).map_err(fail)?;
+        let column = match (read_column(path, name, &accept), &first) {
+            (Ok(column), _) => column,
+            // The first file had the column: this one's schema differs, which says more.
+            (Err(ReadProblem::ColumnMissing { available, .. }), Some((first_path, _))) => {
+                return Err(fail(ReadProblem::SchemaMismatch {
+                    first: first_path.clone(),
+                    detail: format!("no column {name:?} here, only {available:?}"),
+                }))
+            }
+            (Err(problem), _) => return Err(fail(problem)),
+        };
         match &first {
             None => first = Some((path.display().to_string(), column.schema.clone())),
             Some((first_path, schema)) => {
@@ -43,9 +53,10 @@ pub fn for_each_file<P: AsRef<Path>>(
         progress(i + 1);
     }
     if rows == 0 {
-        let source = paths
-            .first()
-            .map_or_else(|| "the list of files".to_owned(), |p| p.as_ref().display().to_string());
+        let source = paths.first().map_or_else(
+            || "the list of files".to_owned(),
+            |p| p.as_ref().display().to_string(),
+        );
         return Err(read_failure(Path::new(&source), ReadProblem::Empty));
     }
     Ok(())
@@ -77,14 +88,26 @@ pub(crate) fn read_failure(path: &Path, problem: ReadProblem) -> crate::Error {
 /// The first difference between two schemas, ignoring metadata and nullability (shards written by
 /// one dataset agree on names and types; nullability flags may differ harmlessly).
 fn schema_difference(first: &Schema, other: &Schema) -> Option<String> {
-    let names = |s: &Schema| s.fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>();
+    let names = |s: &Schema| {
+        s.fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect::<Vec<_>>()
+    };
     if names(first) != names(other) {
-        return Some(format!("columns {:?} here, {:?} there", names(other), names(first)));
+        return Some(format!(
+            "columns {:?} here, {:?} there",
+            names(other),
+            names(first)
+        ));
     }
     first
         .fields()
         .iter()
         .zip(other.fields())
         .find(|(a, b)| !a.data_type().equals_datatype(b.data_type()))
-        .map(|(a, b)| format!("column {:?} is {} here, {} there", a.name(), b.data_type(), a.data_type()))
+        .map(|(a, b)| {
+            let (here, there) = (type_name(b.data_type()), type_name(a.data_type()));
+            format!("column {:?} is {here} here, {there} there", a.name())
+        })
 }

@@ -10,13 +10,13 @@
 //! partial batches at its end); sorted epochs are one stream in which a bucket closes when the next
 //! begins.
 
-use crate::buckets::{Assigner, Buckets, LUT_MAX_LENGTH};
-use crate::config::{Batching, Config};
+use crate::config::Config;
 use crate::lengths::Length;
 use crate::permute::{
     run, scatter_into_chunks, shuffle_chunk, shuffle_chunk_pair, split_chunks, Scattered,
 };
 use crate::rng::{shuffle, Pcg64, Stream};
+use crate::rules::{table_lookup, Rules};
 
 /// Samples from which the scatter carries lengths along for the stream: below, the lengths array
 /// (2 or 4 bytes a sample) stays in cache and random lookups are cheaper than a second buffer.
@@ -47,90 +47,6 @@ impl Open {
             rows,
             longest: 0,
             capacity: u32::MAX,
-        }
-    }
-}
-
-/// What the stream needs to know per length: its bucket, and its *capacity* — the most rows a batch
-/// whose longest sample has this length may hold (`batch_size`, or `⌊max_tokens / padded length⌋`).
-/// Capacity never grows with length, so a batch's capacity is the minimum over its members and
-/// "does it fit" is one comparison. A table indexed by length answers both in one load; its entries
-/// are `u32` (bucket in the top 8 bits) so the table of a 8K-token workload fits in L1 (32 KB; `u64`
-/// entries spilled to L2 and cost ~10% of the stream, measured). Configurations whose buckets or
-/// capacities do not fit (≥ 255 buckets, or batches of ≥ 2^24 rows) compute each rule instead.
-#[derive(Debug)]
-pub(crate) struct Rules {
-    table: Option<Vec<u32>>,
-    assigner: Assigner,
-    batching: Batching,
-    pad: u32,
-}
-
-/// A table entry for lengths that are not admitted (bucket 255 is never used).
-const NO_RULE: u32 = u32::MAX;
-
-/// Bits of a table entry that hold the capacity; the bucket is above them.
-const CAPACITY_BITS: u32 = 24;
-
-/// `(bucket, capacity)` from a rules table (see [`Rules`]).
-#[inline]
-fn table_lookup(table: &[u32], length: u32) -> Option<(usize, u32)> {
-    match table.get(length as usize) {
-        Some(&e) if e != NO_RULE => Some((
-            (e >> CAPACITY_BITS) as usize,
-            e & ((1 << CAPACITY_BITS) - 1),
-        )),
-        _ => None,
-    }
-}
-
-/// Packs `(bucket, capacity)` into a table entry, or `None` when either does not fit.
-fn table_entry(rule: Option<(usize, u32)>) -> Option<u32> {
-    match rule {
-        None => Some(NO_RULE),
-        Some((bucket, capacity)) => {
-            let bucket = u32::try_from(bucket).ok().filter(|&b| b < 255)?;
-            (capacity < 1 << CAPACITY_BITS).then_some(bucket << CAPACITY_BITS | capacity)
-        }
-    }
-}
-
-impl Rules {
-    pub(crate) fn new(buckets: &Buckets, config: &Config, admit_max: u32, longest: u32) -> Self {
-        let assigner = buckets.assigner(admit_max);
-        let mut rules = Self {
-            table: None,
-            assigner,
-            batching: config.batching,
-            pad: config.pad_to_multiple_of,
-        };
-        if longest <= LUT_MAX_LENGTH {
-            rules.table = (0..=longest)
-                .map(|l| table_entry(rules.compute(l)))
-                .collect();
-        }
-        rules
-    }
-
-    fn compute(&self, length: u32) -> Option<(usize, u32)> {
-        let bucket = self.assigner.get(length)?;
-        let capacity = match self.batching {
-            Batching::Rows(n) => n,
-            Batching::Tokens(t) => {
-                let pad = u64::from(self.pad);
-                let padded = u64::from(length).div_ceil(pad) * pad;
-                u32::try_from(t / padded).unwrap_or(u32::MAX)
-            }
-        };
-        Some((bucket, capacity))
-    }
-
-    /// `(bucket, capacity)` of `length`, or `None` when it is not admitted.
-    #[inline]
-    pub(crate) fn get(&self, length: u32) -> Option<(usize, u32)> {
-        match &self.table {
-            Some(table) => table_lookup(table, length),
-            None => self.compute(length),
         }
     }
 }
@@ -424,48 +340,4 @@ pub(crate) fn sorted_by_length<L: Length>(lengths: &[L]) -> Vec<u32> {
         next[index(l)] += 1;
     }
     order
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::Batching;
-
-    fn rules(batching: Batching, edges: Vec<u32>, longest: u32) -> Rules {
-        let buckets = Buckets::from_edges(edges).expect("valid edges");
-        Rules::new(&buckets, &Config::new(batching), longest, longest)
-    }
-
-    #[test]
-    fn table_and_computation_agree() {
-        let small = rules(Batching::Tokens(1000), vec![0, 10, 100], 100);
-        assert!(small.table.is_some());
-        for length in 0..=101 {
-            assert_eq!(small.get(length), small.compute(length), "length {length}");
-        }
-        assert_eq!(small.get(7), Some((0, 142)));
-        assert_eq!(small.get(0), None);
-    }
-
-    #[test]
-    fn capacities_too_large_for_the_table_are_computed() {
-        let huge = rules(Batching::Rows(1 << 24), vec![0, 10, 100], 100);
-        assert!(huge.table.is_none());
-        assert_eq!(huge.get(50), Some((1, 1 << 24)));
-        let largest_packed = rules(Batching::Rows((1 << 24) - 1), vec![0, 100], 100);
-        assert!(largest_packed.table.is_some());
-        assert_eq!(largest_packed.get(50), Some((0, (1 << 24) - 1)));
-    }
-
-    #[test]
-    fn bucket_numbers_too_large_for_the_table_are_computed() {
-        let edges: Vec<u32> = (0..=300).collect();
-        let many = rules(Batching::Rows(4), edges, 300);
-        assert!(many.table.is_none());
-        assert_eq!(many.get(300), Some((299, 4)));
-        let edges: Vec<u32> = (0..=255).collect();
-        let most = rules(Batching::Rows(4), edges, 255);
-        assert!(most.table.is_some());
-        assert_eq!(most.get(255), Some((254, 4)));
-    }
 }

@@ -51,6 +51,7 @@ pub mod plan;
 pub mod planner;
 pub mod read_error;
 pub mod rng;
+mod rules;
 pub mod tokens;
 pub mod workload;
 

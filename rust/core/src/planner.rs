@@ -22,10 +22,11 @@ use std::sync::{Arc, Mutex};
 use crate::buckets::Buckets;
 pub use crate::config::{Batching, Boundaries, Config, Oversize, DEFAULT_BUCKETS};
 use crate::error::{ErrorKind, Result};
-use crate::form::{sorted_by_length, Former, Rules, COMPANION_MIN_SAMPLES};
+use crate::form::{sorted_by_length, Former, COMPANION_MIN_SAMPLES};
 use crate::lengths::{Length, Lengths};
 use crate::order::{drop_remainder, split_for_ranks};
 use crate::plan::{Plan, Stats};
+use crate::rules::Rules;
 use crate::with_lengths;
 
 /// Plans epochs of one dataset under one configuration. Construction does the epoch-independent

@@ -160,6 +160,9 @@ impl fmt::Debug for EscapedHead<'_> {
         for &b in self.0 {
             match b {
                 b'\'' | b'\\' => write!(f, "\\{}", char::from(b))?,
+                b'\n' => write!(f, "\\n")?,
+                b'\r' => write!(f, "\\r")?,
+                b'\t' => write!(f, "\\t")?,
                 0x20..=0x7e => write!(f, "{}", char::from(b))?,
                 _ => write!(f, "\\x{b:02x}")?,
             }

@@ -74,7 +74,8 @@ pub struct TokenStore {
     /// File rows before each record batch, and the total at the end.
     starts: Vec<usize>,
     lengths: Vec<u32>,
-    rows: Option<Vec<u64>>,
+    /// File row of each store row, when the store has a mapping (checked in range on open).
+    rows: Option<Vec<usize>>,
 }
 
 /// The type rule for a token column.
@@ -87,7 +88,7 @@ fn accept_tokens(field: &Field) -> Result<(), ReadProblem> {
         Some(DataType::Int32 | DataType::Int64 | DataType::UInt32) => Ok(()),
         _ => Err(ReadProblem::ColumnType {
             column: field.name().clone(),
-            found: field.data_type().to_string(),
+            found: crate::column::type_name(field.data_type()),
             expected: "a list (or large list) of int32, int64 or uint32 token ids",
         }),
     }
@@ -122,10 +123,14 @@ impl TokenStore {
                 };
             }
             append_lengths(name, &column.chunks, &mut store.lengths)?;
-            column.chunks.iter().try_for_each(|chunk| store.push(name, chunk))
+            column
+                .chunks
+                .iter()
+                .try_for_each(|chunk| store.push(name, chunk))
         })?;
         if let Some(rows) = rows {
-            store.lengths = store.map_rows(&rows)?;
+            let rows = store.check_rows(&rows)?;
+            store.lengths = rows.iter().map(|&r| store.lengths[r]).collect();
             store.rows = Some(rows);
         }
         Ok(store)
@@ -137,7 +142,7 @@ impl TokenStore {
             _ => split(chunk.as_list::<i64>(), Offsets::Large),
         };
         if let Some(null) = first_null(values.as_ref()) {
-            let batch_row = (0..chunk.len()).find(|&i| offsets.range(i).contains(&(null as usize)));
+            let batch_row = (0..chunk.len()).find(|&i| offsets.range(i).contains(&null));
             return Err(ReadProblem::Null {
                 column: format!("{name} (a token)"),
                 row: (self.file_rows() + batch_row.unwrap_or(0)) as u64,
@@ -157,18 +162,32 @@ impl TokenStore {
         self.starts.last().copied().unwrap_or(0)
     }
 
-    /// The lengths of the mapped rows, checking every mapped row exists.
-    fn map_rows(&self, rows: &[u64]) -> Result<Vec<u32>> {
+    /// The mapping's rows as positions, checking every one exists.
+    fn check_rows(&self, rows: &[u64]) -> Result<Vec<usize>> {
+        let file_rows = self.file_rows();
         rows.iter()
-            .map(|&r| match usize::try_from(r).ok().and_then(|r| self.lengths.get(r)) {
-                Some(&l) => Ok(l),
-                None => Err(ErrorKind::RowOutOfRange {
-                    row: i128::from(r),
-                    rows: self.file_rows() as u64,
-                }
-                .into()),
+            .map(|&r| {
+                usize::try_from(r)
+                    .ok()
+                    .filter(|&r| r < file_rows)
+                    .ok_or_else(|| {
+                        ErrorKind::RowOutOfRange {
+                            row: i128::from(r),
+                            rows: file_rows as u64,
+                        }
+                        .into()
+                    })
             })
             .collect()
+    }
+
+    /// The numpy name of the token type: `int32`, `int64` or `uint32`.
+    pub fn dtype(&self) -> &'static str {
+        match self.values {
+            Values::I32(_) => "int32",
+            Values::I64(_) => "int64",
+            Values::U32(_) => "uint32",
+        }
     }
 
     /// Rows in the store.
@@ -186,8 +205,8 @@ impl TokenStore {
         &self.lengths
     }
 
-    /// The row mapping, if the store has one.
-    pub fn rows(&self) -> Option<&[u64]> {
+    /// The row mapping (file row of each store row), if the store has one.
+    pub fn rows(&self) -> Option<&[usize]> {
         self.rows.as_deref()
     }
 
@@ -195,7 +214,9 @@ impl TokenStore {
     pub fn resolve(&self, index: i64) -> Result<usize> {
         let len = self.len();
         let resolved = if index < 0 {
-            usize::try_from(index.unsigned_abs()).ok().and_then(|back| len.checked_sub(back))
+            usize::try_from(index.unsigned_abs())
+                .ok()
+                .and_then(|back| len.checked_sub(back))
         } else {
             usize::try_from(index).ok().filter(|&i| i < len)
         };
@@ -222,11 +243,14 @@ impl TokenStore {
     fn locate(&self, row: usize) -> (usize, Range<usize>) {
         let file_row = match &self.rows {
             // Mapped rows were checked against the file rows when the store was opened.
-            Some(rows) => rows[row] as usize,
+            Some(rows) => rows[row],
             None => row,
         };
         let batch = self.starts.partition_point(|&s| s <= file_row) - 1;
-        (batch, self.offsets[batch].range(file_row - self.starts[batch]))
+        (
+            batch,
+            self.offsets[batch].range(file_row - self.starts[batch]),
+        )
     }
 
     /// The tokens of `indices` (negative counts from the end) concatenated, and the `len + 1` offsets
@@ -257,7 +281,10 @@ fn split<O: OffsetSizeTrait>(
     (wrap(list.offsets().clone()), list.values().clone())
 }
 
-fn concat<T: ArrowNativeType>(values: &[ScalarBuffer<T>], located: &[(usize, Range<usize>)]) -> Vec<T> {
+fn concat<T: ArrowNativeType>(
+    values: &[ScalarBuffer<T>],
+    located: &[(usize, Range<usize>)],
+) -> Vec<T> {
     let total = located.iter().map(|(_, r)| r.len()).sum();
     let mut out = Vec::with_capacity(total);
     for (batch, range) in located {

@@ -3,18 +3,18 @@
 //! Thin by design: each function checks and extracts its inputs, runs the core with the GIL released
 //! (`py.detach`), and wraps the result. Plans reach numpy without a copy: the core's `Vec`s are moved
 //! into arrays that numpy then owns (`PyArray::from_vec`), marked read-only because a plan is a value.
+//! Tokens reach numpy as read-only views of the mapped files, kept alive by their store.
 //! State that changes between calls (the epoch, the step) lives in Python.
 
-use std::sync::Arc;
+mod planning;
+mod reading;
 
-use dflash_batch_core::error::Error;
-use dflash_batch_core::lengths::{scan, Builder, Lengths};
-use dflash_batch_core::plan::Stats;
-use dflash_batch_core::planner::{Batching, Boundaries, Config, Oversize, Planner as CorePlanner};
-use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyUntypedArrayMethods};
-use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+use dflash_batch_core::error::{Error, ErrorKind};
+use dflash_batch_core::ReadProblem;
+use numpy::PyArray1;
+use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PySlice};
+use pyo3::types::PyDict;
 
 pyo3::create_exception!(
     dflash_batch,
@@ -23,285 +23,47 @@ pyo3::create_exception!(
     "Invalid lengths or configuration for planning. The message names the value and the fix."
 );
 
-/// The one mapping from core errors to Python exceptions.
+pyo3::create_exception!(
+    dflash_batch,
+    DataError,
+    PyValueError,
+    "A dataset file that cannot be read as asked: not Arrow, truncated, compressed, a missing column \
+     or one of the wrong type, nulls or negative lengths. The message names the file and the fix."
+);
+
+/// The one mapping from core errors to Python exceptions: I/O failures become the matching `OSError`
+/// subclass (`FileNotFoundError`, `PermissionError`, ...), unreadable data `DataError`, rows past the
+/// end `IndexError`, and everything else `PlanError`.
 fn to_py(err: Error) -> PyErr {
-    PlanError::new_err(err.to_string())
-}
-
-/// Runs `$body` with `$slice` bound to the chunk's values as a typed slice, whatever its integer dtype.
-macro_rules! with_int_slice {
-    ($chunk:expr, $slice:ident => $body:expr) => {{
-        let chunk = $chunk;
-        with_int_slice!(@try chunk, $slice => $body; u32, u16, i64, i32, u64, i16, u8, i8)
-    }};
-    (@try $chunk:ident, $slice:ident => $body:expr; $($t:ty),*) => {{
-        $(
-            if let Ok(array) = $chunk.extract::<PyReadonlyArray1<'_, $t>>() {
-                let $slice: &[$t] = array.as_slice().map_err(|_| {
-                    PyValueError::new_err(
-                        "lengths must be a contiguous array; pass numpy.ascontiguousarray(lengths)",
-                    )
-                })?;
-                return Ok($body);
-            }
-        )*
-        Err(PyTypeError::new_err(
-            "lengths must be a 1-D array of integers (int8 to int64, uint8 to uint64)",
-        ))
-    }};
-}
-
-/// Checks one chunk (rows numbered from `first_row`) and returns its longest length and its size.
-fn scan_chunk(chunk: &Bound<'_, PyAny>, first_row: usize) -> PyResult<(u32, usize)> {
-    with_int_slice!(chunk, values => (scan(values, first_row).map_err(to_py)?, values.len()))
-}
-
-/// Appends one chunk, already checked by `scan_chunk`.
-fn extend_chunk(chunk: &Bound<'_, PyAny>, builder: &mut Builder) -> PyResult<()> {
-    with_int_slice!(chunk, values => builder.extend(values))
-}
-
-/// Lengths from 1-D integer numpy arrays: checked first, then stored in the narrowest type, so no
-/// temporary full-width copy exists.
-fn lengths_from_chunks(chunks: &[Bound<'_, PyAny>]) -> PyResult<Lengths> {
-    let (mut longest, mut rows) = (0, 0);
-    for chunk in chunks {
-        let (chunk_longest, size) = scan_chunk(chunk, rows)?;
-        longest = longest.max(chunk_longest);
-        rows += size;
-    }
-    let mut builder = Builder::new(longest, rows);
-    for chunk in chunks {
-        extend_chunk(chunk, &mut builder)?;
-    }
-    Ok(builder.finish())
-}
-
-/// Plans epochs of one dataset under one configuration (the core `Planner`).
-#[pyclass(frozen, name = "Planner", module = "dflash_batch._core")]
-struct Planner {
-    inner: Arc<CorePlanner>,
-}
-
-#[pymethods]
-impl Planner {
-    /// `chunks`: 1-D integer numpy arrays whose concatenation is the lengths. `boundaries`: `None`
-    /// (auto), a bucket count, or explicit edges.
-    #[new]
-    #[pyo3(signature = (chunks, *, batch_size, max_tokens, boundaries, seed, shuffle, world_size,
-                        drop_last, skip_oversize, pad_to_multiple_of, threads))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        chunks: Vec<Bound<'_, PyAny>>,
-        batch_size: Option<i64>,
-        max_tokens: Option<i64>,
-        boundaries: Option<Bound<'_, PyAny>>,
-        seed: u64,
-        shuffle: bool,
-        world_size: u32,
-        drop_last: bool,
-        skip_oversize: bool,
-        pad_to_multiple_of: u32,
-        threads: Option<usize>,
-    ) -> PyResult<Self> {
-        let lengths = lengths_from_chunks(&chunks)?;
-        let boundaries = match boundaries {
-            None => Boundaries::Auto,
-            Some(b) => match b.extract::<usize>() {
-                Ok(k) => Boundaries::Count(k),
-                Err(_) => Boundaries::Edges(b.extract::<Vec<u32>>().map_err(|_| {
-                    PyTypeError::new_err("boundaries must be 'auto', a bucket count, or a list of edges (non-negative ints)")
-                })?),
-            },
-        };
-        let config = Config {
-            batching: Batching::from_options(batch_size, max_tokens).map_err(to_py)?,
-            boundaries,
-            seed,
-            shuffle,
-            world_size,
-            drop_last,
-            oversize: if skip_oversize {
-                Oversize::Skip
-            } else {
-                Oversize::Error
-            },
-            pad_to_multiple_of,
-        };
-        let planner = py
-            .detach(|| CorePlanner::new(lengths, config))
-            .map_err(to_py)?;
-        let planner = match threads {
-            Some(t) => planner.with_threads(t),
-            None => planner,
-        };
-        Ok(Self {
-            inner: Arc::new(planner),
-        })
-    }
-
-    /// Plans `epoch` (GIL released).
-    fn plan(&self, py: Python<'_>, epoch: u64) -> PyResult<Plan> {
-        let inner = Arc::clone(&self.inner);
-        let plan = py.detach(move || inner.plan(epoch)).map_err(to_py)?;
-        let (world_size, epoch) = (plan.world_size(), plan.epoch());
-        let (offsets, indices, stats) = plan.into_parts();
-        Ok(Plan {
-            offsets: read_only(PyArray1::from_vec(py, offsets))?,
-            indices: read_only(PyArray1::from_vec(py, indices))?,
-            world_size,
-            epoch,
-            stats,
-        })
-    }
-
-    /// The bucket edges in use.
-    #[getter]
-    fn edges(&self) -> Vec<u32> {
-        self.inner.buckets().edges().to_vec()
-    }
-
-    /// A copy of the lengths (the planner owns its own; this is for pickling).
-    fn lengths<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<u32>> {
-        PyArray1::from_vec(py, self.inner.lengths().to_u32_vec())
-    }
-
-    /// 64-bit fingerprint of the lengths and configuration, as 16 hex digits.
-    #[getter]
-    fn fingerprint(&self, py: Python<'_>) -> String {
-        let inner = Arc::clone(&self.inner);
-        format!("{:016x}", py.detach(move || inner.fingerprint()))
-    }
-
-    /// Number of samples (rows) planned over.
-    fn __len__(&self) -> usize {
-        self.inner.lengths().len()
+    match err.kind() {
+        ErrorKind::Read {
+            problem: ReadProblem::Io { kind, .. },
+            ..
+        } => std::io::Error::new(*kind, err.to_string()).into(),
+        ErrorKind::Read { .. } => DataError::new_err(err.to_string()),
+        ErrorKind::RowOutOfRange { .. } => PyIndexError::new_err(err.to_string()),
+        _ => PlanError::new_err(err.to_string()),
     }
 }
 
 /// Marks a freshly created array read-only: plans are values shared by every consumer.
-fn read_only<T: numpy::Element>(array: Bound<'_, PyArray1<T>>) -> PyResult<Py<PyArray1<T>>> {
+pub(crate) fn read_only<T: numpy::Element>(
+    array: Bound<'_, PyArray1<T>>,
+) -> PyResult<Py<PyArray1<T>>> {
     let kwargs = PyDict::new(array.py());
     kwargs.set_item("write", false)?;
     array.call_method("setflags", (), Some(&kwargs))?;
     Ok(array.unbind())
 }
 
-/// One epoch's batches for all ranks, in training order (CSR). Batch `i` is
-/// `indices[offsets[i]:offsets[i+1]]`; step `s` on rank `r` is batch `s * world_size + r`.
-#[pyclass(frozen, name = "Plan", module = "dflash_batch._core", sequence)]
-struct Plan {
-    offsets: Py<PyArray1<u64>>,
-    indices: Py<PyArray1<u32>>,
-    world_size: u32,
-    epoch: u64,
-    stats: Stats,
-}
-
-#[pymethods]
-impl Plan {
-    /// CSR offsets (uint64, `len(plan) + 1` entries), owned by the plan, read-only.
-    #[getter]
-    fn offsets(&self, py: Python<'_>) -> Py<PyArray1<u64>> {
-        self.offsets.clone_ref(py)
-    }
-
-    /// Sample indices of every batch in training order (uint32), read-only.
-    #[getter]
-    fn indices(&self, py: Python<'_>) -> Py<PyArray1<u32>> {
-        self.indices.clone_ref(py)
-    }
-
-    /// Ranks the plan was made for.
-    #[getter]
-    fn world_size(&self) -> u32 {
-        self.world_size
-    }
-
-    /// The epoch this plan belongs to.
-    #[getter]
-    fn epoch(&self) -> u64 {
-        self.epoch
-    }
-
-    /// Steps per rank.
-    #[getter]
-    fn steps(&self) -> u64 {
-        self.stats.steps
-    }
-
-    fn __len__(&self, py: Python<'_>) -> usize {
-        self.offsets.bind(py).len() - 1
-    }
-
-    /// Batch `i` (negative counts from the end) as a read-only view into `indices`.
-    fn __getitem__<'py>(&self, py: Python<'py>, i: isize) -> PyResult<Bound<'py, PyAny>> {
-        let len = self.__len__(py);
-        let index = if i < 0 { i + len as isize } else { i };
-        let index = usize::try_from(index)
-            .ok()
-            .filter(|&x| x < len)
-            .ok_or_else(|| {
-                PyIndexError::new_err(format!(
-                    "batch {i} out of range for a plan of {len} batches"
-                ))
-            })?;
-        let offsets = self.offsets.bind(py).readonly();
-        let offsets = offsets.as_slice()?;
-        let (start, end) = (offsets[index], offsets[index + 1]);
-        let slice = PySlice::new(py, to_isize(start)?, to_isize(end)?, 1);
-        self.indices.bind(py).as_any().get_item(slice)
-    }
-
-    /// Figures about the plan: batches, steps, samples, real_tokens, padded_tokens, efficiency,
-    /// skipped, dropped, dropped_batches, split_batches, buckets, min_rows, max_rows.
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = &self.stats;
-        let d = PyDict::new(py);
-        for (key, value) in [
-            ("batches", s.batches),
-            ("steps", s.steps),
-            ("samples", s.samples),
-            ("real_tokens", s.real_tokens),
-            ("padded_tokens", s.padded_tokens),
-            ("skipped", s.skipped),
-            ("dropped", s.dropped),
-            ("dropped_batches", s.dropped_batches),
-            ("split_batches", s.split_batches),
-            ("buckets", s.buckets),
-            ("min_rows", s.min_rows),
-            ("max_rows", s.max_rows),
-        ] {
-            d.set_item(key, value)?;
-        }
-        d.set_item("efficiency", s.efficiency())?;
-        d.set_item("world_size", self.world_size)?;
-        d.set_item("epoch", self.epoch)?;
-        Ok(d)
-    }
-
-    fn __repr__(&self, py: Python<'_>) -> String {
-        format!(
-            "Plan(epoch={}, batches={}, steps={}, world_size={}, efficiency={:.4})",
-            self.epoch,
-            self.__len__(py),
-            self.stats.steps,
-            self.world_size,
-            self.stats.efficiency()
-        )
-    }
-}
-
-fn to_isize(v: u64) -> PyResult<isize> {
-    isize::try_from(v).map_err(|_| PyValueError::new_err("offset exceeds the address space"))
-}
-
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<Planner>()?;
-    m.add_class::<Plan>()?;
+    m.add_class::<planning::Planner>()?;
+    m.add_class::<planning::Plan>()?;
+    m.add_class::<reading::TokenStore>()?;
+    m.add_function(wrap_pyfunction!(reading::read_lengths, m)?)?;
     m.add("PlanError", m.py().get_type::<PlanError>())?;
+    m.add("DataError", m.py().get_type::<DataError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,0 +1,231 @@
+"""``read_lengths`` and ``TokenStore``: a dataset's lengths and tokens, read by Rust from mapped files.
+
+Lengths are copied out of the files (4 bytes a row), so planning never touches a mapped page and a file
+replaced later cannot crash it. Tokens stay mapped: ``store[i]`` is a read-only view into the file.
+**Token files must not change while a store maps them** — truncating a mapped file makes the operating
+system kill the process on the next read of a lost page (SIGBUS); write new files instead.
+"""
+
+from __future__ import annotations
+
+import operator
+import sys
+from typing import Any
+
+import numpy as np
+
+from . import _core
+from .sources import Source, resolve
+
+
+def read_lengths(source: Any, column: str = "seq_len", *, progress: bool | None = None) -> np.ndarray:
+    """The token length of every row of ``source``, as a read-only 1-D ``uint32`` array.
+
+    Args:
+        source: an Arrow IPC file or stream, a ``save_to_disk`` directory, a glob, a list of these, or a
+            ``datasets.Dataset`` (its indices mapping is applied).
+        column: an integer column (any width), or a list column such as ``"input_ids"`` whose lengths
+            come from its offsets without reading the tokens.
+        progress: show a progress bar over the files (default: when there are several and stderr is a
+            terminal).
+
+    Raises:
+        FileNotFoundError / OSError: the source or one of its files cannot be opened.
+        DataError: a file is not Arrow, is truncated or compressed, lacks the column, or holds nulls or
+            negative lengths. The message names the file and the fix.
+    """
+    resolved = resolve(source)
+    if resolved.table is not None:
+        lengths = _table_lengths(resolved.table, column)
+    else:
+        with _Progress(len(resolved.paths), "reading lengths", progress) as bar:
+            lengths = _core.read_lengths(list(resolved.paths), column, bar.callback)
+    return _apply_rows(lengths, resolved.rows)
+
+
+class TokenStore:
+    """A token column kept memory-mapped, for random access to any sample's tokens.
+
+    ``len(store)``, ``store.lengths()``, ``store[i]`` (a read-only numpy view of row ``i``'s tokens,
+    no copy) and ``store.gather(indices)`` (the rows' tokens concatenated, and int64 offsets delimiting
+    them). Tokens keep the column's type: int32, int64 or uint32. Pickles as its source: a process
+    that unpickles it maps the files again.
+
+    Args:
+        source: as for :func:`read_lengths`.
+        column: a list (or large list) column of int32, int64 or uint32 token ids.
+        progress: as for :func:`read_lengths`.
+    """
+
+    def __init__(self, source: Any, column: str = "input_ids", *, progress: bool | None = None) -> None:
+        self._open(resolve(source), column, progress)
+
+    def _open(self, source: Source, column: str, progress: bool | None) -> None:
+        self._source, self._column = source, column
+        if source.table is not None:
+            self._inner: Any = _TableTokens(source.table, column, source.rows)
+            return
+        with _Progress(len(source.paths), "mapping tokens", progress) as bar:
+            self._inner = _core.TokenStore(list(source.paths), column, source.rows, bar.callback)
+
+    @property
+    def column(self) -> str:
+        return self._column
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The files mapped, in row order (empty for an in-memory table)."""
+        return self._source.paths
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self._inner.dtype)
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def lengths(self) -> np.ndarray:
+        """Tokens per row, as a read-only ``uint32`` array."""
+        return self._inner.lengths()
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        if isinstance(index, slice):
+            raise TypeError("TokenStore rows are read one at a time; use store.gather(indices) for many rows")
+        return self._inner[operator.index(index)]
+
+    def gather(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The tokens of ``indices`` concatenated, and the ``len(indices) + 1`` int64 offsets of each row."""
+        array = np.asarray(indices)
+        if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+            raise TypeError(f"indices must be a 1-D array of integers, got {array.dtype} of shape {array.shape}")
+        if array.dtype == np.uint64 and array.size and array.max() > np.iinfo(np.int64).max:
+            raise IndexError(f"row {array.max()} is out of range for a dataset of {len(self)} rows")
+        return self._inner.gather(np.ascontiguousarray(array, dtype=np.int64))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"source": self._source, "column": self._column}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._open(state["source"], state["column"], False)
+
+    def __repr__(self) -> str:
+        return f"TokenStore({self._source.describe()}, column={self._column!r}, rows={len(self)}, dtype={self.dtype})"
+
+
+def _apply_rows(lengths: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+    if rows is None:
+        return lengths
+    if rows.size and rows.max() >= len(lengths):
+        raise IndexError(f"the indices mapping names row {rows.max()}, but the dataset has {len(lengths)} rows")
+    mapped = lengths[rows]
+    mapped.flags.writeable = False
+    return mapped
+
+
+class _Progress:
+    """A tqdm bar over files, fed by the Rust reader's callback; silent when off."""
+
+    def __init__(self, total: int, what: str, enabled: bool | None) -> None:
+        if enabled is None:
+            enabled = total > 1 and sys.stderr.isatty()
+        self._bar = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total, desc=what, unit="file")
+
+    def callback(self, done: int) -> None:
+        if self._bar is not None:
+            self._bar.update(done - self._bar.n)
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+# -- tables that live in memory (a datasets.Dataset without plain cache files) -------------------------
+
+
+def _column(table: Any, column: str) -> Any:
+    if column not in table.column_names:
+        lists = [f.name for f in table.schema if _is_token_list(f.type)]
+        hint = f"; pass column={lists[0]!r} to take lengths from its offsets" if lists else ""
+        raise _core.DataError(f"the table has no column {column!r}; its columns are {table.column_names}{hint}")
+    return table.column(column)
+
+
+def _is_token_list(arrow_type: Any) -> bool:
+    import pyarrow as pa
+
+    return (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)) and pa.types.is_integer(
+        arrow_type.value_type
+    )
+
+
+def _table_lengths(table: Any, column: str) -> np.ndarray:
+    import pyarrow as pa
+
+    data = _column(table, column)
+    if data.null_count:
+        raise _core.DataError(f"column {column!r} holds {data.null_count} null(s); drop or fill them first")
+    if _is_token_list(data.type):
+        parts = [np.diff(chunk.offsets.to_numpy()) for chunk in data.chunks]
+    elif pa.types.is_integer(data.type):
+        parts = [chunk.to_numpy() for chunk in data.chunks]
+    else:
+        raise _core.DataError(f"column {column!r} has type {data.type}; it must be an integer column or a list of integers")
+    values = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    if values.size == 0:
+        raise _core.DataError("the table holds no rows; pass a dataset with at least one sample")
+    if values.min() < 0 or values.max() > np.iinfo(np.uint32).max:
+        bad = int(np.flatnonzero((values < 0) | (values > np.iinfo(np.uint32).max))[0])
+        raise _core.DataError(f"column {column!r} has the out-of-range length {values[bad]} at row {bad}")
+    lengths = values.astype(np.uint32)
+    lengths.flags.writeable = False
+    return lengths
+
+
+class _TableTokens:
+    """The token store's interface over a pyarrow table in memory: numpy views of its buffers."""
+
+    def __init__(self, table: Any, column: str, rows: np.ndarray | None) -> None:
+        data = _column(table, column)
+        if not _is_token_list(data.type) or str(data.type.value_type) not in ("int32", "int64", "uint32"):
+            raise _core.DataError(
+                f"column {column!r} has type {data.type}; it must be a list of int32, int64 or uint32 token ids"
+            )
+        self.dtype = str(data.type.value_type)
+        self._values = [chunk.values.to_numpy() for chunk in data.chunks]
+        self._offsets = [chunk.offsets.to_numpy() for chunk in data.chunks]
+        self._starts = np.cumsum([0] + [len(c) for c in data.chunks])
+        self._lengths = _apply_rows(_table_lengths(table, column), rows)
+        self._rows = rows
+
+    def __len__(self) -> int:
+        return len(self._lengths)
+
+    def lengths(self) -> np.ndarray:
+        return self._lengths
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(f"row {index} is out of range for a dataset of {n} rows; valid rows are 0..{n}")
+        row = index % n
+        if self._rows is not None:
+            row = int(self._rows[row])
+        chunk = int(np.searchsorted(self._starts, row, side="right")) - 1
+        local = row - self._starts[chunk]
+        view = self._values[chunk][self._offsets[chunk][local] : self._offsets[chunk][local + 1]]
+        view.flags.writeable = False
+        return view
+
+    def gather(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows = [self[int(i)] for i in indices]
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum([len(r) for r in rows], out=offsets[1:])
+        tokens = np.concatenate(rows) if rows else np.zeros(0, dtype=self.dtype)
+        return tokens, offsets

@@ -1,0 +1,130 @@
+"""Turning what users pass as a dataset into what the Rust readers take: a list of Arrow files.
+
+Accepted sources: one Arrow IPC file or stream (``.arrow``, ``.feather``, ``.ipc``), a directory
+written by ``datasets.Dataset.save_to_disk`` (its shards in the order ``state.json`` lists), any other
+directory of Arrow files (sorted by name), a glob, a list of any of these, or a ``datasets.Dataset``.
+
+A ``Dataset`` backed by its cache files (the usual case: loaded from disk, or produced by ``.map()``)
+is read from those files directly; an indices mapping (from ``select``/``shuffle``/``filter``) becomes
+a row mapping applied on top. A ``Dataset`` whose table is not simply its files — held in memory, or
+with lazy operations such as a rename or a slice recorded on top of them — is read through pyarrow
+instead, still without copying the token column.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+ARROW_SUFFIXES = (".arrow", ".feather", ".ipc", ".arrows")
+
+
+@dataclass(frozen=True)
+class Source:
+    """A resolved source: Arrow files in order, or a pyarrow table; plus an optional row mapping."""
+
+    paths: tuple[str, ...] = ()
+    table: Any = None
+    rows: np.ndarray | None = None
+
+    def describe(self) -> str:
+        if self.table is not None:
+            return "an in-memory table"
+        return self.paths[0] if len(self.paths) == 1 else f"{len(self.paths)} files"
+
+
+def resolve(source: Any) -> Source:
+    """Resolves ``source`` (see the module docs); raises ``FileNotFoundError`` or ``TypeError``."""
+    if is_dataset(source):
+        return _from_dataset(source)
+    if isinstance(source, (list, tuple)):
+        if not source:
+            raise FileNotFoundError("the list of files is empty; pass at least one Arrow file")
+        return Source(paths=tuple(p for item in source for p in _paths(item)))
+    return Source(paths=tuple(_paths(source)))
+
+
+def is_source(value: Any) -> bool:
+    """Whether ``value`` names files or a dataset (rather than holding lengths)."""
+    if isinstance(value, (str, os.PathLike)) or is_dataset(value):
+        return True
+    return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, (str, os.PathLike)) for v in value)
+
+
+def is_dataset(value: Any) -> bool:
+    return type(value).__module__.startswith("datasets") and hasattr(value, "_data") and hasattr(value, "_indices")
+
+
+def _paths(item: Any) -> list[str]:
+    if not isinstance(item, (str, os.PathLike)):
+        raise TypeError(f"a source must be a path, a list of paths or a datasets.Dataset, got {type(item).__name__}")
+    path = os.fspath(item)
+    if os.path.isdir(path):
+        return _directory(path)
+    if os.path.exists(path):
+        return [path]
+    if glob.has_magic(path):
+        matches = sorted(glob.glob(path))
+        if not matches:
+            raise FileNotFoundError(f"no files match the pattern {path!r}")
+        return [p for m in matches for p in (_directory(m) if os.path.isdir(m) else [m])]
+    raise FileNotFoundError(f"{path} does not exist; pass an Arrow file, a save_to_disk directory or a glob")
+
+
+def _directory(path: str) -> list[str]:
+    state = os.path.join(path, "state.json")
+    if os.path.exists(state):
+        with open(state, encoding="utf-8") as f:
+            files = json.load(f).get("_data_files", [])
+        if files:
+            return [os.path.join(path, entry["filename"]) for entry in files]
+    splits = os.path.join(path, "dataset_dict.json")
+    if os.path.exists(splits):
+        with open(splits, encoding="utf-8") as f:
+            names = json.load(f).get("splits", [])
+        example = os.path.join(path, names[0]) if names else os.path.join(path, "train")
+        raise FileNotFoundError(
+            f"{path} holds a DatasetDict with splits {names}; pass one split's directory, e.g. {example!r}"
+        )
+    files = sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(ARROW_SUFFIXES))
+    if not files:
+        raise FileNotFoundError(
+            f"no Arrow files ({', '.join('*' + s for s in ARROW_SUFFIXES)}) in directory {path}; "
+            "pass a directory written by datasets' save_to_disk or one holding Arrow IPC files"
+        )
+    return files
+
+
+def _from_dataset(dataset: Any) -> Source:
+    rows = None
+    if dataset._indices is not None:
+        rows = np.ascontiguousarray(dataset._indices.column(0).to_numpy(), dtype=np.uint64)
+    paths = _plain_files(dataset._data)
+    if paths is None:
+        return Source(table=dataset._data.table, rows=rows)
+    return Source(paths=tuple(paths), rows=rows)
+
+
+def _plain_files(table: Any) -> list[str] | None:
+    """The files behind a ``datasets`` table when the table is exactly those files stacked in order:
+    memory-mapped, with no lazy operations recorded on top; else ``None``."""
+    from datasets.table import ConcatenationTable, MemoryMappedTable
+
+    if isinstance(table, MemoryMappedTable):
+        return [table.path] if not table.replays else None
+    if isinstance(table, ConcatenationTable):
+        paths: list[str] = []
+        for row in table.blocks:
+            if len(row) != 1:  # horizontally concatenated: columns come from several tables
+                return None
+            inner = _plain_files(row[0])
+            if inner is None:
+                return None
+            paths += inner
+        return paths
+    return None

@@ -1,0 +1,147 @@
+//! The Arrow readers' binding: `read_lengths` and `TokenStore`. Files are given as a list of paths;
+//! resolving directories, globs and `datasets` objects into that list is Python's job
+//! (`dflash_batch/sources.py`).
+
+use std::path::PathBuf;
+
+use dflash_batch_core::tokens::{Gathered, TokenStore as CoreStore, Tokens};
+use numpy::ndarray::ArrayView1;
+use numpy::{Element, PyArray1, PyReadonlyArray1};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::{read_only, to_py};
+
+/// Calls the optional Python progress callback with the number of files done, from a thread that
+/// does not hold the GIL. The callback's first exception is kept and raised when the read ends.
+struct Progress<'a> {
+    callback: Option<&'a Py<PyAny>>,
+    error: Option<PyErr>,
+}
+
+impl<'a> Progress<'a> {
+    fn new(callback: Option<&'a Py<PyAny>>) -> Self {
+        Self {
+            callback,
+            error: None,
+        }
+    }
+
+    fn report(&mut self, done: usize) {
+        if let (Some(callback), None) = (self.callback, &self.error) {
+            self.error = Python::attach(|py| callback.call1(py, (done,)).err());
+        }
+    }
+
+    fn finish<T>(self, result: PyResult<T>) -> PyResult<T> {
+        match self.error {
+            Some(e) => Err(e),
+            None => result,
+        }
+    }
+}
+
+/// The length of every row of `paths` (in order) from `column`: an integer column, or a list column
+/// whose offsets give the lengths. Returns a read-only `uint32` array owned by Rust.
+#[pyfunction]
+#[pyo3(signature = (paths, column, progress=None))]
+pub(crate) fn read_lengths(
+    py: Python<'_>,
+    paths: Vec<PathBuf>,
+    column: &str,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Py<PyArray1<u32>>> {
+    let mut reporter = Progress::new(progress.as_ref());
+    let result =
+        py.detach(|| dflash_batch_core::read_lengths(&paths, column, |done| reporter.report(done)));
+    let lengths = reporter.finish(result.map_err(to_py))?;
+    read_only(PyArray1::from_vec(py, lengths))
+}
+
+/// A token column kept memory-mapped (the core `TokenStore`). Rows are read-only numpy views into
+/// the mapped files; the store keeps the files mapped while any view is alive.
+#[pyclass(frozen, name = "TokenStore", module = "dflash_batch._core")]
+pub(crate) struct TokenStore {
+    store: CoreStore,
+}
+
+#[pymethods]
+impl TokenStore {
+    #[new]
+    #[pyo3(signature = (paths, column, rows=None, progress=None))]
+    fn new(
+        py: Python<'_>,
+        paths: Vec<PathBuf>,
+        column: &str,
+        rows: Option<PyReadonlyArray1<'_, u64>>,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
+        let rows = rows.map(|r| r.as_array().to_vec());
+        let mut reporter = Progress::new(progress.as_ref());
+        let result =
+            py.detach(|| CoreStore::open(&paths, column, rows, |done| reporter.report(done)));
+        let store = reporter.finish(result.map_err(to_py))?;
+        Ok(Self { store })
+    }
+
+    fn __len__(&self) -> usize {
+        self.store.len()
+    }
+
+    /// Tokens per row, as a new read-only `uint32` array.
+    fn lengths(&self, py: Python<'_>) -> PyResult<Py<PyArray1<u32>>> {
+        read_only(PyArray1::from_vec(py, self.store.lengths().to_vec()))
+    }
+
+    /// The numpy dtype name of the tokens: `int32`, `int64` or `uint32`.
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.store.dtype()
+    }
+
+    /// Row `index`'s tokens: a read-only view into the mapped file (no copy).
+    fn __getitem__<'py>(slf: Bound<'py, Self>, index: i64) -> PyResult<Bound<'py, PyAny>> {
+        let owner = slf.clone().into_any();
+        match slf.get().store.get(index).map_err(to_py)? {
+            Tokens::I32(t) => view(t, owner),
+            Tokens::I64(t) => view(t, owner),
+            Tokens::U32(t) => view(t, owner),
+        }
+    }
+
+    /// The tokens of `indices` concatenated, and the `len(indices) + 1` int64 offsets delimiting each
+    /// row: both new arrays owned by Rust. Runs without the GIL.
+    fn gather<'py>(
+        &self,
+        py: Python<'py>,
+        indices: PyReadonlyArray1<'py, i64>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let indices = indices.as_array().to_vec();
+        let (tokens, offsets) = py.detach(|| self.store.gather(&indices)).map_err(to_py)?;
+        let tokens = match tokens {
+            Gathered::I32(t) => read_only(PyArray1::from_vec(py, t))?.into_any(),
+            Gathered::I64(t) => read_only(PyArray1::from_vec(py, t))?.into_any(),
+            Gathered::U32(t) => read_only(PyArray1::from_vec(py, t))?.into_any(),
+        };
+        PyTuple::new(
+            py,
+            [
+                tokens,
+                read_only(PyArray1::from_vec(py, offsets))?.into_any(),
+            ],
+        )
+    }
+}
+
+/// A read-only numpy view of `tokens`, which borrows from memory that `owner` keeps alive.
+fn view<'py, T: Element>(tokens: &[T], owner: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let py = owner.py();
+    let array = ArrayView1::from(tokens);
+    // SAFETY: `tokens` lies in a memory map held by the store's record-batch buffers. The store is a
+    // frozen pyclass that never mutates or drops them, and `owner` (the store) becomes the array's
+    // base object, so the map outlives the array. The map is read-only, so the view is made
+    // read-only too: numpy must not write through it.
+    #[allow(unsafe_code)]
+    let array = unsafe { PyArray1::borrow_from_array(&array, owner) };
+    Ok(read_only(array)?.into_bound(py).into_any())
+}
