@@ -13,28 +13,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 
 import dflash_batch as db
 import numpy as np
+from _timing import timings
 from dflash_batch import baselines
 
 MAX_TOKENS = 16384
 WORLD = 8
-
-
-def timings(fn, repeats: int) -> tuple[float, float]:
-    """(median, best) seconds of `repeats` calls. Shared machines only ever add time, so the best is
-    the cleaner figure of the code itself; the median is what a user sees on a busy machine."""
-    times = []
-    for i in range(repeats):
-        start = time.perf_counter()
-        fn(i)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), min(times)
 
 
 def check(lengths: np.ndarray, plan: db.Plan) -> None:

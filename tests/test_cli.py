@@ -27,3 +27,13 @@ def test_analyze_reports_bad_input_without_traceback(tmp_path, capsys):
     np.save(path, np.array([100, 9000]))
     assert main(["analyze", str(path), "--max-tokens", "4096"]) == 2
     assert "exceeds max_tokens 4096" in capsys.readouterr().err
+
+
+def test_analyze_an_arrow_dataset(tmp_path, capsys):
+    from _arrow import token_rows, token_table, write_ipc
+
+    path = write_ipc(tmp_path / "data.arrow", token_table(token_rows(300)))
+    assert main(["analyze", str(path), "--batch-size", "8", "--column", "input_ids"]) == 0
+    assert "300 samples" in capsys.readouterr().out
+    assert main(["analyze", str(path), "--column", "nope"]) == 2
+    assert 'no column "nope"' in capsys.readouterr().err

@@ -87,8 +87,10 @@ def test_compressed_file_names_codec_and_fix(tmp_path, codec):
 
 def test_missing_column_lists_columns_and_suggests_the_list_column(tmp_path):
     path = write_ipc(tmp_path / "m.arrow", token_table(ROWS))
-    with pytest.raises(db.DataError, match='no column "length"; its columns are \\["text", "input_ids", "seq_len"\\]; '
-                       'pass column="input_ids"'):
+    with pytest.raises(
+        db.DataError,
+        match='no column "length"; its columns are \\["text", "input_ids", "seq_len"\\]; pass column="input_ids"',
+    ):
         db.read_lengths(path, "length")
     with pytest.raises(db.DataError, match='no column "tokens"'):
         db.TokenStore(path, "tokens")
@@ -143,7 +145,9 @@ def test_negative_lengths(tmp_path):
 def test_shards_whose_schemas_disagree(tmp_path):
     a = write_ipc(tmp_path / "a.arrow", token_table(ROWS))
     b = write_ipc(tmp_path / "b.arrow", token_table(ROWS, seq_len_type=pa.int32()))
-    with pytest.raises(db.DataError, match=f'different schema from {a} \\(column "seq_len" is int32 here, int64 there\\)'):
+    with pytest.raises(
+        db.DataError, match=f'different schema from {a} \\(column "seq_len" is int32 here, int64 there\\)'
+    ):
         db.read_lengths([a, b])
     c = write_ipc(tmp_path / "c.arrow", pa.table({"seq_len": pa.array([1], pa.int64())}))
     with pytest.raises(db.DataError, match="different schema"):

@@ -29,7 +29,9 @@ def test_lengths_from_seq_len_and_from_offsets(path):
         assert not lengths.flags.writeable
 
 
-@pytest.mark.parametrize("int_type", [pa.int8(), pa.uint8(), pa.int16(), pa.uint16(), pa.int32(), pa.uint32(), pa.uint64()])
+@pytest.mark.parametrize(
+    "int_type", [pa.int8(), pa.uint8(), pa.int16(), pa.uint16(), pa.int32(), pa.uint32(), pa.uint64()]
+)
 def test_any_integer_width(tmp_path, int_type):
     path = write_ipc(tmp_path / "w.arrow", token_table(ROWS, seq_len_type=int_type))
     np.testing.assert_array_equal(db.read_lengths(path), LENGTHS)
@@ -103,10 +105,7 @@ def test_store_pickles_as_its_source_and_reopens_in_another_process(path):
     store = db.TokenStore(path)
     clone = pickle.loads(pickle.dumps(store))
     np.testing.assert_array_equal(clone[7], store[7])
-    code = (
-        "import pickle, sys; store = pickle.loads(sys.stdin.buffer.read()); "
-        "print(len(store), int(store[7].sum()))"
-    )
+    code = "import pickle, sys; store = pickle.loads(sys.stdin.buffer.read()); print(len(store), int(store[7].sum()))"
     out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(store), capture_output=True, check=True)
     assert out.stdout.decode().split() == [str(len(ROWS)), str(int(ROWS[7].sum()))]
 

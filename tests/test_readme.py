@@ -16,6 +16,13 @@ def test_readme_python_example_runs(capsys):
     assert 0.9 < efficiency <= 1.0
 
 
+def test_readme_reading_example_runs(capsys):
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    assert len(blocks) >= 2, "README lost its dataset-reading example"
+    exec(compile(blocks[1], str(README), "exec"), {"__name__": "readme"})
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "[1 2 3] 300"
+
+
 def test_readme_keeps_the_two_commands():
     text = README.read_text()
     assert "make demo" in text and "make test" in text

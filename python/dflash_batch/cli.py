@@ -1,4 +1,5 @@
-"""Command line: ``dflash-batch demo`` and ``dflash-batch analyze LENGTHS.npy``."""
+"""Command line: ``dflash-batch demo`` and ``dflash-batch analyze SOURCE`` (an Arrow dataset, or a
+lengths file: ``.npy`` or one integer per line)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 import numpy as np
 
 from . import baselines
+from .reading import read_lengths
 from .sampler import BucketSampler
 from .workload import SEED_SAMPLES, seed_workload
 
@@ -62,10 +64,18 @@ def demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lengths(source: str, column: str) -> np.ndarray:
+    if source.endswith(".npy"):
+        return np.load(source)
+    if source.endswith((".txt", ".csv")):
+        return np.loadtxt(source, dtype=np.int64)
+    return read_lengths(source, column)
+
+
 def analyze(args: argparse.Namespace) -> int:
-    """Prints the plan statistics of a lengths file under a configuration."""
+    """Prints the plan statistics of a dataset's lengths under a configuration."""
     try:
-        lengths = np.load(args.source) if args.source.endswith(".npy") else np.loadtxt(args.source, dtype=np.int64)
+        lengths = _lengths(args.source, args.column)
     except (OSError, ValueError) as err:
         print(f"dflash-batch: cannot read lengths from {args.source}: {err}", file=sys.stderr)
         return 2
@@ -99,8 +109,13 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--epochs", type=int, default=9)
     d.add_argument("--seed", type=int, default=0)
     d.set_defaults(run=demo)
-    a = sub.add_parser("analyze", help="plan statistics for a lengths file (.npy, or one integer per line)")
+    a = sub.add_parser(
+        "analyze",
+        help="plan statistics of a dataset: an Arrow file, save_to_disk directory or glob, or a lengths file "
+        "(.npy, or .txt/.csv with one integer per line)",
+    )
     a.add_argument("source")
+    a.add_argument("--column", default="seq_len", help="lengths column, or a list column such as input_ids")
     a.add_argument("--max-tokens", type=int, default=16384)
     a.add_argument("--batch-size", type=int)
     a.add_argument("--boundaries", type=_boundaries, default="auto", help="'auto', a count, or e0,e1,...")

@@ -95,12 +95,9 @@ class TokenStore:
 
     def gather(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
         """The tokens of ``indices`` concatenated, and the ``len(indices) + 1`` int64 offsets of each row."""
-        array = np.asarray(indices)
-        if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
-            raise TypeError(f"indices must be a 1-D array of integers, got {array.dtype} of shape {array.shape}")
-        if array.dtype == np.uint64 and array.size and array.max() > np.iinfo(np.int64).max:
-            raise IndexError(f"row {array.max()} is out of range for a dataset of {len(self)} rows")
-        return self._inner.gather(np.ascontiguousarray(array, dtype=np.int64))
+        if not (isinstance(indices, np.ndarray) and indices.dtype in _INDEX_DTYPES and indices.ndim == 1):
+            indices = _index_array(indices)
+        return self._inner.gather(indices)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"source": self._source, "column": self._column}
@@ -110,6 +107,19 @@ class TokenStore:
 
     def __repr__(self) -> str:
         return f"TokenStore({self._source.describe()}, column={self._column!r}, rows={len(self)}, dtype={self.dtype})"
+
+
+_INDEX_DTYPES = (np.dtype(np.uint32), np.dtype(np.int64), np.dtype(np.uint64), np.dtype(np.int32))
+
+
+def _index_array(indices: Any) -> np.ndarray:
+    """Row numbers as a 1-D array of a dtype the Rust side takes (sampler batches already are)."""
+    array = np.asarray(indices)
+    if array.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if array.ndim != 1 or array.dtype.kind not in "iu":
+        raise TypeError(f"indices must be a 1-D array of integers, got {array.dtype} of shape {array.shape}")
+    return array.astype(np.uint64 if array.dtype.kind == "u" else np.int64)
 
 
 def _apply_rows(lengths: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
@@ -176,7 +186,9 @@ def _table_lengths(table: Any, column: str) -> np.ndarray:
     elif pa.types.is_integer(data.type):
         parts = [chunk.to_numpy() for chunk in data.chunks]
     else:
-        raise _core.DataError(f"column {column!r} has type {data.type}; it must be an integer column or a list of integers")
+        raise _core.DataError(
+            f"column {column!r} has type {data.type}; it must be an integer column or a list of integers"
+        )
     values = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
     if values.size == 0:
         raise _core.DataError("the table holds no rows; pass a dataset with at least one sample")

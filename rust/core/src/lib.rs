@@ -5,6 +5,11 @@
 //! samples of similar length (so little compute is spent on padding) while their membership and
 //! order are reshuffled every epoch (so the optimizer sees well-mixed data).
 //!
+//! The lengths usually come from the dataset itself: [`read_lengths`] reads an integer column, or a
+//! list column's offsets, from memory-mapped Arrow IPC files (file or stream format, such as the
+//! shards of a Hugging Face `datasets` directory), and a [`TokenStore`] keeps the token column mapped
+//! for random access to any sample's tokens.
+//!
 //! # Guarantees
 //!
 //! * **Deterministic**: the same lengths, configuration, seed and epoch give a bit-identical plan on

@@ -210,23 +210,20 @@ impl TokenStore {
         self.rows.as_deref()
     }
 
-    /// The store row `index` names, Python-style: negative counts from the end.
-    pub fn resolve(&self, index: i64) -> Result<usize> {
-        let len = self.len();
-        let resolved = if index < 0 {
-            usize::try_from(index.unsigned_abs())
-                .ok()
-                .and_then(|back| len.checked_sub(back))
-        } else {
-            usize::try_from(index).ok().filter(|&i| i < len)
-        };
-        resolved.ok_or_else(|| {
-            ErrorKind::RowOutOfRange {
-                row: i128::from(index),
-                rows: len as u64,
+    /// The store row `index` names, Python-style: negative counts from the end. Takes any integer
+    /// type (as `i128`) so that `u64` and `i64` indices are both checked without wrapping.
+    pub fn resolve(&self, index: impl Into<i128>) -> Result<usize> {
+        let index = index.into();
+        let len = self.len() as i128;
+        let resolved = if index < 0 { index + len } else { index };
+        match usize::try_from(resolved) {
+            Ok(row) if resolved < len => Ok(row),
+            _ => Err(ErrorKind::RowOutOfRange {
+                row: index,
+                rows: self.len() as u64,
             }
-            .into()
-        })
+            .into()),
+        }
     }
 
     /// The tokens of store row `index` (negative counts from the end), borrowed from the map.
@@ -255,7 +252,7 @@ impl TokenStore {
 
     /// The tokens of `indices` (negative counts from the end) concatenated, and the `len + 1` offsets
     /// that delimit each row in them.
-    pub fn gather(&self, indices: &[i64]) -> Result<(Gathered, Vec<i64>)> {
+    pub fn gather<I: Copy + Into<i128>>(&self, indices: &[I]) -> Result<(Gathered, Vec<i64>)> {
         let located = indices
             .iter()
             .map(|&i| Ok(self.locate(self.resolve(i)?)))

@@ -7,10 +7,32 @@ use std::path::PathBuf;
 use dflash_batch_core::tokens::{Gathered, TokenStore as CoreStore, Tokens};
 use numpy::ndarray::ArrayView1;
 use numpy::{Element, PyArray1, PyReadonlyArray1};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::{read_only, to_py};
+
+/// Runs `$body` with `$rows` bound to `$indices` as a typed slice, for the index dtypes numpy and
+/// the sampler produce; anything else is a `TypeError`.
+macro_rules! with_index_slice {
+    ($indices:expr, $rows:ident => $body:expr) => {{
+        let indices = $indices;
+        with_index_slice!(@try indices, $rows => $body; u32, i64, u64, i32)
+    }};
+    (@try $indices:ident, $rows:ident => $body:expr; $($t:ty),*) => {{
+        $(
+            if let Ok(array) = $indices.extract::<PyReadonlyArray1<'_, $t>>() {
+                let $rows: Vec<$t> = array.as_array().to_vec();
+                let $rows = &$rows[..];
+                return Ok($body);
+            }
+        )*
+        Err(PyTypeError::new_err(
+            "indices must be a 1-D array of int32, int64, uint32 or uint64 row numbers",
+        ))
+    }};
+}
 
 /// Calls the optional Python progress callback with the number of files done, from a thread that
 /// does not hold the GIL. The callback's first exception is kept and raised when the read ends.
@@ -109,28 +131,27 @@ impl TokenStore {
         }
     }
 
-    /// The tokens of `indices` concatenated, and the `len(indices) + 1` int64 offsets delimiting each
-    /// row: both new arrays owned by Rust. Runs without the GIL.
-    fn gather<'py>(
-        &self,
-        py: Python<'py>,
-        indices: PyReadonlyArray1<'py, i64>,
-    ) -> PyResult<Bound<'py, PyTuple>> {
-        let indices = indices.as_array().to_vec();
-        let (tokens, offsets) = py.detach(|| self.store.gather(&indices)).map_err(to_py)?;
+    /// The tokens of `indices` (a 1-D array of any integer type; negative counts from the end)
+    /// concatenated, and the `len(indices) + 1` int64 offsets delimiting each row: both new arrays,
+    /// owned by the caller. Runs without the GIL.
+    fn gather<'py>(&self, py: Python<'py>, indices: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
+        let (tokens, offsets) = gather_any(py, &self.store, indices)?.map_err(to_py)?;
         let tokens = match tokens {
-            Gathered::I32(t) => read_only(PyArray1::from_vec(py, t))?.into_any(),
-            Gathered::I64(t) => read_only(PyArray1::from_vec(py, t))?.into_any(),
-            Gathered::U32(t) => read_only(PyArray1::from_vec(py, t))?.into_any(),
+            Gathered::I32(t) => PyArray1::from_vec(py, t).into_any(),
+            Gathered::I64(t) => PyArray1::from_vec(py, t).into_any(),
+            Gathered::U32(t) => PyArray1::from_vec(py, t).into_any(),
         };
-        PyTuple::new(
-            py,
-            [
-                tokens,
-                read_only(PyArray1::from_vec(py, offsets))?.into_any(),
-            ],
-        )
+        PyTuple::new(py, [tokens, PyArray1::from_vec(py, offsets).into_any()])
     }
+}
+
+/// [`CoreStore::gather`] for indices of any supported dtype (the outer error is a wrong dtype).
+fn gather_any(
+    py: Python<'_>,
+    store: &CoreStore,
+    indices: &Bound<'_, PyAny>,
+) -> PyResult<dflash_batch_core::Result<(Gathered, Vec<i64>)>> {
+    with_index_slice!(indices, rows => py.detach(|| store.gather(rows)))
 }
 
 /// A read-only numpy view of `tokens`, which borrows from memory that `owner` keeps alive.
