@@ -13,7 +13,9 @@ def token_rows(n: int, seed: int = 0, longest: int = 40) -> list[np.ndarray]:
     return [rng.integers(0, 50_000, int(k)).astype(np.int64) for k in rng.integers(1, longest, n)]
 
 
-def token_table(rows: list[np.ndarray], value_type=pa.int32(), large: bool = False, seq_len_type=pa.int64()):
+def token_table(rows: list[np.ndarray], value_type=None, large: bool = False, seq_len_type=None):
+    value_type = value_type or pa.int32()
+    seq_len_type = seq_len_type or pa.int64()
     list_type = pa.large_list(value_type) if large else pa.list_(value_type)
     return pa.table(
         {

@@ -80,7 +80,7 @@ def test_in_memory_dataset(saved):
     in_memory = datasets.Dataset.from_dict({"input_ids": [[1, 2, 3], [4], [5, 6]]})
     assert in_memory.cache_files == []
     assert_matches(in_memory, in_memory)
-    with pytest.raises(db.DataError, match="no column 'seq_len'.*pass column='input_ids'"):
+    with pytest.raises(db.DataError, match=r"no column 'seq_len'.*pass column='input_ids'"):
         db.read_lengths(in_memory)
 
 
@@ -89,6 +89,6 @@ def test_sampler_and_store_from_one_dataset_agree(saved):
     sampler = db.BucketSampler(loaded, max_tokens=512, seed=1)
     store = db.TokenStore(loaded)
     for batch in sampler:
-        tokens, offsets = store.gather(batch)
+        _, offsets = store.gather(batch)
         assert np.diff(offsets).max() * len(batch) <= 512
         np.testing.assert_array_equal(np.diff(offsets), np.asarray(loaded["seq_len"])[batch])

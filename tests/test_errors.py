@@ -58,9 +58,11 @@ def test_arrow_float_type():
         make(pa.array([1.0, 2.0]))
 
 
-def test_string_instead_of_array():
-    with pytest.raises(TypeError, match="got str"):
+def test_string_is_a_dataset_path():
+    with pytest.raises(FileNotFoundError, match="1,2,3 does not exist; pass an Arrow file"):
         make("1,2,3")
+    with pytest.raises(TypeError, match="got bytes"):
+        make(b"1,2,3")
 
 
 def test_two_dimensional_lengths():

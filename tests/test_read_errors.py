@@ -30,7 +30,7 @@ def test_missing_path(tmp_path):
 
 def test_file_missing_from_a_state_json_is_an_os_error(tmp_path):
     (tmp_path / "state.json").write_text(json.dumps({"_data_files": [{"filename": "gone.arrow"}]}))
-    with pytest.raises(FileNotFoundError, match="gone.arrow"):
+    with pytest.raises(FileNotFoundError, match=r"gone\.arrow"):
         db.read_lengths(tmp_path)
 
 
@@ -108,7 +108,7 @@ def test_missing_column_lists_columns_and_suggests_the_list_column(tmp_path):
 )
 def test_column_of_the_wrong_type(tmp_path, array):
     path = write_ipc(tmp_path / "w.arrow", pa.table({"x": array}))
-    with pytest.raises(db.DataError, match='has column "x" of type .* but it must be'):
+    with pytest.raises(db.DataError, match=r'has column "x" of type .* but it must be'):
         db.read_lengths(path, "x")
     with pytest.raises(db.DataError, match="list \\(or large list\\) of int32, int64 or uint32"):
         db.TokenStore(path, "x")

@@ -134,7 +134,11 @@ impl TokenStore {
     /// The tokens of `indices` (a 1-D array of any integer type; negative counts from the end)
     /// concatenated, and the `len(indices) + 1` int64 offsets delimiting each row: both new arrays,
     /// owned by the caller. Runs without the GIL.
-    fn gather<'py>(&self, py: Python<'py>, indices: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
+    fn gather<'py>(
+        &self,
+        py: Python<'py>,
+        indices: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
         let (tokens, offsets) = gather_any(py, &self.store, indices)?.map_err(to_py)?;
         let tokens = match tokens {
             Gathered::I32(t) => PyArray1::from_vec(py, t).into_any(),
