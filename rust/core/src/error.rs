@@ -111,6 +111,22 @@ pub enum ErrorKind {
         /// What went wrong.
         problem: ReadProblem,
     },
+    /// A caller-provided output buffer cannot hold the batch.
+    BufferTooSmall {
+        /// Which buffer.
+        name: &'static str,
+        /// Elements the batch needs (`rows × padded length`).
+        needed: usize,
+        /// Elements the buffer has.
+        got: usize,
+    },
+    /// A token id does not fit the output dtype.
+    TokenOutOfRange {
+        /// The token id.
+        value: i64,
+        /// The output dtype.
+        dtype: &'static str,
+    },
     /// A row index past the end of a dataset.
     RowOutOfRange {
         /// The index asked for.
@@ -221,6 +237,15 @@ impl fmt::Display for Error {
                 "step {step} is past the end of the epoch ({steps} steps); resume from a step < {steps}"
             ),
             K::Read { path, problem } => write!(f, "{path} {problem}"),
+            K::BufferTooSmall { name, needed, got } => write!(
+                f,
+                "buffer {name} holds {got} elements but the batch needs {needed} (rows × padded length); \
+                 pass larger buffers or let the function allocate them"
+            ),
+            K::TokenOutOfRange { value, dtype } => write!(
+                f,
+                "token id {value} does not fit in {dtype}; collate with dtype=int64"
+            ),
             K::RowOutOfRange { row, rows } => write!(
                 f,
                 "row {row} is out of range for a dataset of {rows} rows; valid rows are 0..{rows}"

@@ -43,6 +43,7 @@
 
 pub mod arrow;
 pub mod buckets;
+pub mod collate;
 pub mod column;
 pub mod config;
 pub mod dataset;
@@ -54,6 +55,7 @@ pub mod order;
 pub mod permute;
 pub mod plan;
 pub mod planner;
+pub mod pool;
 pub mod read_error;
 pub mod rng;
 mod rules;

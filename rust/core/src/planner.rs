@@ -17,8 +17,6 @@
 //! it needs a second epoch-sized array to reorder variable-length batches (measured: 20 ms per epoch
 //! on the seed workload, and 1.3 GB instead of 0.9 GB at 100M samples).
 
-use std::sync::{Arc, Mutex};
-
 use crate::buckets::Buckets;
 pub use crate::config::{Batching, Boundaries, Config, Oversize, DEFAULT_BUCKETS};
 use crate::error::{ErrorKind, Result};
@@ -26,6 +24,7 @@ use crate::form::{sorted_by_length, Former, COMPANION_MIN_SAMPLES};
 use crate::lengths::{Length, Lengths};
 use crate::order::{drop_remainder, split_for_ranks};
 use crate::plan::{Plan, Stats};
+use crate::pool::PrivatePool;
 use crate::rules::Rules;
 use crate::with_lengths;
 
@@ -43,9 +42,8 @@ pub struct Planner {
     admitted: u64,
     /// Sum of the admitted lengths: every admitted sample is in every plan (less `drop_last`'s).
     admitted_tokens: u64,
-    threads: usize,
     companion_min: usize,
-    pool: Mutex<Option<(u32, Arc<rayon::ThreadPool>)>>,
+    pool: PrivatePool,
 }
 
 impl Planner {
@@ -64,16 +62,15 @@ impl Planner {
             bucket_capacity: prepared.bucket_capacity,
             admitted: prepared.admitted,
             admitted_tokens: prepared.admitted_tokens,
-            threads,
             companion_min: COMPANION_MIN_SAMPLES,
-            pool: Mutex::new(None),
+            pool: PrivatePool::new(threads),
         })
     }
 
     /// Uses `threads` worker threads (1 = plan on the calling thread). The plan does not change.
     #[must_use]
     pub fn with_threads(mut self, threads: usize) -> Self {
-        self.threads = threads.max(1);
+        self.pool = PrivatePool::new(threads);
         self
     }
 
@@ -121,7 +118,7 @@ impl Planner {
             companion_min: self.companion_min,
         };
         let (mut order, mut formed) = if self.config.shuffle {
-            former.form_shuffled(epoch, self.pool().as_deref())
+            former.form_shuffled(epoch, self.pool.get().as_deref())
         } else {
             let mut order = sorted_by_length(lengths);
             let formed = former.form_sorted(&mut order);
@@ -184,33 +181,6 @@ impl Planner {
             .max()
             .unwrap_or(0);
         members.len() as u64 * self.config.padded(longest)
-    }
-
-    /// The private pool, rebuilt after a fork (a pool's threads do not survive one: the child would
-    /// wait forever on them). `None` means plan on the calling thread.
-    fn pool(&self) -> Option<Arc<rayon::ThreadPool>> {
-        if self.threads <= 1 {
-            return None;
-        }
-        let pid = std::process::id();
-        let mut guard = self
-            .pool
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match guard.as_ref() {
-            Some((owner, pool)) if *owner == pid => return Some(Arc::clone(pool)),
-            // Inherited across a fork: its threads do not exist here, and dropping it would touch
-            // locks a parent thread may have held at the fork. Leak it instead (once per fork).
-            Some(_) => std::mem::forget(guard.take()),
-            None => {}
-        }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(self.threads)
-            .build()
-            .ok()?;
-        let pool = Arc::new(pool);
-        *guard = Some((pid, Arc::clone(&pool)));
-        Some(pool)
     }
 }
 

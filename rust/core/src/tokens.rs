@@ -20,6 +20,9 @@ use crate::dataset::for_each_file;
 use crate::error::{ErrorKind, Result};
 use crate::read_error::ReadProblem;
 
+/// A row's record batch and value range.
+pub(crate) type Located = (usize, Range<usize>);
+
 /// One record batch's offsets, in the width the file stores.
 #[derive(Debug, Clone)]
 enum Offsets {
@@ -250,13 +253,28 @@ impl TokenStore {
         )
     }
 
+    /// Where the rows `indices` lie: record batch and value range of each, in order.
+    pub(crate) fn locate_all<I: Copy + Into<i128>>(&self, indices: &[I]) -> Result<Vec<Located>> {
+        indices
+            .iter()
+            .map(|&i| Ok(self.locate(self.resolve(i)?)))
+            .collect()
+    }
+
+    /// The tokens at a location from [`TokenStore::locate_all`].
+    pub(crate) fn tokens_at(&self, (batch, range): &Located) -> Tokens<'_> {
+        let range = range.clone();
+        match &self.values {
+            Values::I32(v) => Tokens::I32(&v[*batch][range]),
+            Values::I64(v) => Tokens::I64(&v[*batch][range]),
+            Values::U32(v) => Tokens::U32(&v[*batch][range]),
+        }
+    }
+
     /// The tokens of `indices` (negative counts from the end) concatenated, and the `len + 1` offsets
     /// that delimit each row in them.
     pub fn gather<I: Copy + Into<i128>>(&self, indices: &[I]) -> Result<(Gathered, Vec<i64>)> {
-        let located = indices
-            .iter()
-            .map(|&i| Ok(self.locate(self.resolve(i)?)))
-            .collect::<Result<Vec<_>>>()?;
+        let located = self.locate_all(indices)?;
         let mut offsets = Vec::with_capacity(located.len() + 1);
         offsets.push(0i64);
         for (_, range) in &located {

@@ -7,53 +7,17 @@
     missing_docs
 )]
 
+mod common;
+
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use arrow_array::builder::{Int32Builder, ListBuilder};
 use arrow_array::{
     ArrayRef, Float32Array, Int16Array, Int64Array, RecordBatch, StringArray, UInt64Array,
 };
-use arrow_ipc::writer::{FileWriter, StreamWriter};
+use common::{batch, temp_path, tokens_column, write_ipc};
 use dflash_batch_core::{read_lengths, ErrorKind, Gathered, ReadProblem, TokenStore, Tokens};
 use proptest::prelude::*;
-
-/// A fresh path in the temp dir (removed by the OS; names never collide within a run).
-fn temp_path(name: &str) -> PathBuf {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    std::env::temp_dir().join(format!("dflash-arrow-{}-{n}-{name}", std::process::id()))
-}
-
-fn tokens_column(rows: &[Vec<i32>]) -> ArrayRef {
-    let mut b = ListBuilder::new(Int32Builder::new());
-    for r in rows {
-        b.values().append_slice(r);
-        b.append(true);
-    }
-    Arc::new(b.finish())
-}
-
-fn batch(columns: Vec<(&str, ArrayRef)>) -> RecordBatch {
-    RecordBatch::try_from_iter(columns).unwrap()
-}
-
-fn write(batches: &[RecordBatch], stream: bool) -> PathBuf {
-    let path = temp_path(if stream { "s.arrow" } else { "f.arrow" });
-    let file = std::fs::File::create(&path).unwrap();
-    let schema = batches[0].schema();
-    if stream {
-        let mut w = StreamWriter::try_new(file, &schema).unwrap();
-        batches.iter().for_each(|b| w.write(b).unwrap());
-        w.finish().unwrap();
-    } else {
-        let mut w = FileWriter::try_new(file, &schema).unwrap();
-        batches.iter().for_each(|b| w.write(b).unwrap());
-        w.finish().unwrap();
-    }
-    path
-}
 
 /// Three rows per batch, two batches: `seq_len` (int64) and `input_ids` (list<int32>).
 fn sample(stream: bool) -> (PathBuf, Vec<Vec<i32>>) {
@@ -70,7 +34,7 @@ fn sample(stream: bool) -> (PathBuf, Vec<Vec<i32>>) {
             ])
         })
         .collect();
-    (write(&batches, stream), rows)
+    (write_ipc(&batches, stream), rows)
 }
 
 fn problem(e: &dflash_batch_core::Error) -> &ReadProblem {
@@ -195,7 +159,7 @@ fn each_bad_input_has_its_own_error() {
         "{err}"
     );
 
-    let other = write(
+    let other = write_ipc(
         &[batch(vec![(
             "seq_len",
             Arc::new(Int16Array::from(vec![3])) as ArrayRef,
@@ -215,14 +179,14 @@ fn each_bad_input_has_its_own_error() {
 
 #[test]
 fn wrong_types_nulls_negatives_and_empty_datasets_are_refused() {
-    let floats = write(
+    let floats = write_ipc(
         &[batch(vec![(
             "n",
             Arc::new(Float32Array::from(vec![1.0])) as ArrayRef,
         )])],
         true,
     );
-    let strings = write(
+    let strings = write_ipc(
         &[batch(vec![(
             "n",
             Arc::new(StringArray::from(vec!["a"])) as ArrayRef,
@@ -236,7 +200,7 @@ fn wrong_types_nulls_negatives_and_empty_datasets_are_refused() {
             "{err}"
         );
     }
-    let nulls = write(
+    let nulls = write_ipc(
         &[batch(vec![(
             "n",
             Arc::new(Int64Array::from(vec![Some(1), None])) as ArrayRef,
@@ -251,7 +215,7 @@ fn wrong_types_nulls_negatives_and_empty_datasets_are_refused() {
             row: 1
         }
     );
-    let negative = write(
+    let negative = write_ipc(
         &[batch(vec![(
             "n",
             Arc::new(Int64Array::from(vec![4, -2])) as ArrayRef,
@@ -267,7 +231,7 @@ fn wrong_types_nulls_negatives_and_empty_datasets_are_refused() {
             value: -2
         }
     );
-    let huge = write(
+    let huge = write_ipc(
         &[batch(vec![(
             "n",
             Arc::new(UInt64Array::from(vec![1 << 40])) as ArrayRef,
@@ -279,7 +243,7 @@ fn wrong_types_nulls_negatives_and_empty_datasets_are_refused() {
         matches!(problem(&err), ReadProblem::TooLarge { row: 0, .. }),
         "{err}"
     );
-    let empty = write(
+    let empty = write_ipc(
         &[batch(vec![(
             "n",
             Arc::new(Int64Array::from(Vec::<i64>::new())) as ArrayRef,

@@ -6,8 +6,10 @@
 //! Tokens reach numpy as read-only views of the mapped files, kept alive by their store.
 //! State that changes between calls (the epoch, the step) lives in Python.
 
-mod planning;
+#[macro_use]
 mod reading;
+mod collating;
+mod planning;
 
 use dflash_batch_core::error::{Error, ErrorKind};
 use dflash_batch_core::ReadProblem;
@@ -62,6 +64,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<planning::Plan>()?;
     m.add_class::<reading::TokenStore>()?;
     m.add_function(wrap_pyfunction!(reading::read_lengths, m)?)?;
+    m.add_function(wrap_pyfunction!(collating::collate_into, m)?)?;
+    m.add_function(wrap_pyfunction!(collating::collate_new, m)?)?;
     m.add("PlanError", m.py().get_type::<PlanError>())?;
     m.add("DataError", m.py().get_type::<DataError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

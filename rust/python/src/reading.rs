@@ -4,10 +4,10 @@
 
 use std::path::PathBuf;
 
+use dflash_batch_core::pool::PrivatePool;
 use dflash_batch_core::tokens::{Gathered, TokenStore as CoreStore, Tokens};
 use numpy::ndarray::ArrayView1;
 use numpy::{Element, PyArray1, PyReadonlyArray1};
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
@@ -22,13 +22,13 @@ macro_rules! with_index_slice {
     }};
     (@try $indices:ident, $rows:ident => $body:expr; $($t:ty),*) => {{
         $(
-            if let Ok(array) = $indices.extract::<PyReadonlyArray1<'_, $t>>() {
+            if let Ok(array) = $indices.extract::<::numpy::PyReadonlyArray1<'_, $t>>() {
                 let $rows: Vec<$t> = array.as_array().to_vec();
                 let $rows = &$rows[..];
                 return Ok($body);
             }
         )*
-        Err(PyTypeError::new_err(
+        Err(::pyo3::exceptions::PyTypeError::new_err(
             "indices must be a 1-D array of int32, int64, uint32 or uint64 row numbers",
         ))
     }};
@@ -84,7 +84,9 @@ pub(crate) fn read_lengths(
 /// the mapped files; the store keeps the files mapped while any view is alive.
 #[pyclass(frozen, name = "TokenStore", module = "dflash_batch._core")]
 pub(crate) struct TokenStore {
-    store: CoreStore,
+    pub(crate) store: CoreStore,
+    /// Threads that collation splits large batches over (see `collating.rs`).
+    pub(crate) pool: PrivatePool,
 }
 
 #[pymethods]
@@ -103,7 +105,11 @@ impl TokenStore {
         let result =
             py.detach(|| CoreStore::open(&paths, column, rows, |done| reporter.report(done)));
         let store = reporter.finish(result.map_err(to_py))?;
-        Ok(Self { store })
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+        Ok(Self {
+            store,
+            pool: PrivatePool::new(threads),
+        })
     }
 
     fn __len__(&self) -> usize {

@@ -1,0 +1,174 @@
+//! The collation binding: `collate_into` (caller-provided buffers, as the Loader uses) and
+//! `collate_new` (new arrays owned by Rust).
+
+use dflash_batch_core::collate::{collate_padded, Buffers, OutputToken, Padding};
+use dflash_batch_core::error::Result as CoreResult;
+use numpy::{Element, PyArray1, PyReadwriteArrayDyn};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::reading::TokenStore;
+use crate::to_py;
+
+const BUFFER_NAMES: [&str; 4] = ["input_ids", "attention_mask", "labels", "position_ids"];
+
+/// Writes the padded batch `indices` into the four buffers (contiguous, writeable numpy arrays of one
+/// dtype, int64 or int32, each holding at least rows × L elements); returns `(rows, L)`. Runs without
+/// the GIL, splitting large batches over the store's threads.
+#[pyfunction]
+#[pyo3(signature = (store, indices, input_ids, attention_mask, labels, position_ids, pad_id, label_pad_id, pad_to_multiple_of))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn collate_into(
+    py: Python<'_>,
+    store: &TokenStore,
+    indices: &Bound<'_, PyAny>,
+    input_ids: &Bound<'_, PyAny>,
+    attention_mask: &Bound<'_, PyAny>,
+    labels: &Bound<'_, PyAny>,
+    position_ids: &Bound<'_, PyAny>,
+    pad_id: i64,
+    label_pad_id: i64,
+    pad_to_multiple_of: u32,
+) -> PyResult<(usize, usize)> {
+    let padding = Padding {
+        pad_id,
+        label_pad_id,
+        pad_to_multiple_of,
+    };
+    let buffers = [input_ids, attention_mask, labels, position_ids];
+    if let Some(shape) = into_typed::<i64>(py, store, indices, buffers, &padding)? {
+        return shape.map_err(to_py);
+    }
+    if let Some(shape) = into_typed::<i32>(py, store, indices, buffers, &padding)? {
+        return shape.map_err(to_py);
+    }
+    Err(PyTypeError::new_err(format!(
+        "buffer input_ids must be a writeable int64 or int32 numpy array, got {}",
+        input_ids
+            .getattr("dtype")
+            .map_or_else(|_| input_ids.get_type().to_string(), |d| d.to_string())
+    )))
+}
+
+/// [`collate_into`] for output type `T`; `None` when `input_ids` is not of that dtype.
+fn into_typed<T: OutputToken + Element>(
+    py: Python<'_>,
+    store: &TokenStore,
+    indices: &Bound<'_, PyAny>,
+    buffers: [&Bound<'_, PyAny>; 4],
+    padding: &Padding,
+) -> PyResult<Option<CoreResult<(usize, usize)>>> {
+    if buffers[0].extract::<PyReadwriteArrayDyn<'_, T>>().is_err() {
+        return Ok(None);
+    }
+    let mut arrays = Vec::with_capacity(4);
+    for (name, buffer) in BUFFER_NAMES.iter().zip(buffers) {
+        let array = buffer.extract::<PyReadwriteArrayDyn<'_, T>>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "buffer {name} must be a writeable {} numpy array like input_ids, and a different array \
+                 from the other buffers",
+                T::NAME
+            ))
+        })?;
+        arrays.push(array);
+    }
+    let mut slices = arrays.iter_mut().zip(BUFFER_NAMES).map(|(a, name)| {
+        a.as_slice_mut().map_err(|_| {
+            PyValueError::new_err(format!(
+                "buffer {name} must be C-contiguous; pass numpy.ascontiguousarray(...) or a fresh buffer"
+            ))
+        })
+    });
+    let (Some(ids), Some(mask), Some(labels), Some(positions)) =
+        (slices.next(), slices.next(), slices.next(), slices.next())
+    else {
+        return Err(PyValueError::new_err("four buffers are required"));
+    };
+    let out = Buffers {
+        input_ids: ids?,
+        attention_mask: mask?,
+        labels: labels?,
+        position_ids: positions?,
+    };
+    collate_any(py, store, indices, padding, out).map(Some)
+}
+
+/// Runs the core collation for indices of any supported dtype (the outer error is a wrong dtype).
+fn collate_any<T: OutputToken>(
+    py: Python<'_>,
+    store: &TokenStore,
+    indices: &Bound<'_, PyAny>,
+    padding: &Padding,
+    out: Buffers<'_, T>,
+) -> PyResult<CoreResult<(usize, usize)>> {
+    let pool = store.pool.get();
+    with_index_slice!(indices, rows => py.detach(|| {
+        collate_padded(&store.store, rows, padding, out, pool.as_deref())
+    }))
+}
+
+/// The padded batch `indices` in four new 1-D arrays of `dtype` ("int64" or "int32") owned by Rust,
+/// and its `(rows, L)`: reshape each to `[rows, L]`.
+#[pyfunction]
+#[pyo3(signature = (store, indices, pad_id, label_pad_id, pad_to_multiple_of, dtype))]
+pub(crate) fn collate_new<'py>(
+    py: Python<'py>,
+    store: &TokenStore,
+    indices: &Bound<'py, PyAny>,
+    pad_id: i64,
+    label_pad_id: i64,
+    pad_to_multiple_of: u32,
+    dtype: &str,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let padding = Padding {
+        pad_id,
+        label_pad_id,
+        pad_to_multiple_of,
+    };
+    match dtype {
+        "int64" => new_typed::<i64>(py, store, indices, &padding),
+        "int32" => new_typed::<i32>(py, store, indices, &padding),
+        other => Err(PyValueError::new_err(format!(
+            "dtype={other:?} is invalid; use 'int64' or 'int32'"
+        ))),
+    }
+}
+
+fn new_typed<'py, T: OutputToken + Element + Default>(
+    py: Python<'py>,
+    store: &TokenStore,
+    indices: &Bound<'py, PyAny>,
+    padding: &Padding,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let shape = shape_any(store, indices, padding.pad_to_multiple_of)?.map_err(to_py)?;
+    let size = shape.0 * shape.1;
+    let mut columns: [Vec<T>; 4] = std::array::from_fn(|_| vec![T::default(); size]);
+    let [ids, mask, labels, positions] = &mut columns;
+    let out = Buffers {
+        input_ids: ids,
+        attention_mask: mask,
+        labels,
+        position_ids: positions,
+    };
+    collate_any(py, store, indices, padding, out)?.map_err(to_py)?;
+    let [ids, mask, labels, positions] = columns;
+    PyTuple::new(
+        py,
+        [
+            PyArray1::from_vec(py, ids).into_any(),
+            PyArray1::from_vec(py, mask).into_any(),
+            PyArray1::from_vec(py, labels).into_any(),
+            PyArray1::from_vec(py, positions).into_any(),
+            (shape.0, shape.1).into_pyobject(py)?.into_any(),
+        ],
+    )
+}
+
+fn shape_any(
+    store: &TokenStore,
+    indices: &Bound<'_, PyAny>,
+    pad_to_multiple_of: u32,
+) -> PyResult<CoreResult<(usize, usize)>> {
+    with_index_slice!(indices, rows => dflash_batch_core::collate::padded_shape(&store.store, rows, pad_to_multiple_of))
+}
