@@ -11,6 +11,8 @@ milliseconds, reproducible from ``(seed, epoch)``, with equal step counts on eve
 """
 
 from ._core import DataError, Plan, PlanError, __version__
+from .collate import collate
+from .loader import Loader
 from .reading import TokenStore, read_lengths
 from .sampler import BucketSampler
 from .workload import SEED_SAMPLES, seed_workload
@@ -19,10 +21,12 @@ __all__ = [
     "SEED_SAMPLES",
     "BucketSampler",
     "DataError",
+    "Loader",
     "Plan",
     "PlanError",
     "TokenStore",
     "__version__",
+    "collate",
     "read_lengths",
     "seed_workload",
 ]

@@ -144,17 +144,22 @@ class BucketSampler:
         A batch counts as consumed once it is handed out; after ``load_state_dict`` the next iteration
         resumes at the first step not consumed.
         """
+        plan, start = self._begin()
+        world, rank = self.world_size, self._rank
+        for step in range(start, plan.steps):
+            batch = plan[step * world + rank]
+            self._consumed = step + 1
+            yield batch
+
+    def _begin(self) -> tuple[Plan, int]:
+        """The current epoch's plan and the step an iteration starts at (a pending resume is used up)."""
         plan = self.plan()
         start = 0
         if self._resume is not None and self._resume[0] == self._epoch:
             start = self._resume[1]
         self._resume = None
-        world, rank = self.world_size, self._rank
         self._consumed = start
-        for step in range(start, plan.steps):
-            batch = plan[step * world + rank]
-            self._consumed = step + 1
-            yield batch
+        return plan, start
 
     # -- checkpoints ----------------------------------------------------------------------------------
 

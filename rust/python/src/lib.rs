@@ -35,14 +35,15 @@ pyo3::create_exception!(
 
 /// The one mapping from core errors to Python exceptions: I/O failures become the matching `OSError`
 /// subclass (`FileNotFoundError`, `PermissionError`, ...), unreadable data `DataError`, rows past the
-/// end `IndexError`, and everything else `PlanError`.
+/// end `IndexError`, small buffers `ValueError`, and everything else `PlanError`.
 fn to_py(err: Error) -> PyErr {
     match err.kind() {
         ErrorKind::Read {
             problem: ReadProblem::Io { kind, .. },
             ..
         } => std::io::Error::new(*kind, err.to_string()).into(),
-        ErrorKind::Read { .. } => DataError::new_err(err.to_string()),
+        ErrorKind::Read { .. } | ErrorKind::TokenOutOfRange { .. } => DataError::new_err(err.to_string()),
+        ErrorKind::BufferTooSmall { .. } => PyValueError::new_err(err.to_string()),
         ErrorKind::RowOutOfRange { .. } => PyIndexError::new_err(err.to_string()),
         _ => PlanError::new_err(err.to_string()),
     }

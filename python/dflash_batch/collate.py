@@ -1,0 +1,114 @@
+"""``collate``: a batch of rows padded into ``input_ids``, ``attention_mask``, ``labels``, ``position_ids``.
+
+The work happens in Rust with the GIL released: rows are copied straight from the mapped token files into
+the output arrays (right padding). ``L`` is the longest row of the batch rounded up to
+``pad_to_multiple_of``; real tokens get mask 1, their token as label and positions ``0..len-1``; padding
+gets ``pad_id``, mask 0, ``label_pad_id`` (-100: ignored by cross-entropy) and position 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _core
+from .reading import _INDEX_DTYPES, TokenStore, _index_array
+
+KEYS = ("input_ids", "attention_mask", "labels", "position_ids")
+
+
+def output_dtype(dtype: Any) -> str:
+    """``"int64"`` or ``"int32"`` from a numpy or torch dtype or its name."""
+    name = str(dtype).removeprefix("torch.")
+    if name in ("int64", "int32"):
+        return name
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        pass
+    if name not in ("int64", "int32"):
+        raise ValueError(f"dtype={dtype!r} is invalid; use int64 (the default) or int32")
+    return name
+
+
+def collate(
+    store: TokenStore,
+    indices: Any,
+    *,
+    pad_id: int = 0,
+    label_pad_id: int = -100,
+    pad_to_multiple_of: int = 1,
+    dtype: Any = "int64",
+    out: dict[str, np.ndarray] | None = None,
+) -> dict[str, np.ndarray]:
+    """The padded batch of ``indices`` from ``store``: four ``[rows, L]`` arrays in a dict.
+
+    Without ``out`` the arrays are new (owned by Rust, no extra copy). With ``out`` — a dict of four
+    contiguous, writeable arrays of one dtype (int64 or int32, e.g. numpy views of pinned torch
+    tensors), each holding at least ``rows × L`` elements — the batch is written into them and the
+    returned arrays are ``[rows, L]`` views of their fronts; ``dtype`` is then theirs.
+    """
+    if not isinstance(store, TokenStore):
+        raise TypeError(f"store must be a dflash_batch.TokenStore, got {type(store).__name__}")
+    if not (isinstance(indices, np.ndarray) and indices.dtype in _INDEX_DTYPES and indices.ndim == 1):
+        indices = _index_array(indices)
+    inner = store._inner
+    settings = (int(pad_id), int(label_pad_id), _multiple(pad_to_multiple_of))
+    if not isinstance(inner, _core.TokenStore):
+        return _collate_numpy(inner, indices, *settings, out, output_dtype(dtype))
+    if out is None:
+        *arrays, (rows, width) = _core.collate_new(inner, indices, *settings, output_dtype(dtype))
+        return {key: array.reshape(rows, width) for key, array in zip(KEYS, arrays, strict=True)}
+    buffers = _buffers(out)
+    rows, width = _core.collate_into(inner, indices, *buffers, *settings)
+    return {key: _front(buffer, rows, width) for key, buffer in zip(KEYS, buffers, strict=True)}
+
+
+def _multiple(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"pad_to_multiple_of={value!r} is invalid; pass an integer ≥ 1")
+    return int(value)
+
+
+def _buffers(out: dict[str, np.ndarray]) -> list[np.ndarray]:
+    if not isinstance(out, dict) or set(out) != set(KEYS):
+        got = sorted(out) if isinstance(out, dict) else type(out).__name__
+        raise TypeError(f"out must be a dict with exactly the keys {list(KEYS)}, got {got}")
+    return [out[key] for key in KEYS]
+
+
+def _front(buffer: np.ndarray, rows: int, width: int) -> np.ndarray:
+    return buffer.reshape(-1)[: rows * width].reshape(rows, width)
+
+
+def _collate_numpy(inner, indices, pad_id, label_pad_id, multiple, out, dtype) -> dict[str, np.ndarray]:
+    """The same collation for an in-memory table (no mapped files for Rust to read)."""
+    rows = [inner[int(i)] for i in indices]
+    longest = max((len(r) for r in rows), default=0)
+    width = -(-longest // multiple) * multiple
+    if out is not None:
+        buffers = _buffers(out)
+        dtype = buffers[0].dtype.name
+        needed = len(rows) * width
+        for key, buffer in zip(KEYS, buffers, strict=True):
+            if buffer.size < needed:
+                raise ValueError(f"buffer {key} holds {buffer.size} elements but the batch needs {needed}")
+    result = {
+        "input_ids": np.full((len(rows), width), pad_id, dtype=dtype),
+        "attention_mask": np.zeros((len(rows), width), dtype=dtype),
+        "labels": np.full((len(rows), width), label_pad_id, dtype=dtype),
+        "position_ids": np.zeros((len(rows), width), dtype=dtype),
+    }
+    for r, tokens in enumerate(rows):
+        n = len(tokens)
+        result["input_ids"][r, :n] = tokens
+        result["labels"][r, :n] = tokens
+        result["attention_mask"][r, :n] = 1
+        result["position_ids"][r, :n] = np.arange(n)
+    if out is None:
+        return result
+    views = {key: _front(buffer, len(rows), width) for key, buffer in zip(KEYS, buffers, strict=True)}
+    for key in KEYS:
+        views[key][...] = result[key]
+    return views

@@ -1,0 +1,320 @@
+"""``Loader``: this rank's batches as torch tensors, collated ahead of the trainer on a background thread.
+
+The pipeline, per batch::
+
+    plan (Rust, once per epoch) → collate into a free slot (Rust, GIL released)
+        → CPU: torch views of the slot            → the trainer
+        → CUDA: copy on a side stream + event     → the trainer's stream waits on the event
+
+A ring of ``prefetch + 1`` slots bounds memory: each slot holds the four arrays of the largest padded
+batch of the epoch (pinned when copying to a GPU). The worker fills free slots up to ``prefetch`` batches
+ahead; the slot of the batch the trainer holds goes back to the ring when it asks for the next one, so on
+the CPU a batch's tensors are valid until then (clone them to keep them longer). On CUDA the device
+tensors are fresh per batch (torch's caching allocator makes that cheap) and are safe to keep; a host
+slot is only rewritten after the copy out of it has completed (its event is synchronized first).
+
+``state_dict()`` counts batches handed to the trainer, never those merely prefetched, so a resume
+replays nothing and skips nothing. Errors in the worker are raised in the trainer's thread with their
+original type and traceback. Breaking out of the loop, ``close()``, leaving a ``with`` block, garbage
+collection and interpreter exit all stop the worker and wait for it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import queue
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from .collate import KEYS, collate, output_dtype
+from .reading import TokenStore
+from .sampler import BucketSampler
+
+_live: weakref.WeakSet[Loader] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    """Stops every worker before the interpreter tears down (a daemon thread inside Rust must not meet
+    a finalizing interpreter)."""
+    for loader in list(_live):
+        loader.close()
+
+
+class Loader:
+    """Batches of ``store`` in ``sampler``'s order, padded and prefetched, as dicts of torch tensors.
+
+    Args:
+        store: the :class:`TokenStore` with the token column.
+        sampler: the :class:`BucketSampler` that plans the epochs (its lengths must be the store's).
+        pad_id, label_pad_id, pad_to_multiple_of: as for :func:`collate`.
+        dtype: ``torch.int64`` (default) or ``torch.int32``.
+        prefetch: batches collated ahead of the trainer (≥ 1).
+        device: where tensors go: ``None`` or ``"cpu"`` keeps them on the host; a CUDA device copies
+            them on a side stream.
+        pin_memory: pin the host slots (default: when ``device`` is CUDA). Needs CUDA.
+    """
+
+    def __init__(
+        self,
+        store: TokenStore,
+        sampler: BucketSampler,
+        *,
+        pad_id: int = 0,
+        label_pad_id: int = -100,
+        pad_to_multiple_of: int = 1,
+        dtype: Any = None,
+        prefetch: int = 2,
+        device: Any = None,
+        pin_memory: bool | None = None,
+        _transfer: Any = None,
+    ) -> None:
+        import torch
+
+        if not isinstance(store, TokenStore):
+            raise TypeError(f"store must be a dflash_batch.TokenStore, got {type(store).__name__}")
+        if not isinstance(sampler, BucketSampler):
+            raise TypeError(f"sampler must be a dflash_batch.BucketSampler, got {type(sampler).__name__}")
+        if len(store) != sampler.num_samples:
+            raise ValueError(
+                f"the store has {len(store)} rows but the sampler plans {sampler.num_samples} samples; "
+                "build both from the same dataset"
+            )
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
+            raise ValueError(f"prefetch={prefetch!r} is invalid; pass an integer ≥ 1")
+        self.store, self.sampler, self.prefetch = store, sampler, prefetch
+        self._dtype = output_dtype(dtype if dtype is not None else torch.int64)
+        self._settings = {"pad_id": pad_id, "label_pad_id": label_pad_id, "pad_to_multiple_of": pad_to_multiple_of}
+        collate(store, np.zeros(0, dtype=np.int64), **self._settings)  # validates the settings now
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        cuda = self.device.type == "cuda"
+        if cuda and not torch.cuda.is_available():
+            raise ValueError(f"device={device!r} needs CUDA, which torch cannot use here; pass device=None")
+        self.pin_memory = cuda if pin_memory is None else bool(pin_memory)
+        if self.pin_memory and not torch.cuda.is_available():
+            raise ValueError("pin_memory=True needs CUDA; pass pin_memory=False or leave it unset")
+        self._transfer = _transfer or (_CudaTransfer(self.device) if cuda else _HostTransfer())
+        self._lengths = store.lengths()
+        self._pipeline: _Pipeline | None = None
+        self._consumed = 0
+        self._slot_bytes = 0
+        _live.add(self)
+
+    # -- iteration --------------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Steps this rank runs in the current epoch."""
+        return len(self.sampler)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Selects the epoch the next iteration runs (passed through to the sampler)."""
+        self.close()
+        self.sampler.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        self.close()
+        plan, start = self.sampler._begin()
+        world, rank = self.sampler.world_size, self.sampler.rank
+        batches = [plan[step * world + rank] for step in range(start, plan.steps)]
+        self._consumed = start
+        slots = self._slots(batches)
+        self._pipeline = _Pipeline(self._collate_into, batches, slots, self._transfer)
+        return self._run(self._pipeline)
+
+    def _run(self, pipeline: _Pipeline) -> Iterator[dict[str, Any]]:
+        try:
+            for batch in pipeline:
+                self._consumed += 1
+                self.sampler._consumed = self._consumed
+                yield batch
+        finally:
+            pipeline.close()
+
+    def _collate_into(self, batch: np.ndarray, slot: dict[str, Any]) -> tuple[int, int]:
+        views = collate(self.store, batch, **self._settings, out=slot["numpy"])
+        return views["input_ids"].shape
+
+    def _slots(self, batches: list[np.ndarray]) -> list[dict[str, Any]]:
+        """``prefetch + 1`` slots, each holding the largest padded batch of ``batches``."""
+        import torch
+
+        capacity = max((self._padded_size(b) for b in batches), default=0)
+        dtype = getattr(torch, self._dtype)
+        slots = []
+        for _ in range(self.prefetch + 1):
+            tensors = {key: torch.empty(max(capacity, 1), dtype=dtype, pin_memory=self.pin_memory) for key in KEYS}
+            slots.append({"torch": tensors, "numpy": {key: t.numpy() for key, t in tensors.items()}})
+        self._slot_bytes = len(slots) * len(KEYS) * max(capacity, 1) * np.dtype(self._dtype).itemsize
+        return slots
+
+    def _padded_size(self, batch: np.ndarray) -> int:
+        multiple = self._settings["pad_to_multiple_of"]
+        longest = int(self._lengths[batch].max()) if len(batch) else 0
+        return len(batch) * (-(-longest // multiple) * multiple)
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes of host memory the prefetch ring holds for the current epoch."""
+        return self._slot_bytes
+
+    # -- checkpoints ------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The sampler's state with the steps the trainer has received (not those prefetched)."""
+        state = self.sampler.state_dict()
+        state["step"] = self._consumed
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resumes at ``state``: the next iteration yields exactly the rest of its epoch."""
+        self.close()
+        self.sampler.load_state_dict(state)
+        self._consumed = self.sampler._consumed
+
+    # -- shutdown ---------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stops the worker thread and waits for it (idempotent)."""
+        pipeline, self._pipeline = getattr(self, "_pipeline", None), None  # None if __init__ failed
+        if pipeline is not None:
+            pipeline.close()
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"Loader({len(self.store)} rows, {len(self)} steps, prefetch={self.prefetch}, device={self.device}, "
+            f"dtype={self._dtype}, pin_memory={self.pin_memory})"
+        )
+
+
+_END = object()
+_STOP = object()
+
+
+class _Failed:
+    def __init__(self, error: BaseException, step: int) -> None:
+        self.error, self.step = error, step
+
+
+class _Pipeline:
+    """One epoch's worker thread and its ring of slots."""
+
+    def __init__(self, collate_into, batches: list[np.ndarray], slots: list[dict[str, Any]], transfer: Any) -> None:
+        self._collate_into, self._batches, self._slots, self._transfer = collate_into, batches, slots, transfer
+        self._free: queue.SimpleQueue = queue.SimpleQueue()
+        for index in range(len(slots)):
+            self._free.put(index)
+        self._ready: queue.SimpleQueue = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._held: int | None = None
+        self._closed = False
+        self.thread = threading.Thread(target=self._work, name="dflash-batch-loader", daemon=True)
+        self.thread.start()
+
+    def _work(self) -> None:
+        step = -1
+        try:
+            for batch in self._batches:
+                step += 1
+                index = self._free.get()
+                if index is _STOP or self._stop.is_set():
+                    return
+                self._transfer.before_reuse(index)
+                rows, width = self._collate_into(batch, self._slots[index])
+                self._ready.put((index, self._transfer.send(index, self._slots[index]["torch"], rows, width)))
+            self._ready.put(_END)
+        except BaseException as error:  # raised again in the trainer's thread
+            self._ready.put(_Failed(error, step))
+
+    def __iter__(self) -> _Pipeline:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        if self._held is not None:  # the trainer is done with the previous batch: recycle its slot
+            self._free.put(self._held)
+            self._held = None
+        if self._closed:
+            raise StopIteration
+        item = self._ready.get()
+        if item is _END:
+            self.close()
+            raise StopIteration
+        if isinstance(item, _Failed):
+            self.close()
+            error = item.error
+            if hasattr(error, "add_note"):
+                error.add_note(f"(raised in the dflash_batch Loader's worker thread, preparing step {item.step})")
+            raise error
+        index, payload = item
+        self._held = index
+        return self._transfer.receive(payload)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._free.put(_STOP)
+        if threading.current_thread() is not self.thread:
+            self.thread.join()
+
+
+class _HostTransfer:
+    """CPU tensors: ``[rows, L]`` views of the slot, valid until the trainer asks for the next batch."""
+
+    def before_reuse(self, index: int) -> None:
+        pass
+
+    def send(self, index: int, tensors: dict[str, Any], rows: int, width: int) -> dict[str, Any]:
+        return {key: t[: rows * width].view(rows, width) for key, t in tensors.items()}
+
+    def receive(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return payload
+
+
+class _CudaTransfer:
+    """Host slot → device on a side stream; the trainer's stream waits on the copy's event, and a slot is
+    rewritten only after the copy out of it has completed."""
+
+    def __init__(self, device: Any) -> None:
+        import torch
+
+        self._torch = torch
+        self.device = device
+        self.stream = torch.cuda.Stream(device=device)
+        self._events: dict[int, Any] = {}
+
+    def before_reuse(self, index: int) -> None:
+        event = self._events.pop(index, None)
+        if event is not None:
+            event.synchronize()
+
+    def send(self, index: int, tensors: dict[str, Any], rows: int, width: int) -> tuple[dict[str, Any], Any]:
+        torch = self._torch
+        with torch.cuda.stream(self.stream):
+            views = {key: t[: rows * width].view(rows, width) for key, t in tensors.items()}
+            on_device = {key: view.to(self.device, non_blocking=True) for key, view in views.items()}
+            event = torch.cuda.Event()
+            event.record(self.stream)
+        self._events[index] = event
+        return on_device, event
+
+    def receive(self, payload: tuple[dict[str, Any], Any]) -> dict[str, Any]:
+        on_device, event = payload
+        current = self._torch.cuda.current_stream(self.device)
+        current.wait_event(event)
+        for tensor in on_device.values():
+            tensor.record_stream(current)  # its memory is not reused before the trainer's work on it ends
+        return on_device

@@ -1,0 +1,248 @@
+"""The Loader: contents, resume with prefetch in flight, errors, shutdown, and the CUDA pipeline's logic."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+import threading
+
+import dflash_batch as db
+import numpy as np
+import pytest
+from _arrow import token_rows, token_table, write_ipc
+
+torch = pytest.importorskip("torch")
+
+ROWS = token_rows(300, longest=60)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return db.TokenStore(write_ipc(tmp_path_factory.mktemp("l") / "t.arrow", token_table(ROWS)))
+
+
+def sampler_for(store, **kwargs):
+    kwargs.setdefault("max_tokens", 256)
+    return db.BucketSampler(store.lengths(), seed=4, **kwargs)
+
+
+def workers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "dflash-batch-loader"]
+
+
+def as_numpy(batch):
+    return {k: v.numpy().copy() for k, v in batch.items()}
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_batches_equal_collate_of_the_sampler_batches(store, dtype):
+    sampler = sampler_for(store, world_size=2, rank=1)
+    loader = db.Loader(store, sampler, dtype=dtype, pad_to_multiple_of=8, prefetch=3)
+    expected = [db.collate(store, b, pad_to_multiple_of=8, dtype=str(dtype)) for b in sampler]
+    got = [as_numpy(b) for b in loader]
+    assert len(got) == len(expected) == len(loader)
+    for g, e in zip(got, expected, strict=True):
+        for key in e:
+            assert g[key].dtype == e[key].dtype
+            np.testing.assert_array_equal(g[key], e[key])
+    assert workers() == []
+
+
+def test_epochs_and_memory(store):
+    sampler = sampler_for(store)
+    loader = db.Loader(store, sampler, prefetch=2)
+    first = [as_numpy(b)["input_ids"] for b in loader]
+    loader.set_epoch(1)
+    second = [as_numpy(b)["input_ids"] for b in loader]
+    assert sampler.epoch == 1 and len(first) == len(second)
+    assert any(a.shape != b.shape or (a != b).any() for a, b in zip(first, second, strict=True))
+    assert loader.memory_bytes == 3 * 4 * 256 * 8  # 3 slots × 4 arrays × max_tokens × int64
+    again = [as_numpy(b)["input_ids"] for b in loader]
+    assert all((a == b).all() for a, b in zip(second, again, strict=True)), "same epoch, same batches"
+
+
+def test_resume_with_prefetch_in_flight(store):
+    sampler = sampler_for(store)
+    loader = db.Loader(store, sampler, prefetch=4)
+    seen = []
+    for i, batch in enumerate(loader):
+        seen.append(as_numpy(batch)["input_ids"])
+        if i == 4:
+            state = loader.state_dict()
+            break
+    assert state["step"] == 5, "prefetched batches are not consumed"
+    resumed = db.Loader(store, sampler_for(store), prefetch=4)
+    resumed.load_state_dict(state)
+    rest = [as_numpy(b)["input_ids"] for b in resumed]
+    everything = [as_numpy(b)["input_ids"] for b in db.Loader(store, sampler_for(store))]
+    assert len(seen) + len(rest) == len(everything)
+    for a, b in zip(seen + rest, everything, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert resumed.state_dict()["step"] == len(everything)
+
+
+def test_worker_errors_reach_the_trainer_with_their_type(store, monkeypatch):
+    loader = db.Loader(store, sampler_for(store))
+    original = loader._collate_into
+    calls = []
+
+    def failing(batch, slot):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyError("broken row")
+        return original(batch, slot)
+
+    monkeypatch.setattr(loader, "_collate_into", failing)
+    received = 0
+    with pytest.raises(KeyError, match="broken row") as info:
+        for _ in loader:
+            received += 1
+    assert received == 2
+    assert any("worker thread, preparing step 2" in note for note in getattr(info.value, "__notes__", []))
+    assert workers() == []
+
+
+def test_collation_errors_propagate(tmp_path):
+    import pyarrow as pa
+
+    path = write_ipc(tmp_path / "w.arrow", token_table([np.array([1, 2]), np.array([2**40])], value_type=pa.int64()))
+    store = db.TokenStore(path)
+    loader = db.Loader(store, db.BucketSampler(store.lengths(), batch_size=1, shuffle=False), dtype=torch.int32)
+    with pytest.raises(db.DataError, match="does not fit in int32"):
+        list(loader)
+
+
+def test_break_close_context_and_gc_stop_the_worker(store):
+    loader = db.Loader(store, sampler_for(store), prefetch=1)
+    for _ in loader:
+        break
+    assert workers() == []
+    iterator = iter(loader)
+    next(iterator)
+    assert len(workers()) == 1
+    loader.close()
+    assert workers() == []
+    with db.Loader(store, sampler_for(store)) as scoped:
+        next(iter(scoped))
+    assert workers() == []
+    dropped = db.Loader(store, sampler_for(store))
+    held = iter(dropped)
+    next(held)
+    del dropped, held
+    gc.collect()
+    assert workers() == []
+
+
+def test_a_new_iteration_stops_the_previous_one(store):
+    loader = db.Loader(store, sampler_for(store))
+    first = iter(loader)
+    next(first)
+    second = iter(loader)
+    next(second)
+    assert len(workers()) == 1
+    loader.close()
+
+
+def test_process_exit_mid_epoch_does_not_hang(store):
+    code = f"""
+import dflash_batch as db
+store = db.TokenStore({str(store.paths[0])!r})
+loader = db.Loader(store, db.BucketSampler(store.lengths(), max_tokens=256), prefetch=1)
+it = iter(loader)
+next(it)
+print("ok")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+class FakeEvent:
+    def __init__(self, log, index):
+        self.log, self.index = log, index
+
+    def synchronize(self):
+        self.log.append(("synchronize", self.index))
+
+
+class FakeCudaTransfer:
+    """The CUDA transfer's protocol, recorded: what the pipeline must call and in which order."""
+
+    def __init__(self):
+        self.log = []
+        self.events = {}
+        self.lock = threading.Lock()
+
+    def before_reuse(self, index):
+        with self.lock:
+            self.log.append(("reuse", index))
+            event = self.events.pop(index, None)
+        if event is not None:
+            event.synchronize()
+
+    def send(self, index, tensors, rows, width):
+        payload = {k: t[: rows * width].view(rows, width).clone() for k, t in tensors.items()}
+        with self.lock:
+            self.log.append(("send", index))
+            self.events[index] = FakeEvent(self.log, index)
+        return payload, index
+
+    def receive(self, payload):
+        tensors, index = payload
+        self.log.append(("wait", index))
+        return tensors
+
+
+def test_cuda_pipeline_protocol_on_the_cpu(store):
+    transfer = FakeCudaTransfer()
+    sampler = sampler_for(store)
+    loader = db.Loader(store, sampler, prefetch=2, _transfer=transfer)
+    batches = [as_numpy(b) for b in loader]
+    assert len(batches) == len(sampler)
+    sends = [i for op, i in transfer.log if op == "send"]
+    assert sorted(set(sends)) == [0, 1, 2] and len(sends) == len(batches)
+    pending = set()
+    for op, index in transfer.log:
+        if op == "send":
+            assert index not in pending, "a slot was rewritten before its copy was waited for"
+            pending.add(index)
+        elif op == "synchronize":
+            pending.discard(index)
+    assert sum(op == "wait" for op, _ in transfer.log) == len(batches)
+    for got, indices in zip(batches, sampler_for(store), strict=True):
+        np.testing.assert_array_equal(got["labels"], db.collate(store, indices)["labels"])
+
+
+def test_torch_dataloader_with_collate_fn(store):
+    sampler = sampler_for(store)
+
+    def collate_fn(rows):
+        return {k: torch.from_numpy(v) for k, v in db.collate(store, np.asarray(rows, dtype=np.int64)).items()}
+
+    loader = torch.utils.data.DataLoader(range(len(store)), batch_sampler=sampler, collate_fn=collate_fn)
+    batches = list(loader)
+    assert len(batches) == len(sampler)
+    first = next(iter(sampler))
+    assert torch.equal(batches[0]["input_ids"], torch.from_numpy(db.collate(store, first)["input_ids"]))
+
+
+def test_bad_arguments(store):
+    sampler = sampler_for(store)
+    with pytest.raises(TypeError, match=r"store must be a dflash_batch\.TokenStore"):
+        db.Loader(np.zeros(3), sampler)
+    with pytest.raises(TypeError, match=r"sampler must be a dflash_batch\.BucketSampler"):
+        db.Loader(store, [np.arange(3)])
+    with pytest.raises(ValueError, match="the store has 300 rows but the sampler plans 10"):
+        db.Loader(store, db.BucketSampler(np.full(10, 5), batch_size=2))
+    with pytest.raises(ValueError, match="prefetch=0 is invalid"):
+        db.Loader(store, sampler, prefetch=0)
+    with pytest.raises(ValueError, match=r"dtype=.* is invalid"):
+        db.Loader(store, sampler, dtype=torch.float32)
+    with pytest.raises(ValueError, match="pad_to_multiple_of=0"):
+        db.Loader(store, sampler, pad_to_multiple_of=0)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="needs CUDA"):
+            db.Loader(store, sampler, device="cuda")
+        with pytest.raises(ValueError, match="pin_memory=True needs CUDA"):
+            db.Loader(store, sampler, pin_memory=True)
