@@ -42,7 +42,9 @@ fn to_py(err: Error) -> PyErr {
             problem: ReadProblem::Io { kind, .. },
             ..
         } => std::io::Error::new(*kind, err.to_string()).into(),
-        ErrorKind::Read { .. } | ErrorKind::TokenOutOfRange { .. } => DataError::new_err(err.to_string()),
+        ErrorKind::Read { .. } | ErrorKind::TokenOutOfRange { .. } => {
+            DataError::new_err(err.to_string())
+        }
         ErrorKind::BufferTooSmall { .. } => PyValueError::new_err(err.to_string()),
         ErrorKind::RowOutOfRange { .. } => PyIndexError::new_err(err.to_string()),
         _ => PlanError::new_err(err.to_string()),
