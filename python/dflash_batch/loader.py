@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _core
 from .collate import KEYS, collate, output_dtype
 from .reading import TokenStore
 from .sampler import BucketSampler
@@ -119,9 +120,9 @@ class Loader:
         self.close()
         plan, start = self.sampler._begin()
         world, rank = self.sampler.world_size, self.sampler.rank
-        batches = [plan[step * world + rank] for step in range(start, plan.steps)]
         self._consumed = start
-        slots = self._slots(batches)
+        slots = self._slots(self._capacity(plan, world, rank, start))
+        batches = (plan[step * world + rank] for step in range(start, plan.steps))  # read by the worker
         self._pipeline = _Pipeline(self._collate_into, batches, slots, self._transfer)
         return self._run(self._pipeline)
 
@@ -135,26 +136,35 @@ class Loader:
             pipeline.close()
 
     def _collate_into(self, batch: np.ndarray, slot: dict[str, Any]) -> tuple[int, int]:
-        views = collate(self.store, batch, **self._settings, out=slot["numpy"])
+        inner, settings = self.store._inner, self._settings
+        if isinstance(inner, _core.TokenStore):  # straight to Rust: this runs once per batch
+            return _core.collate_into(inner, batch, *slot["numpy"], *settings.values())
+        views = collate(self.store, batch, **settings, out=dict(zip(KEYS, slot["numpy"], strict=True)))
         return views["input_ids"].shape
 
-    def _slots(self, batches: list[np.ndarray]) -> list[dict[str, Any]]:
-        """``prefetch + 1`` slots, each holding the largest padded batch of ``batches``."""
+    def _capacity(self, plan: Any, world: int, rank: int, start: int) -> int:
+        """Elements of the largest padded batch this rank runs from ``start`` on (vectorized over the plan)."""
+        steps = np.arange(start, plan.steps, dtype=np.int64) * world + rank
+        if len(steps) == 0:
+            return 1
+        offsets = plan.offsets.astype(np.int64)
+        sizes = np.diff(offsets)
+        longest = np.maximum.reduceat(self._lengths[plan.indices], np.minimum(offsets[:-1], len(plan.indices) - 1))
+        multiple = self._settings["pad_to_multiple_of"]
+        padded = np.where(sizes == 0, 0, sizes * (-(-longest.astype(np.int64) // multiple) * multiple))
+        return max(int(padded[steps].max()), 1)
+
+    def _slots(self, capacity: int) -> list[dict[str, Any]]:
+        """``prefetch + 1`` slots of ``capacity`` elements per array (pinned for CUDA)."""
         import torch
 
-        capacity = max((self._padded_size(b) for b in batches), default=0)
         dtype = getattr(torch, self._dtype)
         slots = []
         for _ in range(self.prefetch + 1):
-            tensors = {key: torch.empty(max(capacity, 1), dtype=dtype, pin_memory=self.pin_memory) for key in KEYS}
-            slots.append({"torch": tensors, "numpy": {key: t.numpy() for key, t in tensors.items()}})
-        self._slot_bytes = len(slots) * len(KEYS) * max(capacity, 1) * np.dtype(self._dtype).itemsize
+            tensors = {key: torch.empty(capacity, dtype=dtype, pin_memory=self.pin_memory) for key in KEYS}
+            slots.append({"torch": tensors, "numpy": [tensors[key].numpy() for key in KEYS]})
+        self._slot_bytes = len(slots) * len(KEYS) * capacity * np.dtype(self._dtype).itemsize
         return slots
-
-    def _padded_size(self, batch: np.ndarray) -> int:
-        multiple = self._settings["pad_to_multiple_of"]
-        longest = int(self._lengths[batch].max()) if len(batch) else 0
-        return len(batch) * (-(-longest // multiple) * multiple)
 
     @property
     def memory_bytes(self) -> int:
@@ -211,7 +221,7 @@ class _Failed:
 class _Pipeline:
     """One epoch's worker thread and its ring of slots."""
 
-    def __init__(self, collate_into, batches: list[np.ndarray], slots: list[dict[str, Any]], transfer: Any) -> None:
+    def __init__(self, collate_into, batches: Iterator[np.ndarray], slots: list[dict[str, Any]], transfer: Any) -> None:
         self._collate_into, self._batches, self._slots, self._transfer = collate_into, batches, slots, transfer
         self._free: queue.SimpleQueue = queue.SimpleQueue()
         for index in range(len(slots)):

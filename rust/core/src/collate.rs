@@ -15,9 +15,12 @@
 //! caller's pool when a batch is large enough to pay for it. Tokens are converted to the output type:
 //! into `int64` always exactly; into `int32` with a check, since a `uint32` or `int64` id may not fit.
 
+use std::cell::RefCell;
+
 use rayon::prelude::*;
 
 use crate::error::{ErrorKind, Result};
+use crate::pool::PrivatePool;
 use crate::tokens::{Located, TokenStore, Tokens};
 
 /// Elements (`rows × L`) from which a batch is split over the pool: below, the split costs more
@@ -45,18 +48,122 @@ impl Default for Padding {
     }
 }
 
-/// An output element type: `i32` or `i64`.
-pub trait OutputToken: Copy + Send + Sync + TryFrom<i64> + From<i32> + 'static {
+/// An output element type: `i32` or `i64`, convertible from every stored token type.
+pub trait OutputToken:
+    Copy + Send + Sync + TryFrom<i64> + From<i32> + Convert<i32> + Convert<i64> + Convert<u32> + 'static
+{
     /// The numpy name, for messages.
     const NAME: &'static str;
+
+    /// Writes `0, 1, …` over `out` by copying from this thread's cached `0..n` (a copy runs at memory
+    /// speed; an element-by-element counter did not vectorize and cost a quarter of the batch,
+    /// measured).
+    fn write_positions(out: &mut [Self]);
+}
+
+thread_local! {
+    static POSITIONS_I32: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
+    static POSITIONS_I64: RefCell<Vec<i64>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Copies `0..out.len()` from `cache`, growing it first if needed. Rows are shorter than 2^31
+/// tokens (a list row's offsets are i32; a large-list row that long could not be padded in memory).
+fn copy_positions<T: Copy + From<i32>>(cache: &RefCell<Vec<T>>, out: &mut [T]) {
+    let mut cache = cache.borrow_mut();
+    if cache.len() < out.len() {
+        let start = i32::try_from(cache.len()).unwrap_or(i32::MAX);
+        let end = i32::try_from(out.len()).unwrap_or(i32::MAX);
+        cache.extend((start..end).map(T::from));
+    }
+    let n = out.len().min(cache.len());
+    out[..n].copy_from_slice(&cache[..n]);
 }
 
 impl OutputToken for i32 {
     const NAME: &'static str = "int32";
+
+    fn write_positions(out: &mut [Self]) {
+        POSITIONS_I32.with(|cache| copy_positions(cache, out));
+    }
 }
 
 impl OutputToken for i64 {
     const NAME: &'static str = "int64";
+
+    fn write_positions(out: &mut [Self]) {
+        POSITIONS_I64.with(|cache| copy_positions(cache, out));
+    }
+}
+
+/// Writing stored tokens of type `S` as `Self`: a plain copy or widening where every value fits
+/// (vectorized by the compiler), a range check first where some may not.
+pub trait Convert<S>: Sized {
+    /// Writes `tokens` into the front of `out` (which is at least as long).
+    fn convert(tokens: &[S], out: &mut [Self]) -> Result<()>;
+}
+
+impl Convert<i32> for i32 {
+    fn convert(tokens: &[i32], out: &mut [i32]) -> Result<()> {
+        out[..tokens.len()].copy_from_slice(tokens);
+        Ok(())
+    }
+}
+
+impl Convert<i64> for i64 {
+    fn convert(tokens: &[i64], out: &mut [i64]) -> Result<()> {
+        out[..tokens.len()].copy_from_slice(tokens);
+        Ok(())
+    }
+}
+
+impl Convert<i32> for i64 {
+    fn convert(tokens: &[i32], out: &mut [i64]) -> Result<()> {
+        out.iter_mut()
+            .zip(tokens)
+            .for_each(|(o, &t)| *o = i64::from(t));
+        Ok(())
+    }
+}
+
+impl Convert<u32> for i64 {
+    fn convert(tokens: &[u32], out: &mut [i64]) -> Result<()> {
+        out.iter_mut()
+            .zip(tokens)
+            .for_each(|(o, &t)| *o = i64::from(t));
+        Ok(())
+    }
+}
+
+impl Convert<u32> for i32 {
+    fn convert(tokens: &[u32], out: &mut [i32]) -> Result<()> {
+        if let Some(&bad) = tokens.iter().find(|&&t| i32::try_from(t).is_err()) {
+            return Err(out_of_range(i64::from(bad)));
+        }
+        // Every value was checked to fit.
+        #[allow(clippy::cast_possible_wrap)]
+        out.iter_mut().zip(tokens).for_each(|(o, &t)| *o = t as i32);
+        Ok(())
+    }
+}
+
+impl Convert<i64> for i32 {
+    fn convert(tokens: &[i64], out: &mut [i32]) -> Result<()> {
+        if let Some(&bad) = tokens.iter().find(|&&t| i32::try_from(t).is_err()) {
+            return Err(out_of_range(bad));
+        }
+        // Every value was checked to fit.
+        #[allow(clippy::cast_possible_truncation)]
+        out.iter_mut().zip(tokens).for_each(|(o, &t)| *o = t as i32);
+        Ok(())
+    }
+}
+
+fn out_of_range(value: i64) -> crate::Error {
+    ErrorKind::TokenOutOfRange {
+        value,
+        dtype: "int32",
+    }
+    .into()
 }
 
 /// The four output arrays, each at least `rows × L` long (row-major, row stride `L`).
@@ -101,7 +208,7 @@ pub fn collate_padded<T: OutputToken, I: Copy + Into<i128>>(
     indices: &[I],
     padding: &Padding,
     out: Buffers<'_, T>,
-    pool: Option<&rayon::ThreadPool>,
+    pool: Option<&PrivatePool>,
 ) -> Result<(usize, usize)> {
     let located = store.locate_all(indices)?;
     let (rows, width) = (
@@ -135,8 +242,12 @@ pub fn collate_padded<T: OutputToken, I: Copy + Into<i128>>(
     let write = |((((ids, mask), labels), positions), at): RowOut<'_, T>| {
         fill.row(store.tokens_at(at), ids, mask, labels, positions)
     };
-    match pool {
-        Some(pool) if needed >= PARALLEL_MIN_ELEMENTS => {
+    // The pool is only looked up (a lock) for batches worth splitting.
+    match pool
+        .filter(|_| needed >= PARALLEL_MIN_ELEMENTS)
+        .and_then(PrivatePool::get)
+    {
+        Some(pool) => {
             let rows_out: Vec<_> = rows_out.collect();
             pool.install(|| rows_out.into_par_iter().try_for_each(write))?;
         }
@@ -170,6 +281,7 @@ struct Fill<T> {
 }
 
 impl<T: OutputToken> Fill<T> {
+    /// One row: every write is a copy or a fill, so the row moves at memory speed.
     fn row(
         &self,
         tokens: Tokens<'_>,
@@ -179,36 +291,17 @@ impl<T: OutputToken> Fill<T> {
         positions: &mut [T],
     ) -> Result<()> {
         let len = match tokens {
-            Tokens::I32(t) => convert(t, ids)?,
-            Tokens::I64(t) => convert(t, ids)?,
-            Tokens::U32(t) => convert(t, ids)?,
+            Tokens::I32(t) => T::convert(t, ids).map(|()| t.len())?,
+            Tokens::I64(t) => T::convert(t, ids).map(|()| t.len())?,
+            Tokens::U32(t) => T::convert(t, ids).map(|()| t.len())?,
         };
-        let (real, pad) = labels.split_at_mut(len);
-        real.copy_from_slice(&ids[..len]);
-        pad.fill(self.label_pad_id);
         ids[len..].fill(self.pad_id);
+        labels[..len].copy_from_slice(&ids[..len]);
+        labels[len..].fill(self.label_pad_id);
         mask[..len].fill(T::from(1));
         mask[len..].fill(T::from(0));
-        for (j, p) in positions[..len].iter_mut().enumerate() {
-            // Rows are shorter than 2^31 tokens: arrow offsets of a row fit in i32 for lists, and a
-            // large-list row that long could not be padded into memory anyway.
-            #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
-            let j = j as i32;
-            *p = T::from(j);
-        }
+        T::write_positions(&mut positions[..len]);
         positions[len..].fill(T::from(0));
         Ok(())
     }
-}
-
-/// Converts `tokens` into the front of `out`; returns how many were written.
-fn convert<S: Copy + Into<i64>, T: OutputToken>(tokens: &[S], out: &mut [T]) -> Result<usize> {
-    for (o, &t) in out.iter_mut().zip(tokens) {
-        let value: i64 = t.into();
-        *o = T::try_from(value).map_err(|_| ErrorKind::TokenOutOfRange {
-            value,
-            dtype: T::NAME,
-        })?;
-    }
-    Ok(tokens.len())
 }

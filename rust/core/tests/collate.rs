@@ -15,6 +15,7 @@ use arrow_array::builder::{ListBuilder, UInt32Builder};
 use arrow_array::{ArrayRef, Int64Array};
 use common::{batch, tokens_column, write_ipc};
 use dflash_batch_core::collate::{collate_padded, padded_shape, Buffers, Padding};
+use dflash_batch_core::pool::PrivatePool;
 use dflash_batch_core::{ErrorKind, TokenStore};
 use proptest::prelude::*;
 
@@ -58,7 +59,7 @@ fn collate_i64(
     store: &TokenStore,
     picks: &[i64],
     padding: &Padding,
-    pool: Option<&rayon::ThreadPool>,
+    pool: Option<&PrivatePool>,
 ) -> (usize, usize, [Vec<i64>; 4]) {
     let (rows, width) = padded_shape(store, picks, padding.pad_to_multiple_of).unwrap();
     let mut bufs: [Vec<i64>; 4] = std::array::from_fn(|_| vec![7; rows * width + 3]);
@@ -230,7 +231,7 @@ proptest! {
         let (n, w, got) = collate_i64(&store, &picks, &padding, None);
         prop_assert_eq!((n, w), (picks.len(), width));
         prop_assert_eq!(&got, &expected);
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        let pool = PrivatePool::new(3);
         let (_, _, threaded) = collate_i64(&store, &picks, &padding, Some(&pool));
         prop_assert_eq!(threaded, expected);
     }
@@ -254,10 +255,7 @@ fn large_batches_split_over_the_pool_match_the_oracle() {
         picks.len() * width >= 1 << 15,
         "the batch must be large enough to be split"
     );
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(4)
-        .build()
-        .unwrap();
+    let pool = PrivatePool::new(4);
     let (_, w, got) = collate_i64(&store, &picks, &padding, Some(&pool));
     assert_eq!(w, width);
     assert_eq!(got, expected);

@@ -3,7 +3,7 @@
 
 use dflash_batch_core::collate::{collate_padded, Buffers, OutputToken, Padding};
 use dflash_batch_core::error::Result as CoreResult;
-use numpy::{Element, PyArray1, PyReadwriteArrayDyn};
+use numpy::{Element, PyArray1, PyArrayDyn, PyReadwriteArrayDyn};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -59,7 +59,8 @@ fn into_typed<T: OutputToken + Element>(
     buffers: [&Bound<'_, PyAny>; 4],
     padding: &Padding,
 ) -> PyResult<Option<CoreResult<(usize, usize)>>> {
-    if buffers[0].extract::<PyReadwriteArrayDyn<'_, T>>().is_err() {
+    // A type check only: taking a borrow (numpy's borrow table) costs a lock per array.
+    if buffers[0].cast::<PyArrayDyn<T>>().is_err() {
         return Ok(None);
     }
     let mut arrays = Vec::with_capacity(4);
@@ -102,9 +103,8 @@ fn collate_any<T: OutputToken>(
     padding: &Padding,
     out: Buffers<'_, T>,
 ) -> PyResult<CoreResult<(usize, usize)>> {
-    let pool = store.pool.get();
     with_index_slice!(indices, rows => py.detach(|| {
-        collate_padded(&store.store, rows, padding, out, pool.as_deref())
+        collate_padded(&store.store, rows, padding, out, Some(&store.pool))
     }))
 }
 

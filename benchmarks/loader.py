@@ -1,0 +1,181 @@
+"""From plan to padded torch tensors on the CPU: dflash_batch's collation and Loader against datasets-based
+loading, in the same run, on the seed workload's HF-style Arrow directory (see benchmarks/read.py).
+
+    python benchmarks/loader.py                 # 902,087 rows (~8 GB, generated once and cached)
+    python benchmarks/loader.py --rows 100000   # scaled down
+    python benchmarks/loader.py --batches 500   # 16K-token batches timed per reader
+
+Readers, each over the same first ``--batches`` batches of one epoch's plan (max_tokens=16384):
+  (a) ``db.collate`` into reused int32 buffers (collation alone; a first pass pays the page faults of a
+      fresh mapping, a second runs on mapped pages), and memcpy of the same output bytes;
+  (b) ``db.Loader`` → dicts of int64 torch tensors (prefetch=2);
+  (c) ``datasets`` + torch ``DataLoader`` with per-sample ``__getitem__`` and a padding collate_fn
+      (num_workers 0 and 2);
+  (d) ``datasets`` batched ``ds[indices]`` + numpy padding → torch tensors.
+Correctness first: every reader's first batches equal (b)'s. Targets (issue 4): collation ≥ 1 G real
+tokens/s with int32 output; the Loader ≥ 10× (d) and ≥ 50× (c).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import dflash_batch as db
+import numpy as np
+import torch
+from read import dataset_dir
+
+MAX_TOKENS = 16384
+KEYS = ("input_ids", "attention_mask", "labels", "position_ids")
+
+
+def pad_numpy(rows: list, dtype=np.int64) -> dict[str, torch.Tensor]:
+    """The padding every datasets-based loader needs: the same four arrays as db.collate."""
+    width = max(len(r) for r in rows)
+    ids = np.zeros((len(rows), width), dtype)
+    mask = np.zeros((len(rows), width), dtype)
+    labels = np.full((len(rows), width), -100, dtype)
+    positions = np.zeros((len(rows), width), dtype)
+    for r, tokens in enumerate(rows):
+        n = len(tokens)
+        ids[r, :n] = tokens
+        labels[r, :n] = tokens
+        mask[r, :n] = 1
+        positions[r, :n] = np.arange(n)
+    return {k: torch.from_numpy(v) for k, v in zip(KEYS, (ids, mask, labels, positions), strict=True)}
+
+
+def throughput(batches_iter, real_tokens: int) -> tuple[float, list]:
+    """(real tokens per second, the first three batches) over an iterator of batches."""
+    first = []
+    start = time.perf_counter()
+    for i, batch in enumerate(batches_iter):
+        if i < 3:
+            first.append({k: v.clone() for k, v in batch.items()})
+    return real_tokens / (time.perf_counter() - start), first
+
+
+class Rows(torch.utils.data.Dataset):
+    """Per-sample access through datasets, as a torch Dataset: ``ds[i]['input_ids']``."""
+
+    def __init__(self, ds) -> None:
+        self.ds = ds
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, i: int):
+        return self.ds[int(i)]["input_ids"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=db.SEED_SAMPLES)
+    parser.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "dflash_batch", "bench"))
+    parser.add_argument("--batches", type=int, default=400)
+    args = parser.parse_args()
+
+    import datasets
+
+    directory, lengths = dataset_dir(args.cache_dir, args.rows)
+    ds = datasets.load_from_disk(directory)
+    store = db.TokenStore(directory)
+    sampler = db.BucketSampler(store.lengths(), max_tokens=MAX_TOKENS, seed=0)
+    batches = list(sampler.plan(0))[: args.batches]
+    real = int(sum(int(lengths[b].sum()) for b in batches))
+    print(
+        f"dataset: {directory}; {len(batches)} batches of ≤ {MAX_TOKENS} padded tokens, {real:,} real tokens; "
+        f"cores={os.cpu_count()}"
+    )
+
+    # (a) collation alone, into reused int32 buffers: a first pass maps the pages (first epoch), a
+    # second runs on mapped pages (later epochs); memcpy of the same output bytes between reused buffers
+    out = {k: np.empty(MAX_TOKENS, dtype=np.int32) for k in KEYS}
+    passes = []
+    for _ in range(2):
+        start = time.perf_counter()
+        for b in batches:
+            db.collate(store, b, out=out)
+        passes.append(real / (time.perf_counter() - start))
+    source, target = np.ones(4 * MAX_TOKENS, dtype=np.int32), np.empty(4 * MAX_TOKENS, dtype=np.int32)
+    sizes = [4 * db.collate(store, b, out=out)["input_ids"].size for b in batches]
+    start = time.perf_counter()
+    for n in sizes:
+        np.copyto(target[:n], source[:n])
+    memcpy_rate = real / (time.perf_counter() - start)  # real tokens/s if collating cost only a memcpy
+
+    # (b) the Loader on a fresh store (its own mapping, like the datasets readers): plan, collate, prefetch
+    loader = db.Loader(db.TokenStore(directory), sampler, prefetch=2)
+    start = time.perf_counter()
+    iterator = iter(loader)
+    first = next(iterator)
+    epoch_start = time.perf_counter() - start
+    reference = [{k: v.clone() for k, v in first.items()}]
+
+    def loader_batches():
+        for i, batch in enumerate(iterator, start=1):
+            if i == len(batches):
+                break
+            yield batch
+
+    loader_rate, more = throughput(loader_batches(), real - int(lengths[batches[0]].sum()))
+    reference += more
+    ring = loader.memory_bytes
+    loader.close()
+
+    # (d) datasets batched ds[indices] + numpy padding
+    def batched():
+        for b in batches:
+            yield pad_numpy(ds[b.tolist()]["input_ids"])
+
+    batched_rate, first_d = throughput(batched(), real)
+
+    # (c) datasets + torch DataLoader, per-sample __getitem__ and a padding collate_fn
+    per_sample = {}
+    subset = batches[: max(20, len(batches) // 4)]  # slow: fewer batches, rate per real token is what counts
+    subset_real = int(sum(int(lengths[b].sum()) for b in subset))
+    for workers in (0, 2):
+        dl = torch.utils.data.DataLoader(
+            Rows(ds), batch_sampler=[b.tolist() for b in subset], collate_fn=pad_numpy, num_workers=workers
+        )
+        per_sample[workers], first_c = throughput(iter(dl), subset_real)
+        for got, want in zip(first_c, reference, strict=False):
+            assert all(torch.equal(got[k], want[k]) for k in KEYS), "DataLoader batch differs"
+    for got, want in zip(first_d, reference[:3], strict=True):
+        assert all(torch.equal(got[k], want[k]) for k in KEYS), "batched datasets differs from the Loader"
+
+    collate_rate = passes[1]
+    rows = [
+        ("(a) db.collate, int32, reused buffers, 1st pass", passes[0]),
+        ("(a) db.collate, int32, reused buffers, 2nd pass", passes[1]),
+        ("    memcpy of the same output bytes", memcpy_rate),
+        ("(b) db.Loader → torch int64 tensors", loader_rate),
+        ("(c) datasets + DataLoader, per sample, 0 workers", per_sample[0]),
+        ("(c) datasets + DataLoader, per sample, 2 workers", per_sample[2]),
+        ("(d) datasets ds[indices] + numpy padding", batched_rate),
+    ]
+    print(f"\n{'reader':52} {'M real tok/s':>13} {'Loader ×':>9}")
+    for name, rate in rows:
+        print(f"{name:52} {rate / 1e6:13.1f} {loader_rate / rate:9.1f}")
+    print(f"\nLoader epoch start (plan, ring, first batch): {epoch_start * 1e3:.1f} ms, not in its rate above")
+    print(f"prefetch ring (3 slots × 4 arrays × {MAX_TOKENS} int64): {ring / 2**20:.2f} MiB")
+    best_c = max(per_sample.values())
+    print("\ntargets")
+    print(
+        f"  collation ≥ 1 G real tok/s (int32): {collate_rate / 1e9:.2f} G/s, "
+        f"{collate_rate / memcpy_rate:.0%} of memcpy speed  {'met' if collate_rate >= 1e9 else 'MISSED'}"
+    )
+    print(
+        f"  Loader ≥ 10× (d):                   {loader_rate / batched_rate:.0f}×  "
+        f"{'met' if loader_rate >= 10 * batched_rate else 'MISSED'}"
+    )
+    print(
+        f"  Loader ≥ 50× (c):                   {loader_rate / best_c:.0f}× (against the faster of 0/2 workers)  "
+        f"{'met' if loader_rate >= 50 * best_c else 'MISSED'}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+//! Times padded collation of planned batches from Arrow files, without Python:
+//! `cargo run --release --example time_collate -- DIR/*.arrow`.
+#![allow(
+    clippy::expect_used,
+    missing_docs,
+    clippy::print_stdout,
+    clippy::cast_precision_loss
+)]
+use dflash_batch_core::collate::{collate_padded, Buffers, Padding};
+use dflash_batch_core::planner::{Batching, Config, Planner};
+use dflash_batch_core::TokenStore;
+use std::time::Instant;
+
+fn main() {
+    let paths: Vec<String> = std::env::args().skip(1).collect();
+    let store = TokenStore::open(&paths, "input_ids", None, |_| {}).expect("store");
+    let planner = Planner::new(
+        store.lengths().to_vec(),
+        Config::new(Batching::Tokens(16_384)),
+    )
+    .expect("planner");
+    let plan = planner.plan(0).expect("plan");
+    let batches: Vec<&[u32]> = (0..300).map(|i| plan.batch(i).expect("batch")).collect();
+    let real: u64 = batches
+        .iter()
+        .flat_map(|b| b.iter())
+        .map(|&r| u64::from(store.lengths()[r as usize]))
+        .sum();
+    let threads: usize = std::env::var("THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(1);
+    let pool = (threads > 1).then(|| dflash_batch_core::pool::PrivatePool::new(threads));
+    let mut bufs: [Vec<i32>; 4] = std::array::from_fn(|_| vec![0; 16_384]);
+    for pass in 0..3 {
+        let start = Instant::now();
+        for b in &batches {
+            let [a, m, l, p] = &mut bufs;
+            let out = Buffers {
+                input_ids: a,
+                attention_mask: m,
+                labels: l,
+                position_ids: p,
+            };
+            collate_padded(&store, b, &Padding::default(), out, pool.as_ref()).expect("collate");
+        }
+        let s = start.elapsed().as_secs_f64();
+        println!(
+            "pass {pass}: {:.0} M tok/s, {:.1} us/batch",
+            real as f64 / s / 1e6,
+            s / 300.0 * 1e6
+        );
+    }
+}
