@@ -160,3 +160,10 @@ def test_bad_settings_and_indices(store, tmp_path):
     with pytest.raises(db.DataError, match="token id 1099511627776 does not fit in int32; collate with dtype=int64"):
         db.collate(wide, [0], dtype="int32")
     assert db.collate(wide, [0])["input_ids"][0, 0] == 2**40
+
+
+def test_fortran_ordered_buffers_are_refused(store):
+    out = {key: np.zeros((64, 64), dtype=np.int64) for key in KEYS}
+    out["labels"] = np.asfortranarray(out["labels"])
+    with pytest.raises(ValueError, match="labels must be C-contiguous"):
+        db.collate(store, [0], out=out)

@@ -246,3 +246,28 @@ def test_bad_arguments(store):
             db.Loader(store, sampler, device="cuda")
         with pytest.raises(ValueError, match="pin_memory=True needs CUDA"):
             db.Loader(store, sampler, pin_memory=True)
+
+
+def test_in_memory_store_loads_the_same(store):
+    datasets = pytest.importorskip("datasets")
+    memory = db.TokenStore(datasets.Dataset.from_dict({"input_ids": [r.tolist() for r in ROWS]}))
+    from_memory = [as_numpy(b) for b in db.Loader(memory, sampler_for(memory))]
+    from_files = [as_numpy(b) for b in db.Loader(store, sampler_for(store))]
+    assert len(from_memory) == len(from_files)
+    for a, b in zip(from_memory, from_files, strict=True):
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_slot_collation_checks_the_slot(store):
+    good = np.zeros((4, 512), dtype=np.int64)
+    rows, width = db._core.collate_slot(store._inner, np.array([0, 1], dtype=np.uint32), good, 0, -100, 1)
+    np.testing.assert_array_equal(good[2, : rows * width].reshape(rows, width), db.collate(store, [0, 1])["labels"])
+    with pytest.raises(ValueError, match=r"shape \(4, capacity\), got \[3, 512\]"):
+        db._core.collate_slot(store._inner, np.array([0]), np.zeros((3, 512), dtype=np.int64), 0, -100, 1)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        db._core.collate_slot(store._inner, np.array([0]), np.zeros((512, 4), dtype=np.int64).T, 0, -100, 1)
+    with pytest.raises(TypeError, match="int64 or int32"):
+        db._core.collate_slot(store._inner, np.array([0]), np.zeros((4, 512)), 0, -100, 1)
+    with pytest.raises(ValueError, match="buffer input_ids holds 1 elements"):
+        db._core.collate_slot(store._inner, np.array([0]), np.zeros((4, 1), dtype=np.int64), 0, -100, 1)

@@ -138,8 +138,8 @@ class Loader:
     def _collate_into(self, batch: np.ndarray, slot: dict[str, Any]) -> tuple[int, int]:
         inner, settings = self.store._inner, self._settings
         if isinstance(inner, _core.TokenStore):  # straight to Rust: this runs once per batch
-            return _core.collate_into(inner, batch, *slot["numpy"], *settings.values())
-        views = collate(self.store, batch, **settings, out=dict(zip(KEYS, slot["numpy"], strict=True)))
+            return _core.collate_slot(inner, batch, slot["numpy"], *settings.values())
+        views = collate(self.store, batch, **settings, out=dict(zip(KEYS, slot["numpy"], strict=True)))  # in memory
         return views["input_ids"].shape
 
     def _capacity(self, plan: Any, world: int, rank: int, start: int) -> int:
@@ -161,8 +161,9 @@ class Loader:
         dtype = getattr(torch, self._dtype)
         slots = []
         for _ in range(self.prefetch + 1):
-            tensors = {key: torch.empty(capacity, dtype=dtype, pin_memory=self.pin_memory) for key in KEYS}
-            slots.append({"torch": tensors, "numpy": [tensors[key].numpy() for key in KEYS]})
+            block = torch.empty((len(KEYS), capacity), dtype=dtype, pin_memory=self.pin_memory)
+            tensors = dict(zip(KEYS, block.unbind(0), strict=True))  # flat rows of one block
+            slots.append({"torch": tensors, "numpy": block.numpy()})
         self._slot_bytes = len(slots) * len(KEYS) * capacity * np.dtype(self._dtype).itemsize
         return slots
 
@@ -281,17 +282,24 @@ class _Pipeline:
             self.thread.join()
 
 
+def _views(tensors: dict[str, Any], rows: int, width: int) -> dict[str, Any]:
+    """``[rows, L]`` views of the fronts of flat slot tensors (``as_strided``: one torch call each, half the
+    cost of slicing then reshaping, measured)."""
+    return {key: t.as_strided((rows, width), (width, 1)) for key, t in tensors.items()}
+
+
 class _HostTransfer:
-    """CPU tensors: ``[rows, L]`` views of the slot, valid until the trainer asks for the next batch."""
+    """CPU tensors: ``[rows, L]`` views of the slot, valid until the trainer asks for the next batch. The
+    views are made in the trainer's thread, so the worker only collates."""
 
     def before_reuse(self, index: int) -> None:
         pass
 
-    def send(self, index: int, tensors: dict[str, Any], rows: int, width: int) -> dict[str, Any]:
-        return {key: t[: rows * width].view(rows, width) for key, t in tensors.items()}
+    def send(self, index: int, tensors: dict[str, Any], rows: int, width: int) -> tuple[dict[str, Any], int, int]:
+        return tensors, rows, width
 
-    def receive(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return payload
+    def receive(self, payload: tuple[dict[str, Any], int, int]) -> dict[str, Any]:
+        return _views(*payload)
 
 
 class _CudaTransfer:
@@ -314,7 +322,7 @@ class _CudaTransfer:
     def send(self, index: int, tensors: dict[str, Any], rows: int, width: int) -> tuple[dict[str, Any], Any]:
         torch = self._torch
         with torch.cuda.stream(self.stream):
-            views = {key: t[: rows * width].view(rows, width) for key, t in tensors.items()}
+            views = _views(tensors, rows, width)
             on_device = {key: view.to(self.device, non_blocking=True) for key, view in views.items()}
             event = torch.cuda.Event()
             event.record(self.stream)

@@ -3,7 +3,7 @@
 
 use dflash_batch_core::collate::{collate_padded, Buffers, OutputToken, Padding};
 use dflash_batch_core::error::Result as CoreResult;
-use numpy::{Element, PyArray1, PyArrayDyn, PyReadwriteArrayDyn};
+use numpy::{Element, PyArray1, PyArrayDyn, PyReadwriteArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -75,7 +75,9 @@ fn into_typed<T: OutputToken + Element>(
         arrays.push(array);
     }
     let mut slices = arrays.iter_mut().zip(BUFFER_NAMES).map(|(a, name)| {
-        a.as_slice_mut().map_err(|_| {
+        // Memory order must be row order: a Fortran-ordered buffer is contiguous but transposed.
+        let c_order = a.is_c_contiguous();
+        a.as_slice_mut().ok().filter(|_| c_order).ok_or_else(|| {
             PyValueError::new_err(format!(
                 "buffer {name} must be C-contiguous; pass numpy.ascontiguousarray(...) or a fresh buffer"
             ))
@@ -91,6 +93,69 @@ fn into_typed<T: OutputToken + Element>(
         attention_mask: mask?,
         labels: labels?,
         position_ids: positions?,
+    };
+    collate_any(py, store, indices, padding, out).map(Some)
+}
+
+/// [`collate_into`] with the four buffers as the rows of one C-contiguous `[4, capacity]` array (the
+/// Loader's slots): one borrow instead of four, which is a tenth of a 16K-token batch (measured).
+#[pyfunction]
+#[pyo3(signature = (store, indices, slot, pad_id, label_pad_id, pad_to_multiple_of))]
+pub(crate) fn collate_slot(
+    py: Python<'_>,
+    store: &TokenStore,
+    indices: &Bound<'_, PyAny>,
+    slot: &Bound<'_, PyAny>,
+    pad_id: i64,
+    label_pad_id: i64,
+    pad_to_multiple_of: u32,
+) -> PyResult<(usize, usize)> {
+    let padding = Padding {
+        pad_id,
+        label_pad_id,
+        pad_to_multiple_of,
+    };
+    if let Some(shape) = slot_typed::<i64>(py, store, indices, slot, &padding)? {
+        return shape.map_err(to_py);
+    }
+    if let Some(shape) = slot_typed::<i32>(py, store, indices, slot, &padding)? {
+        return shape.map_err(to_py);
+    }
+    Err(PyTypeError::new_err(
+        "slot must be a writeable int64 or int32 numpy array",
+    ))
+}
+
+fn slot_typed<T: OutputToken + Element>(
+    py: Python<'_>,
+    store: &TokenStore,
+    indices: &Bound<'_, PyAny>,
+    slot: &Bound<'_, PyAny>,
+    padding: &Padding,
+) -> PyResult<Option<CoreResult<(usize, usize)>>> {
+    let Ok(mut array) = slot.extract::<PyReadwriteArrayDyn<'_, T>>() else {
+        return Ok(None);
+    };
+    let shape = array.shape().to_vec();
+    if shape.len() != 2 || shape[0] != 4 {
+        return Err(PyValueError::new_err(format!(
+            "slot must have shape (4, capacity), got {shape:?}"
+        )));
+    }
+    let c_order = array.is_c_contiguous();
+    let flat = array
+        .as_slice_mut()
+        .ok()
+        .filter(|_| c_order)
+        .ok_or_else(|| PyValueError::new_err("slot must be C-contiguous"))?;
+    let (ids, rest) = flat.split_at_mut(shape[1]);
+    let (mask, rest) = rest.split_at_mut(shape[1]);
+    let (labels, positions) = rest.split_at_mut(shape[1]);
+    let out = Buffers {
+        input_ids: ids,
+        attention_mask: mask,
+        labels,
+        position_ids: positions,
     };
     collate_any(py, store, indices, padding, out).map(Some)
 }

@@ -69,6 +69,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reading::read_lengths, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_into, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_new, m)?)?;
+    m.add_function(wrap_pyfunction!(collating::collate_slot, m)?)?;
     m.add("PlanError", m.py().get_type::<PlanError>())?;
     m.add("DataError", m.py().get_type::<DataError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
