@@ -8,9 +8,11 @@
 //!
 //! Shuffled epochs stream fixed groups of the permutation's chunks in parallel (each flushes its own
 //! partial batches at its end); sorted epochs are one stream in which a bucket closes when the next
-//! begins.
+//! begins. When the rules fit a table and batches are bounded, shuffled epochs run the specialised
+//! loop of `fast_stream.rs`, which forms the same batches with less bookkeeping.
 
 use crate::config::Config;
+use crate::fast_stream::{self, Tight};
 use crate::lengths::Length;
 use crate::permute::{
     run, scatter_into_chunks, shuffle_chunk, shuffle_chunk_pair, split_chunks, Scattered,
@@ -25,8 +27,8 @@ pub(crate) const COMPANION_MIN_SAMPLES: usize = 1 << 23;
 /// Most parallel forming groups: enough for 16 threads; each flushes its partial batches at its end.
 const MAX_GROUPS: usize = 16;
 
-/// Rows whose lengths are gathered together before forming (see [`Former::stream`]).
-const GATHER_BLOCK: usize = 256;
+/// Rows whose lengths are gathered together before forming (see [`gather_block`]).
+pub(crate) const GATHER_BLOCK: usize = 256;
 
 /// A batch being filled while the epoch streams by.
 #[derive(Debug)]
@@ -54,10 +56,21 @@ impl Open {
 /// The batches of one stream, in training order, written into its slice of the permutation buffer.
 /// Offsets are relative to the slice and `u32` (a slice never holds more rows than that): at 100M
 /// samples this halves the largest temporary of the plan.
-struct Formed {
+pub(crate) struct Formed {
     offsets: Vec<u32>,
-    written: usize,
+    pub(crate) written: usize,
     padded_tokens: u64,
+}
+
+impl Formed {
+    /// Records a batch whose rows were written up to `end`, costing `padded_tokens`.
+    pub(crate) fn close(&mut self, end: usize, padded_tokens: u64) {
+        self.written = end;
+        // `end` ≤ the stream's length, which fits in u32.
+        #[allow(clippy::cast_possible_truncation)]
+        self.offsets.push(end as u32);
+        self.padded_tokens += padded_tokens;
+    }
 }
 
 impl Default for Formed {
@@ -112,6 +125,8 @@ pub(crate) struct Former<'a, L> {
     pub(crate) bucket_capacity: &'a [u32],
     /// Epoch size from which lengths travel with the permutation (see [`COMPANION_MIN_SAMPLES`]).
     pub(crate) companion_min: usize,
+    /// Always use the general loop (tests compare it with `fast_stream`).
+    pub(crate) general_only: bool,
 }
 
 impl<L: Length> Former<'_, L> {
@@ -179,11 +194,30 @@ impl<L: Length> Former<'_, L> {
                 }
             }
             let mut formed = Formed::default();
-            let mut open = self.open_batches();
-            self.stream::<false>(piece, values.as_deref(), &mut open, &mut formed);
             // Groups number at most MAX_GROUPS.
             #[allow(clippy::cast_possible_truncation)]
-            self.flush(piece, &mut open, &mut formed, Some((epoch, g as u32)));
+            let flush_stream = (epoch, g as u32);
+            let fast = self.rules.table.as_deref().filter(|_| !self.general_only);
+            match (fast, fast.and_then(|_| Tight::new(self.bucket_capacity))) {
+                (Some(table), Some(mut open)) => {
+                    let (config, lengths) = (self.config, self.lengths);
+                    fast_stream::stream(
+                        config,
+                        table,
+                        lengths,
+                        piece,
+                        values.as_deref(),
+                        &mut open,
+                        &mut formed,
+                    );
+                    fast_stream::flush(config, piece, &mut open, &mut formed, flush_stream);
+                }
+                _ => {
+                    let mut open = self.open_batches();
+                    self.stream::<false>(piece, values.as_deref(), &mut open, &mut formed);
+                    self.flush(piece, &mut open, &mut formed, Some(flush_stream));
+                }
+            }
             formed
         });
         drop(companion);
@@ -240,10 +274,9 @@ impl<L: Length> Former<'_, L> {
         }
     }
 
-    /// The hot loop (~40 instructions per sample, measured). Rows and lengths of a block are copied
-    /// out first — the length loads are random and overlap when issued together, where loads
-    /// interleaved with the branchy logic below would wait one by one — and the loop then reads only
-    /// the block copies. Lengths come from `values` when the scatter carried them along.
+    /// The general loop (~70 instructions a sample with gathering and emission, measured). Rows and
+    /// lengths of a block are copied out first (see [`gather_block`]) and the loop reads only the
+    /// block copies. Lengths come from `values` when the scatter carried them along.
     fn stream_with<const SORTED: bool>(
         &self,
         order: &mut [u32],
@@ -256,22 +289,7 @@ impl<L: Length> Former<'_, L> {
         let mut lengths = [0u32; GATHER_BLOCK];
         let mut previous = usize::MAX;
         for start in (0..order.len()).step_by(GATHER_BLOCK) {
-            let block = &order[start..(start + GATHER_BLOCK).min(order.len())];
-            let count = block.len();
-            rows[..count].copy_from_slice(block);
-            match values {
-                // Carried by the scatter: `values[i]` is the length of `order[i]`.
-                Some(values) => {
-                    for (slot, &l) in lengths.iter_mut().zip(&values[start..start + count]) {
-                        *slot = l.into();
-                    }
-                }
-                None => {
-                    for (slot, &row) in lengths.iter_mut().zip(block) {
-                        *slot = self.lengths[row as usize].into();
-                    }
-                }
-            }
+            let count = gather_block(order, start, values, self.lengths, &mut rows, &mut lengths);
             for (&row, &length) in rows[..count].iter().zip(&lengths[..count]) {
                 let Some((b, capacity)) = lookup(length) else {
                     continue;
@@ -304,15 +322,45 @@ impl<L: Length> Former<'_, L> {
     fn emit(&self, order: &mut [u32], formed: &mut Formed, batch: &mut Open) {
         let end = formed.written + batch.rows.len();
         order[formed.written..end].copy_from_slice(&batch.rows);
-        formed.written = end;
-        // `end` ≤ the stream's length, which fits in u32.
-        #[allow(clippy::cast_possible_truncation)]
-        formed.offsets.push(end as u32);
-        formed.padded_tokens += batch.rows.len() as u64 * self.config.padded(batch.longest);
+        formed.close(
+            end,
+            batch.rows.len() as u64 * self.config.padded(batch.longest),
+        );
         batch.rows.clear();
         batch.longest = 0;
         batch.capacity = u32::MAX;
     }
+}
+
+/// Copies the block of `order` at `start` into `rows` and its lengths into `lengths` (from `values`
+/// when the scatter carried them, else looked up); returns the block's size. The length loads are
+/// random and overlap when issued together, where loads interleaved with the forming logic would
+/// wait one by one.
+pub(crate) fn gather_block<L: Length>(
+    order: &[u32],
+    start: usize,
+    values: Option<&[L]>,
+    all_lengths: &[L],
+    rows: &mut [u32; GATHER_BLOCK],
+    lengths: &mut [u32; GATHER_BLOCK],
+) -> usize {
+    let block = &order[start..(start + GATHER_BLOCK).min(order.len())];
+    let count = block.len();
+    rows[..count].copy_from_slice(block);
+    match values {
+        // Carried by the scatter: `values[i]` is the length of `order[i]`.
+        Some(values) => {
+            for (slot, &l) in lengths.iter_mut().zip(&values[start..start + count]) {
+                *slot = l.into();
+            }
+        }
+        None => {
+            for (slot, &row) in lengths.iter_mut().zip(block) {
+                *slot = all_lengths[row as usize].into();
+            }
+        }
+    }
+    count
 }
 
 /// Rows sorted by `(length, row)`: a counting sort when lengths are bounded, else a stable sort.

@@ -48,6 +48,7 @@ pub mod column;
 pub mod config;
 pub mod dataset;
 pub mod error;
+mod fast_stream;
 pub mod fingerprint;
 mod form;
 pub mod lengths;

@@ -43,6 +43,7 @@ pub struct Planner {
     /// Sum of the admitted lengths: every admitted sample is in every plan (less `drop_last`'s).
     admitted_tokens: u64,
     companion_min: usize,
+    general_only: bool,
     pool: PrivatePool,
 }
 
@@ -63,6 +64,7 @@ impl Planner {
             admitted: prepared.admitted,
             admitted_tokens: prepared.admitted_tokens,
             companion_min: COMPANION_MIN_SAMPLES,
+            general_only: false,
             pool: PrivatePool::new(threads),
         })
     }
@@ -71,6 +73,15 @@ impl Planner {
     #[must_use]
     pub fn with_threads(mut self, threads: usize) -> Self {
         self.pool = PrivatePool::new(threads);
+        self
+    }
+
+    /// Forms every epoch with the general loop instead of the table-driven one (a speed trade that
+    /// never changes the plan; exposed so tests can prove that).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_general_stream(mut self) -> Self {
+        self.general_only = true;
         self
     }
 
@@ -116,6 +127,7 @@ impl Planner {
             rules: &self.rules,
             bucket_capacity: &self.bucket_capacity,
             companion_min: self.companion_min,
+            general_only: self.general_only,
         };
         let (mut order, mut formed) = if self.config.shuffle {
             former.form_shuffled(epoch, self.pool.get().as_deref())

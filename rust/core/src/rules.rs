@@ -20,7 +20,7 @@ pub(crate) struct Rules {
 }
 
 /// A table entry for lengths that are not admitted (bucket 255 is never used).
-const NO_RULE: u32 = u32::MAX;
+pub(crate) const NO_RULE: u32 = u32::MAX;
 
 /// Bits of a table entry that hold the capacity; the bucket is above them.
 const CAPACITY_BITS: u32 = 24;
@@ -35,6 +35,15 @@ pub(crate) fn table_lookup(table: &[u32], length: u32) -> Option<(usize, u32)> {
         )),
         _ => None,
     }
+}
+
+/// The bucket byte and capacity of an admitted table entry (not [`NO_RULE`]).
+#[inline]
+pub(crate) fn table_entry_parts(entry: u32) -> (u8, u32) {
+    // The bucket is the top byte by construction (see `table_entry`).
+    #[allow(clippy::cast_possible_truncation)]
+    let bucket = (entry >> CAPACITY_BITS) as u8;
+    (bucket, entry & ((1 << CAPACITY_BITS) - 1))
 }
 
 /// Packs `(bucket, capacity)` into a table entry, or `None` when either does not fit.

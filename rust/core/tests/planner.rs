@@ -419,3 +419,41 @@ fn companion_lengths_give_the_same_plan() {
         assert_eq!(gather.plan(epoch).unwrap(), carry.plan(epoch).unwrap());
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    /// The table-driven stream is an optimization only: the general loop forms the same plan, with or
+    /// without carried lengths, skipped samples and padding multiples.
+    #[test]
+    fn fast_and_general_streams_give_the_same_plan(
+        lengths in prop::collection::vec(1u32..3000, 1..3000),
+        budget in 3000u64..20_000,
+        rows in 1u32..40,
+        by_rows in any::<bool>(),
+        pad in 1u32..65,
+        buckets in 1usize..20,
+        world_size in 1u32..5,
+        epoch in 0u64..4,
+        carry in any::<bool>(),
+    ) {
+        let batching = if by_rows { Batching::Rows(rows) } else { Batching::Tokens(budget) };
+        let cfg = Config {
+            world_size,
+            seed: 11,
+            pad_to_multiple_of: pad,
+            boundaries: Boundaries::Count(buckets),
+            oversize: Oversize::Skip,
+            drop_last: true,
+            ..config(batching)
+        };
+        let threshold = if carry { 0 } else { usize::MAX };
+        let fast = Planner::new(lengths.clone(), cfg.clone()).unwrap().with_companion_threshold(threshold);
+        let general = Planner::new(lengths, cfg)
+            .unwrap()
+            .with_general_stream()
+            .with_companion_threshold(threshold);
+        let plan = fast.plan(epoch).unwrap();
+        prop_assert!(!plan.indices().is_empty());
+        prop_assert_eq!(plan, general.plan(epoch).unwrap());
+    }
+}
