@@ -39,6 +39,8 @@ lint: venv
 bench:
 	$(MAKE) build EXTRAS=dev,torch,bench
 	$(BIN)/python benchmarks/plan.py
+	$(BIN)/python benchmarks/read.py
+	$(BIN)/python benchmarks/loader.py
 
 clean:
 	rm -rf $(VENV) target

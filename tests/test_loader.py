@@ -271,3 +271,22 @@ def test_slot_collation_checks_the_slot(store):
         db._core.collate_slot(store._inner, np.array([0]), np.zeros((4, 512)), 0, -100, 1)
     with pytest.raises(ValueError, match="buffer input_ids holds 1 elements"):
         db._core.collate_slot(store._inner, np.array([0]), np.zeros((4, 1), dtype=np.int64), 0, -100, 1)
+
+
+def test_batch_contents_are_identical_across_processes(store):
+    code = f"""
+import hashlib, dflash_batch as db
+store = db.TokenStore({str(store.paths[0])!r})
+loader = db.Loader(store, db.BucketSampler(store.lengths(), max_tokens=256, seed=4), prefetch=3)
+loader.set_epoch(2)
+digest = hashlib.sha256()
+for batch in loader:
+    for key in sorted(batch):
+        digest.update(batch[key].numpy().tobytes())
+print(digest.hexdigest())
+"""
+    digests = {
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        for _ in range(2)
+    }
+    assert len(digests) == 1 and len(next(iter(digests)).strip()) == 64
