@@ -47,6 +47,9 @@ class BucketSampler:
         threads: planner threads (default: up to 8). The plan is identical for any value.
         column: the column that holds the lengths when ``lengths`` is a dataset: an integer column, or a
             list column such as ``"input_ids"`` (lengths from its offsets).
+        accumulation: micro-batches per optimizer step. ``plan.stats()`` measures mixing over windows of
+            ``accumulation × world_size`` consecutive batches (what one optimizer step sees); the plan
+            itself does not depend on it yet.
     """
 
     def __init__(
@@ -65,6 +68,7 @@ class BucketSampler:
         pad_to_multiple_of: int = 1,
         threads: int | None = None,
         column: str = "seq_len",
+        accumulation: int = 1,
     ) -> None:
         world_size, rank = _resolve_ranks(world_size, rank)
         if oversize not in ("error", "skip"):
@@ -80,6 +84,7 @@ class BucketSampler:
             "skip_oversize": oversize == "skip",
             "pad_to_multiple_of": _positive_int("pad_to_multiple_of", pad_to_multiple_of),
             "threads": _optional_int("threads", threads),
+            "accumulation": _positive_int("accumulation", accumulation),
         }
         self._rank = rank
         self._epoch = 0

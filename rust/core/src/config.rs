@@ -106,7 +106,7 @@ impl Config {
     /// `length` rounded up to `pad_to_multiple_of`. Runs twice per sample in the hot loop, so powers
     /// of two (the usual 1, 8, 64, 128) avoid the division.
     #[inline]
-    pub(crate) fn padded(&self, length: u32) -> u64 {
+    pub fn padded(&self, length: u32) -> u64 {
         let (l, pad) = (u64::from(length), u64::from(self.pad_to_multiple_of));
         if pad.is_power_of_two() {
             (l + pad - 1) & !(pad - 1)

@@ -52,6 +52,7 @@ mod fast_stream;
 pub mod fingerprint;
 mod form;
 pub mod lengths;
+pub mod mixing;
 pub mod order;
 pub mod permute;
 pub mod plan;

@@ -1,9 +1,10 @@
 //! The planner's binding: `Planner` (validated lengths + configuration) and `Plan` (one epoch, CSR,
 //! zero-copy numpy arrays).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use dflash_batch_core::lengths::{scan, Builder, Lengths};
+use dflash_batch_core::mixing::{self, Deciles};
 use dflash_batch_core::plan::Stats;
 use dflash_batch_core::planner::{Batching, Boundaries, Config, Oversize, Planner as CorePlanner};
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyUntypedArrayMethods};
@@ -66,6 +67,10 @@ fn lengths_from_chunks(chunks: &[Bound<'_, PyAny>]) -> PyResult<Lengths> {
 #[pyclass(frozen, name = "Planner", module = "dflash_batch._core")]
 pub(crate) struct Planner {
     inner: Arc<CorePlanner>,
+    /// Micro-batches per optimizer step: windows of `accumulation × world_size` batches for mixing.
+    accumulation: u32,
+    /// Token deciles of the lengths, built on the first `Plan.stats()` and shared by every plan.
+    deciles: Arc<OnceLock<Deciles>>,
 }
 
 #[pymethods]
@@ -74,7 +79,7 @@ impl Planner {
     /// (auto), a bucket count, or explicit edges.
     #[new]
     #[pyo3(signature = (chunks, *, batch_size, max_tokens, boundaries, seed, shuffle, world_size,
-                        drop_last, skip_oversize, pad_to_multiple_of, threads))]
+                        drop_last, skip_oversize, pad_to_multiple_of, threads, accumulation=1))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -89,7 +94,13 @@ impl Planner {
         skip_oversize: bool,
         pad_to_multiple_of: u32,
         threads: Option<usize>,
+        accumulation: u32,
     ) -> PyResult<Self> {
+        if accumulation == 0 {
+            return Err(PyValueError::new_err(
+                "accumulation=0 is invalid; pass the number of micro-batches per optimizer step (≥ 1)",
+            ));
+        }
         let lengths = lengths_from_chunks(&chunks)?;
         let boundaries = match boundaries {
             None => Boundaries::Auto,
@@ -123,6 +134,8 @@ impl Planner {
         };
         Ok(Self {
             inner: Arc::new(planner),
+            accumulation,
+            deciles: Arc::new(OnceLock::new()),
         })
     }
 
@@ -138,6 +151,9 @@ impl Planner {
             world_size,
             epoch,
             stats,
+            planner: Arc::clone(&self.inner),
+            deciles: Arc::clone(&self.deciles),
+            window: self.accumulation as usize * world_size as usize,
         })
     }
 
@@ -174,6 +190,11 @@ pub(crate) struct Plan {
     world_size: u32,
     epoch: u64,
     stats: Stats,
+    /// The planner that made it, for the mixing figures (which need the lengths).
+    planner: Arc<CorePlanner>,
+    deciles: Arc<OnceLock<Deciles>>,
+    /// Batches per mixing window: `accumulation × world_size`.
+    window: usize,
 }
 
 #[pymethods]
@@ -232,8 +253,17 @@ impl Plan {
     }
 
     /// Figures about the plan: batches, steps, samples, real_tokens, padded_tokens, efficiency,
-    /// skipped, dropped, dropped_batches, split_batches, buckets, min_rows, max_rows.
+    /// skipped, dropped, dropped_batches, split_batches, buckets, min_rows, max_rows; and, computed on
+    /// each call (O(samples), GIL released), window, window_tv and rank_imbalance_p50/p99/max.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let offsets = self.offsets.bind(py).readonly();
+        let indices = self.indices.bind(py).readonly();
+        let csr = (offsets.as_slice()?, indices.as_slice()?);
+        let (planner, deciles, window) = (&self.planner, &self.deciles, self.window);
+        let report = py.detach(|| {
+            let deciles = deciles.get_or_init(|| Deciles::of_lengths(planner.lengths()));
+            mixing::report(planner, deciles, csr, window)
+        });
         let s = &self.stats;
         let d = PyDict::new(py);
         for (key, value) in [
@@ -255,7 +285,35 @@ impl Plan {
         d.set_item("efficiency", s.efficiency())?;
         d.set_item("world_size", self.world_size)?;
         d.set_item("epoch", self.epoch)?;
+        d.set_item("window", self.window)?;
+        d.set_item("window_tv", report.window_tv)?;
+        let imbalance = report.imbalance;
+        d.set_item("rank_imbalance_p50", imbalance.map(|i| i.p50))?;
+        d.set_item("rank_imbalance_p99", imbalance.map(|i| i.p99))?;
+        d.set_item("rank_imbalance_max", imbalance.map(|i| i.max))?;
         Ok(d)
+    }
+
+    /// The share of sample pairs sharing a batch in this plan that share one again in `other` (a plan
+    /// of the same planner, e.g. the next epoch); `None` when this plan has no batch of two.
+    fn churn(&self, py: Python<'_>, other: &Plan) -> PyResult<Option<f64>> {
+        let (a_offsets, a_indices) = (
+            self.offsets.bind(py).readonly(),
+            self.indices.bind(py).readonly(),
+        );
+        let (b_offsets, b_indices) = (
+            other.offsets.bind(py).readonly(),
+            other.indices.bind(py).readonly(),
+        );
+        let a = (a_offsets.as_slice()?, a_indices.as_slice()?);
+        let b = (b_offsets.as_slice()?, b_indices.as_slice()?);
+        let samples = self.planner.lengths().len();
+        if other.planner.lengths().len() != samples {
+            return Err(PyValueError::new_err(
+                "the plans cover different datasets; churn compares two plans of the same lengths",
+            ));
+        }
+        Ok(py.detach(|| mixing::churn(a, b, samples)))
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {

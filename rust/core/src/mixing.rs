@@ -1,0 +1,328 @@
+//! How well a plan mixes lengths, and how evenly it loads ranks: the figures that tell whether the
+//! optimizer sees the whole dataset in every accumulation window and whether any rank waits.
+//!
+//! * **`window_tv`**: the epoch's batches, in training order across all ranks, are cut into windows of
+//!   `G = accumulation × world_size` consecutive batches (an incomplete last window is left out). The
+//!   length axis is cut into 10 token-weighted deciles. For each window, the total-variation distance
+//!   `½ Σ_d |p_d − q_d|` between the window's share of tokens per decile `p` and the whole epoch's `q`
+//!   (≈ 0.1 each); `window_tv` is the mean over windows. 0: every window looks like the dataset; sorted
+//!   batches: ≈ 0.9. A length value is never split between deciles: it belongs to the decile where the
+//!   middle of its token mass falls, and `q` is measured with the same assignment, so ties at a decile
+//!   edge cannot bias the distance.
+//! * **churn** (between two plans): the share of sample pairs sharing a batch in the first plan that
+//!   share one again in the second.
+//! * **rank imbalance**: per step, the most over the least padded tokens among the step's
+//!   `world_size` batches; reported as its median, 99th percentile and maximum over steps.
+
+use crate::lengths::Length;
+
+/// Deciles of the token mass over lengths: `decile[l]` for every length up to the longest.
+#[derive(Debug, Clone)]
+pub struct Deciles {
+    of_length: Vec<u8>,
+    /// The whole epoch's share of tokens per decile (the `q` of the module docs).
+    pub share: [f64; 10],
+}
+
+impl Deciles {
+    /// Deciles of `lengths` (every sample counted; samples of length 0 carry no tokens).
+    pub fn new<L: Length>(lengths: &[L]) -> Self {
+        let longest = lengths.iter().map(|&l| l.into()).max().unwrap_or(0) as usize;
+        let mut tokens_at = vec![0u64; longest + 1];
+        for &l in lengths {
+            let l: u32 = l.into();
+            tokens_at[l as usize] += u64::from(l);
+        }
+        let total: u64 = tokens_at.iter().sum();
+        let mut of_length = vec![0u8; longest + 1];
+        let (mut below, mut mass) = (0u64, [0u64; 10]);
+        for (l, &tokens) in tokens_at.iter().enumerate() {
+            // The middle of this length's token mass, as a fraction of all tokens, picks its decile.
+            let middle = 2 * below + tokens;
+            let decile = if total == 0 {
+                0
+            } else {
+                (10 * u128::from(middle) / (2 * u128::from(total))).min(9)
+            };
+            // decile ≤ 9 by the `min`.
+            #[allow(clippy::cast_possible_truncation)]
+            let decile = decile as u8;
+            of_length[l] = decile;
+            mass[usize::from(decile)] += tokens;
+            below += tokens;
+        }
+        Self {
+            of_length,
+            share: mass.map(|m| fraction(m, total)),
+        }
+    }
+
+    /// Deciles of a planner's stored lengths.
+    pub fn of_lengths(lengths: &crate::lengths::Lengths) -> Self {
+        crate::with_lengths!(lengths, v => Self::new(v))
+    }
+
+    /// The decile of a length (lengths past the longest seen count in the last decile).
+    pub fn of(&self, length: u32) -> usize {
+        usize::from(self.of_length.get(length as usize).copied().unwrap_or(9))
+    }
+}
+
+/// The rows of batches `first..last` of a CSR plan.
+fn rows<'a>(offsets: &[u64], indices: &'a [u32], first: usize, last: usize) -> &'a [u32] {
+    // Offsets index `indices`, which lives in memory: they fit in usize.
+    #[allow(clippy::cast_possible_truncation)]
+    let range = offsets[first] as usize..offsets[last] as usize;
+    &indices[range]
+}
+
+fn fraction(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        return 0.0;
+    }
+    // Token counts stay far below 2^53; these are reports, not exact values.
+    #[allow(clippy::cast_precision_loss)]
+    let ratio = part as f64 / whole as f64;
+    ratio
+}
+
+/// The mean total-variation distance of windows of `window` consecutive batches from `deciles.share`
+/// (see the module docs), or `None` when the plan has no complete window.
+pub fn window_tv<L: Length>(
+    offsets: &[u64],
+    indices: &[u32],
+    lengths: &[L],
+    deciles: &Deciles,
+    window: usize,
+) -> Option<f64> {
+    let batches = offsets.len().saturating_sub(1);
+    let windows = batches.checked_div(window)?;
+    if windows == 0 {
+        return None;
+    }
+    let mut sum = 0.0;
+    for w in 0..windows {
+        let mut mass = [0u64; 10];
+        for &row in rows(offsets, indices, w * window, (w + 1) * window) {
+            let length: u32 = lengths[row as usize].into();
+            mass[deciles.of(length)] += u64::from(length);
+        }
+        let total: u64 = mass.iter().sum();
+        let distance: f64 = mass
+            .iter()
+            .zip(&deciles.share)
+            .map(|(&m, &q)| (fraction(m, total) - q).abs())
+            .sum();
+        sum += distance / 2.0;
+    }
+    // Window counts stay far below 2^53.
+    #[allow(clippy::cast_precision_loss)]
+    let mean = sum / windows as f64;
+    Some(mean)
+}
+
+/// Per-step rank imbalance (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Imbalance {
+    /// Median over steps of max/min padded tokens among the step's batches.
+    pub p50: f64,
+    /// 99th percentile over steps.
+    pub p99: f64,
+    /// Worst step.
+    pub max: f64,
+}
+
+/// The rank imbalance of a plan whose batch `i` costs `cost(members)`; `None` for an empty plan.
+pub fn rank_imbalance(
+    offsets: &[u64],
+    indices: &[u32],
+    world_size: usize,
+    cost: impl Fn(&[u32]) -> u64,
+) -> Option<Imbalance> {
+    let batches = offsets.len().saturating_sub(1);
+    let steps = batches.checked_div(world_size)?;
+    let mut ratios: Vec<f64> = (0..steps)
+        .map(|s| {
+            let costs = (s * world_size..(s + 1) * world_size)
+                .map(|b| cost(rows(offsets, indices, b, b + 1)));
+            let (lo, hi) = costs.fold((u64::MAX, 0), |(lo, hi), c| (lo.min(c), hi.max(c)));
+            if lo == 0 {
+                f64::INFINITY
+            } else {
+                fraction(hi, lo)
+            }
+        })
+        .collect();
+    if ratios.is_empty() {
+        return None;
+    }
+    ratios.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        // The rank of the quantile, rounded up, within 0..len.
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let rank = ((q * ratios.len() as f64).ceil() as usize).clamp(1, ratios.len()) - 1;
+        ratios[rank]
+    };
+    Some(Imbalance {
+        p50: at(0.5),
+        p99: at(0.99),
+        max: ratios[ratios.len() - 1],
+    })
+}
+
+/// The share of sample pairs that share a batch in plan `a` and again in plan `b` (plans over the same
+/// `samples` sample ids); `None` when `a` has no pair at all.
+pub fn churn(a: (&[u64], &[u32]), b: (&[u64], &[u32]), samples: usize) -> Option<f64> {
+    let batch_in_a = batch_of(a, samples);
+    let pairs = |k: u64| k * k.saturating_sub(1) / 2;
+    let total: u64 = a.0.windows(2).map(|w| pairs(w[1] - w[0])).sum();
+    if total == 0 {
+        return None;
+    }
+    let (mut again, mut members) = (0u64, Vec::new());
+    for i in 0..b.0.len().saturating_sub(1) {
+        members.clear();
+        members.extend(
+            rows(b.0, b.1, i, i + 1)
+                .iter()
+                .map(|&r| batch_in_a.get(r as usize).copied().unwrap_or(u32::MAX))
+                .filter(|&id| id != u32::MAX),
+        );
+        members.sort_unstable();
+        for run in members.chunk_by(|x, y| x == y) {
+            again += pairs(run.len() as u64);
+        }
+    }
+    Some(fraction(again, total))
+}
+
+/// `batch[sample]`: the batch of each sample in `plan`, `u32::MAX` for samples not in it.
+fn batch_of((offsets, indices): (&[u64], &[u32]), samples: usize) -> Vec<u32> {
+    let mut batch = vec![u32::MAX; samples];
+    for i in 0..offsets.len().saturating_sub(1) {
+        // Batch counts fit in u32: there are at most as many batches as samples.
+        #[allow(clippy::cast_possible_truncation)]
+        let id = i as u32;
+        for &r in rows(offsets, indices, i, i + 1) {
+            if let Some(slot) = batch.get_mut(r as usize) {
+                *slot = id;
+            }
+        }
+    }
+    batch
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deciles_split_the_token_mass() {
+        let lengths: Vec<u32> = (1..=1000).collect();
+        let deciles = Deciles::new(&lengths);
+        for share in deciles.share {
+            assert!((share - 0.1).abs() < 0.01, "{:?}", deciles.share);
+        }
+        assert_eq!(deciles.of(1), 0);
+        assert_eq!(deciles.of(1000), 9);
+        assert_eq!(deciles.of(5000), 9);
+    }
+
+    #[test]
+    fn a_window_like_the_dataset_has_no_distance_and_sorted_batches_a_large_one() {
+        let lengths: Vec<u32> = (1..=100).collect();
+        let deciles = Deciles::new(&lengths);
+        let whole = window_tv(
+            &[0, 100],
+            &(0..100).collect::<Vec<u32>>(),
+            &lengths,
+            &deciles,
+            1,
+        );
+        assert!(whole.unwrap().abs() < 1e-12);
+        let offsets: Vec<u64> = (0..=10).map(|b| b * 10).collect();
+        let sorted = window_tv(
+            &offsets,
+            &(0..100).collect::<Vec<u32>>(),
+            &lengths,
+            &deciles,
+            1,
+        )
+        .unwrap();
+        assert!(sorted > 0.8, "{sorted}");
+        assert_eq!(
+            window_tv(
+                &offsets,
+                &(0..100).collect::<Vec<u32>>(),
+                &lengths,
+                &deciles,
+                11
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn imbalance_is_max_over_min_per_step() {
+        // Two ranks; step 0 costs 4 and 2 (ratio 2), step 1 costs 3 and 3 (ratio 1).
+        let offsets = [0, 4, 6, 9, 12];
+        let indices: Vec<u32> = (0..12).collect();
+        let got = rank_imbalance(&offsets, &indices, 2, |m| m.len() as u64).unwrap();
+        assert_eq!((got.p50, got.p99, got.max), (1.0, 2.0, 2.0));
+    }
+
+    #[test]
+    fn churn_counts_pairs_that_meet_again() {
+        let a = ([0u64, 3, 6].as_slice(), [0u32, 1, 2, 3, 4, 5].as_slice());
+        // In b, the pairs (0, 1) and (4, 5) are together again: 2 of a's 6 pairs.
+        let b = ([0u64, 2, 4, 6].as_slice(), [0u32, 1, 2, 3, 4, 5].as_slice());
+        assert_eq!(churn(a, b, 6), Some(2.0 / 6.0));
+        assert_eq!(churn(a, a, 6), Some(1.0));
+        assert_eq!(churn(([0u64, 1].as_slice(), [0u32].as_slice()), a, 6), None);
+    }
+}
+
+/// The mixing and balance figures of one of `planner`'s plans, given as CSR.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Report {
+    /// [`window_tv`] over windows of the given size; `None` without a complete window.
+    pub window_tv: Option<f64>,
+    /// [`rank_imbalance`] in padded tokens; `None` for an empty plan.
+    pub imbalance: Option<Imbalance>,
+}
+
+/// [`window_tv`] and [`rank_imbalance`] of a plan made by `planner` (whose lengths `deciles` were built
+/// from), for windows of `window` batches.
+pub fn report(
+    planner: &crate::Planner,
+    deciles: &Deciles,
+    (offsets, indices): (&[u64], &[u32]),
+    window: usize,
+) -> Report {
+    crate::with_lengths!(planner.lengths(), lengths => report_with(planner.config(), lengths, deciles, (offsets, indices), window))
+}
+
+fn report_with<L: Length>(
+    config: &crate::Config,
+    lengths: &[L],
+    deciles: &Deciles,
+    (offsets, indices): (&[u64], &[u32]),
+    window: usize,
+) -> Report {
+    let cost = |members: &[u32]| {
+        let longest: u32 = members
+            .iter()
+            .map(|&r| lengths[r as usize].into())
+            .max()
+            .unwrap_or(0);
+        members.len() as u64 * config.padded(longest)
+    };
+    Report {
+        window_tv: window_tv(offsets, indices, lengths, deciles, window),
+        imbalance: rank_imbalance(offsets, indices, config.world_size as usize, cost),
+    }
+}

@@ -1,0 +1,118 @@
+"""Mixing and balance figures of plan.stats() and plan.churn() against a numpy reference."""
+
+from __future__ import annotations
+
+import itertools
+
+import dflash_batch as db
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+def deciles(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(decile of every length value 0..max, share of tokens per decile): a length belongs to the decile
+    where the middle of its token mass falls."""
+    tokens_at = np.bincount(lengths, weights=lengths.astype(np.float64)).astype(np.int64)
+    total = tokens_at.sum()
+    below = np.concatenate([[0], np.cumsum(tokens_at)[:-1]])
+    of = np.minimum((10 * (2 * below + tokens_at)) // (2 * total), 9)
+    share = np.bincount(of, weights=tokens_at, minlength=10) / total
+    return of, share
+
+
+def window_tv(offsets, indices, lengths, window):
+    of, share = deciles(lengths)
+    windows = (len(offsets) - 1) // window
+    if windows == 0:
+        return None
+    distances = []
+    for w in range(windows):
+        rows = indices[offsets[w * window] : offsets[(w + 1) * window]]
+        mass = np.bincount(of[lengths[rows]], weights=lengths[rows], minlength=10)
+        distances.append(0.5 * np.abs(mass / mass.sum() - share).sum())
+    return float(np.mean(distances))
+
+
+def imbalance(offsets, indices, lengths, world, pad=1):
+    costs = [
+        len(b) * (-(-int(lengths[b].max()) // pad) * pad)
+        for b in (indices[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1))
+    ]
+    ratios = sorted(max(c) / min(c) for c in (costs[s : s + world] for s in range(0, len(costs), world)))
+    at = lambda q: ratios[min(max(int(np.ceil(q * len(ratios))), 1), len(ratios)) - 1]  # noqa: E731
+    return at(0.5), at(0.99), ratios[-1]
+
+
+def churn(a: db.Plan, b: db.Plan):
+    together = lambda plan: {  # noqa: E731
+        frozenset(p) for batch in plan for p in itertools.combinations(batch.tolist(), 2)
+    }
+    first, second = together(a), together(b)
+    return len(first & second) / len(first) if first else None
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 400), min_size=20, max_size=400),
+    world=st.integers(1, 4),
+    accumulation=st.integers(1, 3),
+    pad=st.sampled_from([1, 8]),
+)
+def test_stats_match_the_reference(lengths, world, accumulation, pad):
+    lengths = np.array(lengths)
+    sampler = db.BucketSampler(
+        lengths, max_tokens=800, world_size=world, rank=0, accumulation=accumulation, pad_to_multiple_of=pad
+    )
+    plan = sampler.plan(3)
+    stats = plan.stats()
+    offsets, indices = plan.offsets.astype(np.int64), plan.indices
+    expected = window_tv(offsets, indices, lengths, accumulation * world)
+    assert stats["window"] == accumulation * world
+    if expected is None:
+        assert stats["window_tv"] is None
+    else:
+        assert stats["window_tv"] == pytest.approx(expected, abs=1e-9)
+    p50, p99, worst = imbalance(offsets, indices, lengths, world, pad)
+    assert (stats["rank_imbalance_p50"], stats["rank_imbalance_p99"], stats["rank_imbalance_max"]) == pytest.approx(
+        (p50, p99, worst)
+    )
+    other = sampler.plan(4)
+    got, want = plan.churn(other), churn(plan, other)
+    assert got == pytest.approx(want) if want is not None else got is None
+
+
+def test_reference_reproduces_the_figures_of_the_issue():
+    """The definition, on the seed workload with windows of 32 batches: a full shuffle in batches of 8
+    gives ≈ 0.092, sorted batches ≈ 0.9 (../shared/CONTEXT.md and the quality issue)."""
+    lengths = db.seed_workload(200_000)
+    rng = np.random.default_rng(0)
+    shuffled = rng.permutation(len(lengths)).astype(np.uint32)
+    offsets = np.arange(0, len(lengths) + 1, 8)
+    assert window_tv(offsets, shuffled, lengths, 32) == pytest.approx(0.092, abs=0.01)
+    ordered = np.argsort(lengths, kind="stable").astype(np.uint32)
+    assert window_tv(offsets, ordered, lengths, 32) > 0.85
+
+
+def test_sorted_plans_mix_worst_and_same_epoch_churn_is_one():
+    lengths = db.seed_workload(20_000)
+    shuffled = db.BucketSampler(lengths, max_tokens=16384, world_size=8, rank=0, accumulation=4)
+    ordered = db.BucketSampler(lengths, max_tokens=16384, world_size=8, rank=0, accumulation=4, shuffle=False)
+    assert ordered.plan(0).stats()["window_tv"] > 0.8 > shuffled.plan(0).stats()["window_tv"]
+    plan = shuffled.plan(0)
+    assert plan.churn(plan) == 1.0
+    assert plan.churn(shuffled.plan(1)) < 0.05  # small buckets (20K samples): pairs meet again sometimes
+
+
+def test_churn_needs_plans_of_one_dataset():
+    a = db.BucketSampler(np.full(10, 5), batch_size=2).plan(0)
+    b = db.BucketSampler(np.full(12, 5), batch_size=2).plan(0)
+    with pytest.raises(ValueError, match="different datasets"):
+        a.churn(b)
+    assert db.BucketSampler(np.full(10, 5), batch_size=1).plan(0).churn(a) is None  # no pairs at all
+
+
+def test_accumulation_is_validated():
+    with pytest.raises(ValueError, match="accumulation=0 is invalid"):
+        db.BucketSampler(np.full(4, 5), batch_size=1, accumulation=0)
