@@ -7,9 +7,11 @@ from dflash_batch.cli import main
 
 
 def test_demo_prints_plan_and_baselines(capsys):
-    assert main(["demo", "--samples", "20000", "--epochs", "2"]) == 0
+    assert main(["demo", "--samples", "20000", "--epochs", "2", "--loader-rows", "2000"]) == 0
     out = capsys.readouterr().out
     assert "padding efficiency" in out and "seed's 6 buckets" in out and "random shuffle" in out
+    assert "window_tv" in out and "over windows of 32 batches" in out
+    assert "Loader (CPU, int64 tensors) over a 2,000-row Arrow file" in out
 
 
 def test_analyze_npy(tmp_path, capsys):

@@ -33,7 +33,9 @@ def demo(args: argparse.Namespace) -> int:
         f"seed workload: {len(lengths):,} samples, mean {lengths.mean():.0f} tokens, "
         f"median {np.median(lengths):.0f}, longest {lengths.max()}"
     )
-    sampler = BucketSampler(lengths, max_tokens=args.max_tokens, world_size=args.world_size, seed=args.seed)
+    sampler = BucketSampler(
+        lengths, max_tokens=args.max_tokens, world_size=args.world_size, seed=args.seed, accumulation=args.accumulation
+    )
     ms = _plan_ms(sampler, args.epochs)
     stats = sampler.plan(0).stats()
     print(
@@ -45,6 +47,11 @@ def demo(args: argparse.Namespace) -> int:
         f"{stats['min_rows']}–{stats['max_rows']} rows per batch"
     )
     print(f"  padding efficiency {stats['efficiency']:.3f}, planned in {ms:.1f} ms per epoch (median of {args.epochs})")
+    churn = sampler.plan(0).churn(sampler.plan(1))
+    print(
+        f"  mixing: window_tv {stats['window_tv']:.3f} over windows of {stats['window']} batches, "
+        f"churn {churn:.5f}; rank imbalance p99 {stats['rank_imbalance_p99']:.2f}"
+    )
     first = sampler.plan(0)[0]
     print(f"  epoch 0, step 0, rank 0: {len(first)} samples of lengths {sorted(lengths[first].tolist())}")
 
@@ -61,7 +68,45 @@ def demo(args: argparse.Namespace) -> int:
     ]
     for name, eff, mixed in rows:
         print(f"{name:<34} {eff:>10.3f}   {mixed}")
+    if args.loader_rows:
+        _loader_demo(lengths[: args.loader_rows], args)
     return 0
+
+
+def _loader_demo(lengths: np.ndarray, args: argparse.Namespace) -> None:
+    """Writes a tokenized Arrow file of ``lengths`` and runs one epoch of the Loader over it."""
+    try:
+        import pyarrow as pa
+        import torch  # noqa: F401
+    except ImportError:
+        print("\n(Loader demo skipped: install the torch and arrow extras)")
+        return
+    import tempfile
+
+    from .loader import Loader
+    from .reading import TokenStore
+
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    tokens = (np.arange(offsets[-1], dtype=np.int64) % 32_000).astype(np.int32)
+    with tempfile.TemporaryDirectory() as directory:
+        path = f"{directory}/tokens.arrow"
+        table = pa.table({"input_ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(tokens))})
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+            for batch in table.to_batches(max_chunksize=1000):
+                writer.write_batch(batch)
+        store = TokenStore(path)
+        sampler = BucketSampler(store.lengths(), max_tokens=args.max_tokens, seed=args.seed)
+        start = time.perf_counter()
+        with Loader(store, sampler, prefetch=2) as loader:
+            steps = sum(1 for _ in loader)
+            ring = loader.memory_bytes
+        seconds = time.perf_counter() - start
+    print(
+        f"\nLoader (CPU, int64 tensors) over a {len(lengths):,}-row Arrow file: {steps:,} batches in "
+        f"{seconds * 1e3:.0f} ms, {lengths.sum() / seconds / 1e6:.0f} M real tokens/s; "
+        f"prefetch ring {ring / 2**20:.1f} MiB"
+    )
 
 
 def _lengths(source: str, column: str) -> np.ndarray:
@@ -108,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--world-size", type=int, default=8)
     d.add_argument("--epochs", type=int, default=9)
     d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--accumulation", type=int, default=4, help="micro-batches per optimizer step (mixing windows)")
+    d.add_argument("--loader-rows", type=int, default=50_000, help="rows of the Loader demo (0 skips it)")
     d.set_defaults(run=demo)
     a = sub.add_parser(
         "analyze",

@@ -1,0 +1,38 @@
+"""The benchmark scripts run end to end at a tiny size, so they never rot (their figures come from full
+runs: see the README)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def run(script: str, *args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_plan_benchmark():
+    out = run("plan.py", "--no-big", "--repeats", "3")
+    assert "dflash_batch, boundaries='auto'" in out and "plan ≤ 10 ms per epoch" in out
+
+
+def test_read_benchmark(tmp_path):
+    pytest.importorskip("datasets")
+    out = run("read.py", "--rows", "3000", "--cache-dir", str(tmp_path), "--repeats", "2", "--batches", "5")
+    assert "dflash_batch read_lengths(seq_len)" in out and "gather ≥ 20× ds[list]" in out
+
+
+def test_loader_benchmark(tmp_path):
+    pytest.importorskip("datasets")
+    pytest.importorskip("torch")
+    out = run("loader.py", "--rows", "3000", "--cache-dir", str(tmp_path), "--batches", "20")
+    assert "(b) db.Loader → torch int64 tensors" in out and "prefetch ring" in out
