@@ -103,7 +103,7 @@ def main() -> None:
 
     rows = []
     six, six_eff, six_build = plan_times(lengths, 6, args.repeats)
-    rows.append(("dflash_batch, 6 quantile buckets", six_eff, six))
+    rows.append(("dflash_batch, 6 optimized buckets", six_eff, six))
     auto, auto_eff, _ = plan_times(lengths, "auto", args.repeats)
     rows.append(("dflash_batch, boundaries='auto'", auto_eff, auto))
     seed_s = timings(lambda i: baselines.seed_bucketed(lengths, max_tokens=MAX_TOKENS, seed=i), 5)

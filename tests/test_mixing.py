@@ -102,7 +102,7 @@ def test_sorted_plans_mix_worst_and_same_epoch_churn_is_one():
     assert ordered.plan(0).stats()["window_tv"] > 0.8 > shuffled.plan(0).stats()["window_tv"]
     plan = shuffled.plan(0)
     assert plan.churn(plan) == 1.0
-    assert plan.churn(shuffled.plan(1)) < 0.05  # small buckets (20K samples): pairs meet again sometimes
+    assert plan.churn(shuffled.plan(1)) < 0.1  # 20K samples in ~47 buckets: pairs of short samples meet again
 
 
 def test_churn_needs_plans_of_one_dataset():

@@ -292,3 +292,35 @@ def test_default_ranks_without_torch_distributed():
     sampler = db.BucketSampler([1, 2, 3], batch_size=1)
     assert (sampler.world_size, sampler.rank) == (1, 0)
     assert "BucketSampler(num_samples=3" in repr(sampler)
+
+
+def test_auto_boundaries_reach_the_target_and_predict_efficiency():
+    """The issue's check: on the seed workload, auto reaches 0.98 and the prediction is within a point."""
+    lengths = db.seed_workload()
+    sampler = db.BucketSampler(lengths, max_tokens=16384, world_size=8, rank=0)
+    measured = sampler.plan(0).stats()["efficiency"]
+    assert measured >= 0.98
+    assert abs(sampler.predicted_efficiency - measured) < 0.01
+    fewer = db.BucketSampler(lengths, max_tokens=16384, boundaries=len(sampler.edges) - 2)
+    assert fewer.predicted_efficiency < 0.98, "auto picks the fewest buckets that reach the target"
+    loose = db.BucketSampler(lengths, max_tokens=16384, target_efficiency=0.9)
+    assert len(loose.edges) < len(sampler.edges) and loose.predicted_efficiency >= 0.9
+
+
+def test_more_optimized_buckets_pad_less():
+    lengths = db.seed_workload(50_000)
+    efficiency = [
+        db.BucketSampler(lengths, batch_size=8, boundaries=k).plan(0).stats()["efficiency"] for k in (2, 8, 32)
+    ]
+    assert efficiency == sorted(efficiency)
+
+
+@pytest.mark.parametrize("bad", [0, -0.5, 1.5, float("nan")])
+def test_target_efficiency_out_of_range(bad):
+    with pytest.raises(db.PlanError, match="target_efficiency=.* is invalid"):
+        db.BucketSampler(np.array([5, 6]), batch_size=1, target_efficiency=bad)
+
+
+def test_target_efficiency_must_be_a_number():
+    with pytest.raises(TypeError, match="target_efficiency must be a number"):
+        db.BucketSampler(np.array([5, 6]), batch_size=1, target_efficiency="high")

@@ -35,8 +35,10 @@ class BucketSampler:
             directory, a glob, a list of paths, or a ``datasets.Dataset``.
         batch_size: fixed rows per batch. Exactly one of ``batch_size`` and ``max_tokens``.
         max_tokens: padded-token budget per batch: ``rows × round_up(longest row) ≤ max_tokens``.
-        boundaries: ``"auto"`` (today: 16 quantile buckets), a bucket count (quantile edges), or
-            explicit edges ``e_0 < … < e_K``; bucket ``i`` holds lengths in ``(e_i, e_{i+1}]``.
+        boundaries: ``"auto"``: the fewest buckets whose predicted padding efficiency reaches
+            ``target_efficiency``, placed by an exact dynamic program over the length histogram; a bucket
+            count K (K optimized buckets); or explicit edges ``e_0 < … < e_K``, bucket ``i`` holding lengths
+            in ``(e_i, e_{i+1}]``. ``sampler.predicted_efficiency`` reports the prediction.
         seed: seed of every random stream (``0 ≤ seed < 2**64``).
         shuffle: reshuffle every epoch (training); ``False`` gives a deterministic length-sorted plan.
         world_size, rank: default to ``torch.distributed`` when it is initialized, else 1 and 0.
@@ -47,6 +49,8 @@ class BucketSampler:
         threads: planner threads (default: up to 8). The plan is identical for any value.
         column: the column that holds the lengths when ``lengths`` is a dataset: an integer column, or a
             list column such as ``"input_ids"`` (lengths from its offsets).
+        target_efficiency: the padding efficiency ``boundaries="auto"`` aims for (default 0.98; more
+            buckets raise it, at some cost in mixing).
         accumulation: micro-batches per optimizer step. ``plan.stats()`` measures mixing over windows of
             ``accumulation × world_size`` consecutive batches (what one optimizer step sees); the plan
             itself does not depend on it yet.
@@ -69,6 +73,7 @@ class BucketSampler:
         threads: int | None = None,
         column: str = "seq_len",
         accumulation: int = 1,
+        target_efficiency: float = 0.98,
     ) -> None:
         world_size, rank = _resolve_ranks(world_size, rank)
         if oversize not in ("error", "skip"):
@@ -85,6 +90,7 @@ class BucketSampler:
             "pad_to_multiple_of": _positive_int("pad_to_multiple_of", pad_to_multiple_of),
             "threads": _optional_int("threads", threads),
             "accumulation": _positive_int("accumulation", accumulation),
+            "target_efficiency": _fraction("target_efficiency", target_efficiency),
         }
         self._rank = rank
         self._epoch = 0
@@ -129,6 +135,11 @@ class BucketSampler:
     @property
     def world_size(self) -> int:
         return self._config["world_size"]
+
+    @property
+    def predicted_efficiency(self) -> float:
+        """The padding efficiency the plans are predicted to have with the chosen edges."""
+        return self._planner.predicted_efficiency
 
     @property
     def edges(self) -> list[int]:
@@ -331,6 +342,14 @@ def _optional_int(name: str, value: Any) -> int | None:
     if not -(2**63) <= value < 2**63:
         raise PlanError(f"{name}={value} is out of range")
     return value
+
+
+def _fraction(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a number in (0, 1], got {type(value).__name__}")
+    if not 0 < value <= 1:
+        raise PlanError(f"{name}={value!r} is invalid; pass a padding efficiency in (0, 1], e.g. 0.98")
+    return float(value)
 
 
 def _seed(value: Any) -> int:

@@ -3,8 +3,8 @@
 
 use crate::error::{ErrorKind, Result};
 
-/// Buckets used by `Boundaries::Auto` until the boundary optimizer lands.
-pub const DEFAULT_BUCKETS: usize = 16;
+/// The padding efficiency `Boundaries::Auto` aims for, in parts per million.
+pub const DEFAULT_TARGET_EFFICIENCY_PPM: u32 = 980_000;
 
 /// How batches are sized.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,9 +36,10 @@ impl Batching {
 /// Where bucket edges come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Boundaries {
-    /// The library's choice (today: [`DEFAULT_BUCKETS`] quantile buckets).
+    /// The fewest optimized buckets whose predicted efficiency reaches `target_efficiency_ppm`
+    /// (see `optimize.rs`).
     Auto,
-    /// This many quantile buckets.
+    /// This many buckets, placed to minimize padding (see `optimize.rs`).
     Count(usize),
     /// Explicit edges; bucket `i` holds lengths in `(edges[i], edges[i + 1]]`.
     Edges(Vec<u32>),
@@ -72,6 +73,8 @@ pub struct Config {
     pub oversize: Oversize,
     /// Padded lengths are rounded up to a multiple of this.
     pub pad_to_multiple_of: u32,
+    /// The efficiency `Boundaries::Auto` aims for, in parts per million (1 to 1,000,000).
+    pub target_efficiency_ppm: u32,
 }
 
 impl Config {
@@ -86,6 +89,7 @@ impl Config {
             drop_last: false,
             oversize: Oversize::Error,
             pad_to_multiple_of: 1,
+            target_efficiency_ppm: DEFAULT_TARGET_EFFICIENCY_PPM,
         }
     }
 
@@ -95,6 +99,14 @@ impl Config {
         }
         if self.pad_to_multiple_of == 0 {
             return Err(setting("pad_to_multiple_of", 0, "≥ 1"));
+        }
+        if !(1..=1_000_000).contains(&self.target_efficiency_ppm) {
+            return Err(ErrorKind::InvalidSetting {
+                name: "target_efficiency",
+                value: i128::from(self.target_efficiency_ppm),
+                expected: "in (0, 1] (given here in parts per million)",
+            }
+            .into());
         }
         match self.batching {
             Batching::Rows(0) => Err(setting("batch_size", 0, "≥ 1")),

@@ -53,6 +53,7 @@ pub mod fingerprint;
 mod form;
 pub mod lengths;
 pub mod mixing;
+pub mod optimize;
 pub mod order;
 pub mod permute;
 pub mod plan;

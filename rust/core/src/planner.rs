@@ -18,10 +18,11 @@
 //! on the seed workload, and 1.3 GB instead of 0.9 GB at 100M samples).
 
 use crate::buckets::Buckets;
-pub use crate::config::{Batching, Boundaries, Config, Oversize, DEFAULT_BUCKETS};
+pub use crate::config::{Batching, Boundaries, Config, Oversize, DEFAULT_TARGET_EFFICIENCY_PPM};
 use crate::error::{ErrorKind, Result};
 use crate::form::{sorted_by_length, Former, COMPANION_MIN_SAMPLES};
 use crate::lengths::{Length, Lengths};
+use crate::optimize::{auto_edges, optimal_edges, predicted_efficiency, Histogram};
 use crate::order::{drop_remainder, split_for_ranks};
 use crate::plan::{Plan, Stats};
 use crate::pool::PrivatePool;
@@ -35,6 +36,8 @@ pub struct Planner {
     lengths: Lengths,
     config: Config,
     buckets: Buckets,
+    /// The padding efficiency the plans are predicted to have (see `optimize.rs`).
+    predicted_efficiency: f64,
     rules: Rules,
     /// Per bucket, the most rows any batch of it can hold (the capacity at its shortest length):
     /// a batch that reaches it is full.
@@ -59,6 +62,7 @@ impl Planner {
             lengths,
             config,
             buckets: prepared.buckets,
+            predicted_efficiency: prepared.predicted_efficiency,
             rules: prepared.rules,
             bucket_capacity: prepared.bucket_capacity,
             admitted: prepared.admitted,
@@ -97,6 +101,12 @@ impl Planner {
     /// The bucket edges in use.
     pub fn buckets(&self) -> &Buckets {
         &self.buckets
+    }
+
+    /// The padding efficiency plans are predicted to measure with the chosen edges (see
+    /// [`crate::optimize`]); within a point of the measured one on the seed workload.
+    pub fn predicted_efficiency(&self) -> f64 {
+        self.predicted_efficiency
     }
 
     /// The configuration.
@@ -206,6 +216,7 @@ fn row_range(offsets: &[u64]) -> (u64, u64) {
 /// The epoch-independent state [`Planner::new`] derives from the lengths.
 struct Prepared {
     buckets: Buckets,
+    predicted_efficiency: f64,
     rules: Rules,
     bucket_capacity: Vec<u32>,
     admitted: u64,
@@ -215,7 +226,7 @@ struct Prepared {
 fn prepare<L: Length>(lengths: &[L], config: &Config) -> Result<Prepared> {
     check_lengths(lengths)?;
     let admit_max = admission(lengths, config)?;
-    let buckets = choose_buckets(lengths, config, admit_max)?;
+    let (buckets, predicted_efficiency) = choose_buckets(lengths, config, admit_max)?;
     let longest = lengths.iter().copied().max().map_or(0, Into::into);
     let rules = Rules::new(&buckets, config, admit_max, longest);
     let mut bucket_capacity = vec![0u32; buckets.count()];
@@ -229,6 +240,7 @@ fn prepare<L: Length>(lengths: &[L], config: &Config) -> Result<Prepared> {
     }
     Ok(Prepared {
         buckets,
+        predicted_efficiency,
         rules,
         bucket_capacity,
         admitted,
@@ -287,25 +299,38 @@ fn admission<L: Length>(lengths: &[L], config: &Config) -> Result<u32> {
     Ok(admit_max)
 }
 
-fn choose_buckets<L: Length>(lengths: &[L], config: &Config, admit_max: u32) -> Result<Buckets> {
+fn choose_buckets<L: Length>(
+    lengths: &[L],
+    config: &Config,
+    admit_max: u32,
+) -> Result<(Buckets, f64)> {
     let keep = |l: u32| l <= admit_max;
-    let count = match &config.boundaries {
+    let histogram = Histogram::new(lengths, keep);
+    let optimized = match &config.boundaries {
         Boundaries::Edges(edges) => {
             let buckets = Buckets::from_edges(edges.clone())?;
             buckets.check_covers(lengths, keep)?;
-            return Ok(buckets);
+            let predicted = predicted_efficiency(&histogram, buckets.edges(), config);
+            return Ok((buckets, predicted));
         }
-        Boundaries::Count(k) => *k,
-        Boundaries::Auto => DEFAULT_BUCKETS,
+        Boundaries::Count(k) => {
+            if *k == 0 || *k > usize::from(u16::MAX) {
+                return Err(ErrorKind::InvalidSetting {
+                    name: "boundaries (bucket count)",
+                    value: *k as i128,
+                    expected: "between 1 and 65535",
+                }
+                .into());
+            }
+            optimal_edges(&histogram, *k, config)
+        }
+        Boundaries::Auto => {
+            let target = f64::from(config.target_efficiency_ppm) / 1e6;
+            auto_edges(&histogram, target, config)
+        }
     };
-    if lengths.iter().all(|&l| keep(l.into())) {
-        Buckets::quantiles(lengths, count)
-    } else {
-        let kept: Vec<L> = lengths
-            .iter()
-            .copied()
-            .filter(|&l| keep(l.into()))
-            .collect();
-        Buckets::quantiles(&kept, count)
-    }
+    Ok((
+        Buckets::from_edges(optimized.edges)?,
+        optimized.predicted_efficiency,
+    ))
 }

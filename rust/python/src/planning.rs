@@ -79,7 +79,8 @@ impl Planner {
     /// (auto), a bucket count, or explicit edges.
     #[new]
     #[pyo3(signature = (chunks, *, batch_size, max_tokens, boundaries, seed, shuffle, world_size,
-                        drop_last, skip_oversize, pad_to_multiple_of, threads, accumulation=1))]
+                        drop_last, skip_oversize, pad_to_multiple_of, threads, accumulation=1,
+                        target_efficiency=0.98))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -95,7 +96,16 @@ impl Planner {
         pad_to_multiple_of: u32,
         threads: Option<usize>,
         accumulation: u32,
+        target_efficiency: f64,
     ) -> PyResult<Self> {
+        if !(target_efficiency > 0.0 && target_efficiency <= 1.0) {
+            return Err(PyValueError::new_err(format!(
+                "target_efficiency={target_efficiency} is invalid; pass a padding efficiency in (0, 1], e.g. 0.98"
+            )));
+        }
+        // In (0, 1] × 1e6, rounded: fits u32; at least 1 so a tiny target stays valid.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let target_efficiency_ppm = ((target_efficiency * 1e6).round() as u32).max(1);
         if accumulation == 0 {
             return Err(PyValueError::new_err(
                 "accumulation=0 is invalid; pass the number of micro-batches per optimizer step (≥ 1)",
@@ -124,6 +134,7 @@ impl Planner {
                 Oversize::Error
             },
             pad_to_multiple_of,
+            target_efficiency_ppm,
         };
         let planner = py
             .detach(|| CorePlanner::new(lengths, config))
@@ -155,6 +166,12 @@ impl Planner {
             deciles: Arc::clone(&self.deciles),
             window: self.accumulation as usize * world_size as usize,
         })
+    }
+
+    /// The padding efficiency plans are predicted to measure with the chosen edges.
+    #[getter]
+    fn predicted_efficiency(&self) -> f64 {
+        self.inner.predicted_efficiency()
     }
 
     /// The bucket edges in use.
