@@ -165,7 +165,8 @@ def test_hypothesis_invariants_max_tokens(lengths, max_tokens, world_size, pad, 
     try:
         plan = db.BucketSampler(lengths, **settings).plan(epoch)
     except db.PlanError as err:
-        assert "cannot give each of world_size" in str(err)
+        # Too few samples for the ranks, or every sample over budget once padded (nothing to plan).
+        assert "cannot give each of world_size" in str(err) or "smaller than the shortest sample" in str(err)
         return
     check_plan(lengths, plan, max_tokens=max_tokens, world_size=world_size, pad=pad)
     again = db.BucketSampler(lengths, **settings, threads=1).plan(epoch)
@@ -317,7 +318,7 @@ def test_more_optimized_buckets_pad_less():
 
 @pytest.mark.parametrize("bad", [0, -0.5, 1.5, float("nan")])
 def test_target_efficiency_out_of_range(bad):
-    with pytest.raises(db.PlanError, match="target_efficiency=.* is invalid"):
+    with pytest.raises(db.PlanError, match=r"target_efficiency=.* is invalid"):
         db.BucketSampler(np.array([5, 6]), batch_size=1, target_efficiency=bad)
 
 
