@@ -119,16 +119,26 @@ pub fn optimal_edges(histogram: &Histogram, k: usize, config: &Config) -> Optimi
         return empty();
     }
     let histogram = histogram.coarsened(MAX_DISTINCT);
-    let layers = Layers::new(&histogram, config);
     let k = k.clamp(1, histogram.distinct().max(1));
-    let mut dp = layers.first();
-    let mut choices = Vec::with_capacity(k);
-    for _ in 1..k {
-        let (next, choice) = layers.next(&dp);
-        choices.push(choice);
-        dp = next;
-    }
+    let choices = if fits_u64(&histogram, config) {
+        Layers::<u64>::new(&histogram, config).splits(k, |_| false)
+    } else {
+        Layers::<u128>::new(&histogram, config).splits(k, |_| false)
+    };
     finish(&histogram, &choices, config)
+}
+
+/// Real tokens of the histogram, as the efficiency numerator.
+fn real_tokens(histogram: &Histogram) -> f64 {
+    // Token counts stay far below 2^53; this is a ratio's numerator.
+    #[allow(clippy::cast_precision_loss)]
+    let tokens = histogram
+        .values
+        .iter()
+        .zip(&histogram.counts)
+        .map(|(&v, &c)| f64::from(v) * c as f64)
+        .sum();
+    tokens
 }
 
 /// The fewest buckets (at most [`MAX_AUTO_BUCKETS`]) whose predicted efficiency reaches `target`; the
@@ -138,19 +148,39 @@ pub fn auto_edges(histogram: &Histogram, target: f64, config: &Config) -> Optimi
         return empty();
     }
     let histogram = histogram.coarsened(MAX_DISTINCT);
-    let layers = Layers::new(&histogram, config);
     let most = MAX_AUTO_BUCKETS.min(histogram.distinct().max(1));
-    let mut dp = layers.first();
-    let mut choices = Vec::with_capacity(most);
-    loop {
-        let optimized = finish(&histogram, &choices, config);
-        if optimized.predicted_efficiency >= target || choices.len() + 1 >= most {
-            return optimized;
+    // The padded-to-top efficiency is a lower bound of the prediction: once it reaches the target, no
+    // more buckets are needed. Then the fewest buckets whose prediction reaches it are found by
+    // bisection, the prediction growing with the bucket count (a prediction is a pass over the
+    // histogram; the DP layers are cheap).
+    let tokens = real_tokens(&histogram);
+    let lower_bound_reached = |cost: f64| tokens >= target * cost;
+    let choices = if fits_u64(&histogram, config) {
+        Layers::<u64>::new(&histogram, config).splits(most, lower_bound_reached)
+    } else {
+        Layers::<u128>::new(&histogram, config).splits(most, lower_bound_reached)
+    };
+    let predicted = |buckets: usize| finish(&histogram, &choices[..buckets - 1], config);
+    let (mut lo, mut hi) = (1, choices.len() + 1);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if predicted(mid).predicted_efficiency >= target {
+            hi = mid;
+        } else {
+            lo = mid + 1;
         }
-        let (next, choice) = layers.next(&dp);
-        choices.push(choice);
-        dp = next;
     }
+    predicted(lo)
+}
+
+/// Whether every cost of the DP fits `u64`: all samples padded to the longest length, twice over.
+fn fits_u64(histogram: &Histogram, config: &Config) -> bool {
+    let samples: u128 = histogram.counts.iter().map(|&c| u128::from(c)).sum();
+    let widest = histogram
+        .values
+        .last()
+        .map_or(0, |&v| u128::from(config.padded(v)));
+    samples * widest < u128::from(u64::MAX / 4)
 }
 
 /// One bucket over nothing, for an empty histogram (the planner refuses those earlier).
@@ -161,48 +191,93 @@ fn empty() -> Optimized {
     }
 }
 
-/// Prefix counts and weights of the DP over a histogram.
-struct Layers {
-    /// `prefix[j]`: samples with the `j` shortest distinct lengths.
-    prefix: Vec<u128>,
-    /// `weight[j]`: padded length of the `j`-th distinct length.
-    weight: Vec<u128>,
+/// A cost type of the DP: `u64` when every cost fits (twice as fast, measured), else `u128`.
+trait Cost:
+    Copy
+    + Ord
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
+{
+    const ZERO: Self;
+    const MAX: Self;
+    fn from_u64(value: u64) -> Self;
+    fn to_f64(self) -> f64;
 }
 
-/// `cost[j]`: least cost of covering the `j` shortest lengths with this layer's bucket count
-/// (`u128::MAX` where impossible).
-type Layer = Vec<u128>;
+// Costs as f64 only feed a stopping test; the rounding is immaterial.
+#[allow(clippy::cast_precision_loss)]
+impl Cost for u64 {
+    const ZERO: Self = 0;
+    const MAX: Self = u64::MAX;
+    fn from_u64(value: u64) -> Self {
+        value
+    }
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+}
 
-impl Layers {
+#[allow(clippy::cast_precision_loss)]
+impl Cost for u128 {
+    const ZERO: Self = 0;
+    const MAX: Self = u128::MAX;
+    fn from_u64(value: u64) -> Self {
+        u128::from(value)
+    }
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+}
+
+/// Prefix counts and weights of the DP over a histogram.
+struct Layers<C> {
+    /// `prefix[j]`: samples with the `j` shortest distinct lengths.
+    prefix: Vec<C>,
+    /// `weight[j]`: padded length of the `j`-th distinct length.
+    weight: Vec<C>,
+}
+
+impl<C: Cost> Layers<C> {
     fn new(histogram: &Histogram, config: &Config) -> Self {
         let mut prefix = Vec::with_capacity(histogram.distinct() + 1);
-        prefix.push(0u128);
+        prefix.push(C::ZERO);
         for &c in &histogram.counts {
-            prefix.push(prefix[prefix.len() - 1] + u128::from(c));
+            prefix.push(prefix[prefix.len() - 1] + C::from_u64(c));
         }
         let weight = histogram
             .values
             .iter()
-            .map(|&v| u128::from(config.padded(v)))
+            .map(|&v| C::from_u64(config.padded(v)))
             .collect();
         Self { prefix, weight }
     }
 
-    fn cost(&self, i: usize, j: usize) -> u128 {
+    fn cost(&self, i: usize, j: usize) -> C {
         (self.prefix[j] - self.prefix[i]) * self.weight[j - 1]
     }
 
-    /// One bucket over the `j` shortest lengths.
-    fn first(&self) -> Layer {
-        (0..self.prefix.len())
-            .map(|j| if j == 0 { u128::MAX } else { self.cost(0, j) })
-            .collect()
+    /// The split points of every layer up to `most` buckets, stopping early once `done(cost)` holds
+    /// for the least cost of the layers so far (`cost[j]` of a layer: least cost of covering the `j`
+    /// shortest lengths with its bucket count; `MAX` where impossible).
+    fn splits(&self, most: usize, done: impl Fn(f64) -> bool) -> Vec<Vec<u32>> {
+        let mut layer: Vec<C> = (0..self.prefix.len())
+            .map(|j| if j == 0 { C::MAX } else { self.cost(0, j) })
+            .collect();
+        let mut choices = Vec::with_capacity(most);
+        while choices.len() + 1 < most && !done(layer[layer.len() - 1].to_f64()) {
+            let (next, choice) = self.next(&layer);
+            choices.push(choice);
+            layer = next;
+        }
+        choices
     }
 
-    /// The layer with one more bucket, and for each `j` where its last bucket starts.
-    fn next(&self, previous: &Layer) -> (Layer, Vec<u32>) {
+    /// The layer with one more bucket, and for each `j` where its last bucket starts. Split points
+    /// are monotone in `j` (see the module docs), so each row searches only between its neighbours'.
+    fn next(&self, previous: &[C]) -> (Vec<C>, Vec<u32>) {
         let n = self.prefix.len();
-        let mut layer = vec![u128::MAX; n];
+        let mut layer = vec![C::MAX; n];
         let mut choice = vec![0u32; n];
         // (rows lo..=hi of this layer, split points searched in lo_split..=hi_split)
         let mut stack = vec![(1usize, n - 1, 0usize, n - 1)];
@@ -211,10 +286,10 @@ impl Layers {
                 continue;
             }
             let mid = (lo + hi) / 2;
-            let (mut best, mut at) = (u128::MAX, lo_split);
+            let (mut best, mut at) = (C::MAX, lo_split);
             let last = hi_split.min(mid - 1);
             for (i, &before) in previous.iter().enumerate().take(last + 1).skip(lo_split) {
-                if before == u128::MAX {
+                if before == C::MAX {
                     continue;
                 }
                 let total = before + self.cost(i, mid);
@@ -335,7 +410,7 @@ mod tests {
     /// Every way of cutting `d` distinct lengths into `k` contiguous buckets: the least cost.
     fn brute_force(histogram: &Histogram, k: usize, config: &Config) -> u128 {
         let d = histogram.distinct();
-        let layers = Layers::new(histogram, config);
+        let layers = Layers::<u128>::new(histogram, config);
         let mut best = u128::MAX;
         // Bitmask over the d - 1 possible cut positions.
         for mask in 0u32..(1 << (d - 1)) {
@@ -357,7 +432,7 @@ mod tests {
     }
 
     fn cost_of(histogram: &Histogram, edges: &[u32], config: &Config) -> u128 {
-        let layers = Layers::new(histogram, config);
+        let layers = Layers::<u128>::new(histogram, config);
         let mut start = 0;
         let mut cost = 0;
         for &top in &edges[1..] {
@@ -412,6 +487,17 @@ mod tests {
         );
         let buckets = crate::Buckets::from_edges(auto.edges.clone()).unwrap();
         buckets.check_covers(&lengths, |_| true).unwrap();
+    }
+
+    #[test]
+    fn u64_and_u128_costs_choose_the_same_splits() {
+        let lengths = crate::workload::seed_lengths(20_000, 9);
+        let histogram = Histogram::new(&lengths, |_| true);
+        let cfg = config(Batching::Tokens(16_384));
+        assert!(fits_u64(&histogram, &cfg));
+        let narrow = Layers::<u64>::new(&histogram, &cfg).splits(12, |_| false);
+        let wide = Layers::<u128>::new(&histogram, &cfg).splits(12, |_| false);
+        assert_eq!(narrow, wide);
     }
 
     #[test]
