@@ -20,6 +20,7 @@ build: venv
 
 demo: build
 	$(BIN)/dflash-batch demo
+	$(BIN)/dflash-batch analyze --demo
 
 test: build test-rust test-python
 

@@ -19,7 +19,7 @@ def test_analyze_npy(tmp_path, capsys):
     np.save(path, np.array([100, 200, 300, 400] * 50))
     assert main(["analyze", str(path), "--batch-size", "4", "--boundaries", "0,250,400"]) == 0
     out = capsys.readouterr().out
-    assert "200 samples; edges [0, 250, 400]" in out and "efficiency" in out
+    assert "200 samples" in out and "edges: [0, 250, 400]" in out and "efficiency" in out
 
 
 def test_analyze_reports_bad_input_without_traceback(tmp_path, capsys):
@@ -39,3 +39,48 @@ def test_analyze_an_arrow_dataset(tmp_path, capsys):
     assert "300 samples" in capsys.readouterr().out
     assert main(["analyze", str(path), "--column", "nope"]) == 2
     assert 'no column "nope"' in capsys.readouterr().err
+
+
+def test_analyze_demo_prints_the_strategies_table(capsys):
+    assert main(["analyze", "--demo", "--samples", "30000"]) == 0
+    out = capsys.readouterr().out
+    for name in ("sorted static", "full shuffle", "seed's 6 buckets", "HF mega-batch sorting", "dflash_batch"):
+        assert name in out
+    assert "predicted padding efficiency" in out and "window_tv" in out and "planned in" in out
+
+
+def test_analyze_json_and_plot(tmp_path, capsys):
+    import json
+
+    png = tmp_path / "report.png"
+    assert main(["analyze", "--demo", "--samples", "20000", "--json", "--plot", str(png), "--batch-size", "8"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["samples"] == 20000 and result["rule"] == {"batch_size": 8}
+    assert set(result["strategies"]["dflash_batch"]) == {
+        "efficiency",
+        "window_tv",
+        "churn",
+        "rank_imbalance_p99",
+        "steps",
+    }
+    assert result["strategies"]["sorted static"]["churn"] == 1.0
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_analyze_needs_exactly_one_source(tmp_path, capsys):
+    assert main(["analyze"]) == 2
+    assert "pass a SOURCE or --demo" in capsys.readouterr().err
+    path = tmp_path / "l.npy"
+    np.save(path, np.array([5, 6] * 100))
+    assert main(["analyze", str(path), "--demo"]) == 2
+
+
+def test_analyze_bad_arguments_exit_with_usage(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["analyze", "--demo", "--max-tokens", "lots"])
+    assert exit_info.value.code == 2
+    assert "invalid int value" in capsys.readouterr().err
+    assert main(["analyze", "--demo", "--samples", "1000", "--target-efficiency", "1.5"]) == 2
+    assert "target_efficiency=1.5 is invalid" in capsys.readouterr().err

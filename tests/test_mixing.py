@@ -116,3 +116,32 @@ def test_churn_needs_plans_of_one_dataset():
 def test_accumulation_is_validated():
     with pytest.raises(ValueError, match="accumulation=0 is invalid"):
         db.BucketSampler(np.full(4, 5), batch_size=1, accumulation=0)
+
+
+def test_metrics_of_any_csr_agree_with_plan_stats():
+    from dflash_batch import metrics
+
+    lengths = db.seed_workload(30_000)
+    sampler = db.BucketSampler(lengths, max_tokens=16384, world_size=4, rank=0, accumulation=2)
+    plan, other = sampler.plan(0), sampler.plan(1)
+    stats = plan.stats()
+    assert metrics.window_tv(lengths, plan.indices, plan.offsets, 8) == pytest.approx(stats["window_tv"])
+    p50, p99, worst = metrics.rank_imbalance(lengths, plan.indices, plan.offsets, 4)
+    assert (p50, p99, worst) == pytest.approx(
+        (stats["rank_imbalance_p50"], stats["rank_imbalance_p99"], stats["rank_imbalance_max"])
+    )
+    assert metrics.churn(len(lengths), (plan.indices, plan.offsets), (other.indices, other.offsets)) == pytest.approx(
+        plan.churn(other)
+    )
+
+
+def test_metrics_refuse_malformed_csr():
+    from dflash_batch import metrics
+
+    lengths = np.array([5, 6, 7])
+    with pytest.raises(ValueError, match="offsets must start at 0"):
+        metrics.window_tv(lengths, [0, 1, 2], [0, 2, 1, 3], 1)
+    with pytest.raises(ValueError, match="indices must be rows of lengths"):
+        metrics.window_tv(lengths, [0, 1, 9], [0, 3], 1)
+    with pytest.raises(ValueError, match="window must be"):
+        metrics.window_tv(lengths, [0, 1, 2], [0, 3], 0)

@@ -67,3 +67,28 @@ def seed_bucketed(
     order = rng.permutation(len(batches))
     sizes = np.array([len(batches[i]) for i in order])
     return np.concatenate([batches[i] for i in order]), np.concatenate([[0], np.cumsum(sizes)])
+
+
+def cut(lengths: np.ndarray, order: np.ndarray, *, batch_size: int | None = None, max_tokens: int | None = None):
+    """``order`` cut into consecutive batches: fixed rows, or greedily under a padded-token budget."""
+    if batch_size is not None:
+        return _fixed(order, batch_size)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    ends, longest, start = [], 0, 0
+    for i, length in enumerate(lengths[order].tolist()):
+        longest = max(longest, length)
+        if (i - start + 1) * longest > max_tokens and i > start:
+            ends.append(i)
+            start, longest = i, length
+    ends.append(len(order))
+    return order, np.concatenate([[0], ends])
+
+
+def megabatch_sorted(lengths: np.ndarray, batch_size: int = 8, seed: int = 0) -> np.ndarray:
+    """HF transformers' ``LengthGroupedSampler`` order, in numpy: a random permutation cut into
+    mega-batches of 50 batches, each sorted longest first (the result is an order; cut it)."""
+    order = np.random.default_rng(seed).permutation(len(lengths))
+    size = 50 * batch_size
+    lengths = np.asarray(lengths)
+    parts = [m[np.argsort(-lengths[m], kind="stable")] for m in np.split(order, np.arange(size, len(order), size))]
+    return np.concatenate(parts)

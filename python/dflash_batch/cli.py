@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 
+from . import analyze as report
 from . import baselines
 from .reading import read_lengths
 from .sampler import BucketSampler
@@ -118,21 +119,41 @@ def _lengths(source: str, column: str) -> np.ndarray:
 
 
 def analyze(args: argparse.Namespace) -> int:
-    """Prints the plan statistics of a dataset's lengths under a configuration."""
+    """Prints a dataset's histogram, the chosen buckets and the strategies table (or JSON, or a PNG)."""
+    if (args.source is None) == (not args.demo):
+        print("dflash-batch: pass a SOURCE or --demo (the generated seed workload), not both", file=sys.stderr)
+        return 2
     try:
-        lengths = _lengths(args.source, args.column)
+        lengths = seed_workload(args.samples) if args.demo else _lengths(args.source, args.column)
     except (OSError, ValueError) as err:
         print(f"dflash-batch: cannot read lengths from {args.source}: {err}", file=sys.stderr)
         return 2
-    size = {"batch_size": args.batch_size} if args.batch_size else {"max_tokens": args.max_tokens}
+    lengths = np.asarray(lengths, dtype=np.int64)
+    rule = {"batch_size": args.batch_size} if args.batch_size else {"max_tokens": args.max_tokens}
     sampler = BucketSampler(
-        lengths, **size, boundaries=args.boundaries, world_size=args.world_size, oversize=args.oversize
+        lengths,
+        **rule,
+        boundaries=args.boundaries,
+        world_size=args.world_size,
+        rank=0,
+        oversize=args.oversize,
+        accumulation=args.accumulation,
+        target_efficiency=args.target_efficiency,
     )
-    ms = _plan_ms(sampler, 5)
-    stats = sampler.plan(0).stats()
-    print(f"{len(lengths):,} samples; edges {sampler.edges}; planned in {ms:.1f} ms")
-    for key, value in stats.items():
-        print(f"  {key:<16} {value:.4f}" if isinstance(value, float) else f"  {key:<16} {value:,}")
+    if args.oversize == "skip":  # baselines must see what the plan sees
+        limit = args.max_tokens if not args.batch_size else np.iinfo(np.int64).max
+        lengths = lengths[lengths <= limit]
+    result = report.report(lengths, sampler=sampler, rule=rule, accumulation=args.accumulation)
+    result["plan_ms"] = _plan_ms(sampler, 5)
+    if args.json:
+        print(report.to_json(result))
+    else:
+        report.print_report(result)
+        print(f"\nplanned in {result['plan_ms']:.1f} ms per epoch")
+    if args.plot:
+        report.plot(result, args.plot)
+        if not args.json:
+            print(f"plot written to {args.plot}")
     return 0
 
 
@@ -158,21 +179,27 @@ def main(argv: list[str] | None = None) -> int:
     d.set_defaults(run=demo)
     a = sub.add_parser(
         "analyze",
-        help="plan statistics of a dataset: an Arrow file, save_to_disk directory or glob, or a lengths file "
-        "(.npy, or .txt/.csv with one integer per line)",
+        help="histogram, chosen buckets and a strategies table for a dataset: an Arrow file, save_to_disk "
+        "directory or glob, a lengths file (.npy, or .txt/.csv with one integer per line), or --demo",
     )
-    a.add_argument("source")
+    a.add_argument("source", nargs="?")
+    a.add_argument("--demo", action="store_true", help="analyze the generated seed workload instead")
+    a.add_argument("--samples", type=int, default=SEED_SAMPLES, help="samples of --demo")
     a.add_argument("--column", default="seq_len", help="lengths column, or a list column such as input_ids")
     a.add_argument("--max-tokens", type=int, default=16384)
     a.add_argument("--batch-size", type=int)
     a.add_argument("--boundaries", type=_boundaries, default="auto", help="'auto', a count, or e0,e1,...")
-    a.add_argument("--world-size", type=int, default=1)
+    a.add_argument("--target-efficiency", type=float, default=0.98)
+    a.add_argument("--world-size", type=int, default=8)
+    a.add_argument("--accumulation", type=int, default=4)
     a.add_argument("--oversize", choices=["error", "skip"], default="error")
+    a.add_argument("--json", action="store_true", help="print the report as JSON")
+    a.add_argument("--plot", metavar="FILE.png", help="draw the histogram, edges and strategies (matplotlib)")
     a.set_defaults(run=analyze)
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except (ValueError, TypeError) as err:
+    except (ValueError, TypeError, ImportError) as err:
         print(f"dflash-batch: {err}", file=sys.stderr)
         return 2
 

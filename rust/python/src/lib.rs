@@ -9,6 +9,7 @@
 #[macro_use]
 mod reading;
 mod collating;
+mod metrics;
 mod planning;
 
 use dflash_batch_core::error::{Error, ErrorKind};
@@ -70,6 +71,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(collating::collate_into, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_new, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_slot, m)?)?;
+    m.add_function(wrap_pyfunction!(metrics::window_tv, m)?)?;
+    m.add_function(wrap_pyfunction!(metrics::rank_imbalance, m)?)?;
+    m.add_function(wrap_pyfunction!(metrics::churn, m)?)?;
     m.add("PlanError", m.py().get_type::<PlanError>())?;
     m.add("DataError", m.py().get_type::<DataError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

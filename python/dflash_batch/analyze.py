@@ -1,0 +1,145 @@
+"""``dflash-batch analyze``: a dataset's length histogram, the buckets dflash_batch would choose, and a
+side-by-side table of batching strategies scored on efficiency, mixing, churn and rank balance.
+
+Strategies, all under the same batching rule (fixed rows, or greedily cut under the token budget):
+sorted static batches, a full shuffle, the seed's 6 hand-picked buckets, HF-style mega-batch sorting
+(``LengthGroupedSampler``: mega-batches of 50 × 8 samples sorted longest first), and dflash_batch.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from . import baselines, metrics
+from .sampler import BucketSampler
+
+COLUMNS = ("efficiency", "window_tv", "churn", "rank_imbalance_p99", "steps")
+
+
+def histogram(lengths: np.ndarray, bins: int = 12) -> list[dict[str, Any]]:
+    """Log-spaced bins between the shortest and longest length: ``[{low, high, count, share}]``."""
+    low, high = max(int(lengths.min()), 1), int(lengths.max())
+    edges = np.unique(np.geomspace(low, high + 1, bins + 1).astype(np.int64))
+    counts, _ = np.histogram(lengths, bins=edges)
+    return [
+        {"low": int(a), "high": int(b) - 1, "count": int(c), "share": float(c / len(lengths))}
+        for a, b, c in zip(edges[:-1], edges[1:], counts, strict=True)
+    ]
+
+
+def strategies(lengths: np.ndarray, *, sampler: BucketSampler, rule: dict[str, int], window: int) -> dict:
+    """Every strategy's figures: two epochs each (seeds 0 and 1) for churn; steps per rank."""
+    world = sampler.world_size
+
+    def scored(epochs: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
+        order, offsets = epochs[0]
+        imbalance = metrics.rank_imbalance(lengths, order, offsets, world)
+        return {
+            "efficiency": baselines.efficiency(lengths, order, offsets),
+            "window_tv": metrics.window_tv(lengths, order, offsets, window),
+            "churn": metrics.churn(len(lengths), epochs[0], epochs[1]),
+            "rank_imbalance_p99": None if imbalance is None else imbalance[1],
+            "steps": (len(offsets) - 1) // world,
+        }
+
+    def cut(order):
+        return baselines.cut(lengths, order, **rule)
+
+    rows = {
+        "sorted static": scored([cut(np.argsort(lengths, kind="stable"))] * 2),
+        "full shuffle": scored([cut(np.random.default_rng(s).permutation(len(lengths))) for s in (0, 1)]),
+        "seed's 6 buckets": scored([baselines.seed_bucketed(lengths, **rule, seed=s) for s in (0, 1)]),
+        "HF mega-batch sorting": scored([cut(baselines.megabatch_sorted(lengths, 8, seed=s)) for s in (0, 1)]),
+    }
+    plans = [sampler.plan(epoch) for epoch in (0, 1)]
+    stats = plans[0].stats()
+    rows["dflash_batch"] = {
+        "efficiency": stats["efficiency"],
+        "window_tv": stats["window_tv"],
+        "churn": plans[0].churn(plans[1]),
+        "rank_imbalance_p99": stats["rank_imbalance_p99"],
+        "steps": stats["steps"],
+    }
+    return rows
+
+
+def report(lengths: np.ndarray, *, sampler: BucketSampler, rule: dict[str, int], accumulation: int) -> dict:
+    """Everything ``analyze`` prints, as one JSON-ready dict."""
+    window = accumulation * sampler.world_size
+    return {
+        "samples": len(lengths),
+        "histogram": histogram(lengths),
+        "edges": sampler.edges,
+        "buckets": len(sampler.edges) - 1,
+        "predicted_efficiency": sampler.predicted_efficiency,
+        "window": window,
+        "world_size": sampler.world_size,
+        "rule": rule,
+        "strategies": strategies(lengths, sampler=sampler, rule=rule, window=window),
+    }
+
+
+def _figure(value: Any) -> str:
+    if value is None:
+        return "—"
+    return f"{value:,}" if isinstance(value, int) else f"{value:.4f}"
+
+
+def print_report(result: dict) -> None:
+    print(f"{result['samples']:,} samples")
+    widest = max(h["share"] for h in result["histogram"]) or 1
+    for h in result["histogram"]:
+        bar = "#" * round(40 * h["share"] / widest)
+        print(f"  {h['low']:>7}–{h['high']:<7} {h['count']:>10,} {h['share']:6.1%} {bar}")
+    print(
+        f"\nbuckets: {result['buckets']}, predicted padding efficiency {result['predicted_efficiency']:.4f}"
+        f"\nedges: {result['edges']}"
+    )
+    rule = ", ".join(f"{k}={v}" for k, v in result["rule"].items())
+    print(f"\n{rule}; world_size={result['world_size']}; mixing windows of {result['window']} batches")
+    print(f"{'strategy':<24}" + "".join(f"{c:>20}" for c in COLUMNS))
+    for name, row in result["strategies"].items():
+        print(f"{name:<24}" + "".join(f"{_figure(row[c]):>20}" for c in COLUMNS))
+
+
+def plot(result: dict, path: str) -> None:
+    """The histogram with bucket edges, and efficiency and window_tv per strategy, as a PNG."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as err:
+        raise ImportError("--plot needs matplotlib: pip install 'dflash-batch[plot]'") from err
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    bins = result["histogram"]
+    left.bar(
+        [b["low"] for b in bins],
+        [b["count"] for b in bins],
+        width=[b["high"] - b["low"] + 1 for b in bins],
+        align="edge",
+        color="#8fb3d9",
+    )
+    for edge in result["edges"][1:-1]:
+        left.axvline(edge, color="#c44", linewidth=0.6)
+    left.set_xscale("log")
+    left.set_xlabel("tokens per sample (log)")
+    left.set_title(f"lengths and {result['buckets']} bucket edges")
+    names = list(result["strategies"])
+    rows = [result["strategies"][n] for n in names]
+    x = np.arange(len(names))
+    right.bar(x - 0.2, [r["efficiency"] for r in rows], width=0.4, label="efficiency")
+    right.bar(x + 0.2, [r["window_tv"] or 0 for r in rows], width=0.4, label="window_tv")
+    right.set_xticks(x, names, rotation=20, ha="right")
+    right.legend()
+    right.set_title("efficiency (higher) and window_tv (lower)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def to_json(result: dict) -> str:
+    return json.dumps(result, indent=2)

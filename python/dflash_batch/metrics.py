@@ -1,0 +1,35 @@
+"""Mixing and balance figures for any batching in CSR form (``order``, ``offsets``), computed by the same
+Rust code as ``Plan.stats()``, so baselines and plans are scored alike. Definitions: see ``Plan.stats``
+and ``rust/core/src/mixing.rs``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _core
+
+
+def _csr(order: Any, offsets: Any) -> tuple[np.ndarray, np.ndarray]:
+    return np.ascontiguousarray(offsets, dtype=np.uint64), np.ascontiguousarray(order, dtype=np.uint32)
+
+
+def window_tv(lengths: Any, order: Any, offsets: Any, window: int) -> float | None:
+    """Mean total-variation distance of windows of ``window`` batches from the token deciles."""
+    offsets, order = _csr(order, offsets)
+    return _core.window_tv(offsets, order, np.ascontiguousarray(lengths, dtype=np.uint32), window)
+
+
+def rank_imbalance(lengths: Any, order: Any, offsets: Any, world_size: int, pad_to_multiple_of: int = 1):
+    """``(p50, p99, max)`` over steps of the most over the least padded tokens among the ranks."""
+    offsets, order = _csr(order, offsets)
+    lengths = np.ascontiguousarray(lengths, dtype=np.uint32)
+    return _core.rank_imbalance(offsets, order, lengths, world_size, pad_to_multiple_of)
+
+
+def churn(samples: int, first: tuple[Any, Any], second: tuple[Any, Any]) -> float | None:
+    """Share of sample pairs batched together in ``first`` (order, offsets) that are again in ``second``."""
+    a_offsets, a_order = _csr(*first)
+    b_offsets, b_order = _csr(*second)
+    return _core.churn(a_offsets, a_order, b_offsets, b_order, samples)
