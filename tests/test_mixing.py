@@ -145,3 +145,20 @@ def test_metrics_refuse_malformed_csr():
         metrics.window_tv(lengths, [0, 1, 9], [0, 3], 1)
     with pytest.raises(ValueError, match="window must be"):
         metrics.window_tv(lengths, [0, 1, 2], [0, 3], 0)
+
+
+def test_stratified_order_mixes_better_than_random_and_keeps_every_sample():
+    lengths = db.seed_workload(200_000)
+    figures = {}
+    for order in ("stratified", "random"):
+        sampler = db.BucketSampler(lengths, max_tokens=16384, world_size=8, rank=0, accumulation=4, order=order)
+        plan = sampler.plan(2)
+        assert np.array_equal(np.sort(plan.indices), np.arange(len(lengths)))
+        figures[order] = plan.stats()
+    assert figures["stratified"]["window_tv"] < 0.1 < figures["random"]["window_tv"]
+    assert figures["stratified"]["efficiency"] == pytest.approx(figures["random"]["efficiency"], abs=1e-9)
+
+
+def test_order_is_validated():
+    with pytest.raises(db.PlanError, match="order='sorted' is invalid; use one of 'stratified', 'random'"):
+        db.BucketSampler(np.full(4, 5), batch_size=1, order="sorted")

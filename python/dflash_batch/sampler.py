@@ -53,7 +53,11 @@ class BucketSampler:
             buckets raise it, at some cost in mixing).
         accumulation: micro-batches per optimizer step. ``plan.stats()`` measures mixing over windows of
             ``accumulation × world_size`` consecutive batches (what one optimizer step sees); the plan
-            itself does not depend on it yet.
+            itself does not depend on it.
+        order: ``"stratified"`` (default): consecutive batches draw from the length buckets in proportion
+            to the data (a low-discrepancy interleaving, randomized every epoch), so every accumulation
+            window sees the dataset's length mix. ``"random"``: a seeded shuffle of the batches within
+            each of the epoch's (at most 16) groups. Shuffled epochs only.
     """
 
     def __init__(
@@ -74,6 +78,7 @@ class BucketSampler:
         column: str = "seq_len",
         accumulation: int = 1,
         target_efficiency: float = 0.98,
+        order: str = "stratified",
     ) -> None:
         world_size, rank = _resolve_ranks(world_size, rank)
         if oversize not in ("error", "skip"):
@@ -91,6 +96,7 @@ class BucketSampler:
             "threads": _optional_int("threads", threads),
             "accumulation": _positive_int("accumulation", accumulation),
             "target_efficiency": _fraction("target_efficiency", target_efficiency),
+            "order": _choice("order", order, ("stratified", "random")),
         }
         self._rank = rank
         self._epoch = 0
@@ -341,6 +347,12 @@ def _optional_int(name: str, value: Any) -> int | None:
     value = _int(name, value)
     if not -(2**63) <= value < 2**63:
         raise PlanError(f"{name}={value} is out of range")
+    return value
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise PlanError(f"{name}={value!r} is invalid; use one of {', '.join(repr(a) for a in allowed)}")
     return value
 
 

@@ -45,6 +45,16 @@ pub enum Boundaries {
     Edges(Vec<u32>),
 }
 
+/// How the batches of a shuffled epoch are ordered (see `stratify.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Every stretch of consecutive batches draws from the buckets in proportion to the data: a
+    /// low-discrepancy interleaving with a random phase per bucket, epoch and group.
+    Stratified,
+    /// A seeded shuffle of the batches within each of the epoch's (at most 16) groups.
+    Random,
+}
+
 /// What to do with samples that fit no batch under `max_tokens`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Oversize {
@@ -75,6 +85,8 @@ pub struct Config {
     pub pad_to_multiple_of: u32,
     /// The efficiency `Boundaries::Auto` aims for, in parts per million (1 to 1,000,000).
     pub target_efficiency_ppm: u32,
+    /// Batch order of shuffled epochs.
+    pub order: Order,
 }
 
 impl Config {
@@ -90,6 +102,7 @@ impl Config {
             oversize: Oversize::Error,
             pad_to_multiple_of: 1,
             target_efficiency_ppm: DEFAULT_TARGET_EFFICIENCY_PPM,
+            order: Order::Stratified,
         }
     }
 

@@ -120,7 +120,7 @@ fn emit(config: &Config, order: &mut [u32], formed: &mut Formed, open: &mut Tigh
     let len = open.len[b] as usize;
     let end = formed.written + len;
     order[formed.written..end].copy_from_slice(&open.rows[open.base[b]..open.base[b] + len]);
-    formed.close(end, len as u64 * config.padded(open.longest[b]));
+    formed.close(end, len as u64 * config.padded(open.longest[b]), b);
     open.len[b] = 0;
     open.capacity[b] = u32::MAX;
     open.longest[b] = 0;

@@ -19,6 +19,7 @@ use crate::permute::{
 };
 use crate::rng::{shuffle, Pcg64, Stream};
 use crate::rules::{table_lookup, Rules};
+use crate::stratify::arrange;
 
 /// Samples from which the scatter carries lengths along for the stream: below, the lengths array
 /// (2 or 4 bytes a sample) stays in cache and random lookups are cheaper than a second buffer.
@@ -57,19 +58,24 @@ impl Open {
 /// Offsets are relative to the slice and `u32` (a slice never holds more rows than that): at 100M
 /// samples this halves the largest temporary of the plan.
 pub(crate) struct Formed {
-    offsets: Vec<u32>,
+    pub(crate) offsets: Vec<u32>,
     pub(crate) written: usize,
     padded_tokens: u64,
+    /// The bucket of each batch, for ordering the batches afterwards (`stratify.rs`).
+    pub(crate) buckets: Vec<u16>,
 }
 
 impl Formed {
-    /// Records a batch whose rows were written up to `end`, costing `padded_tokens`.
-    pub(crate) fn close(&mut self, end: usize, padded_tokens: u64) {
+    /// Records a batch of `bucket` whose rows were written up to `end`, costing `padded_tokens`.
+    pub(crate) fn close(&mut self, end: usize, padded_tokens: u64, bucket: usize) {
         self.written = end;
         // `end` ≤ the stream's length, which fits in u32.
         #[allow(clippy::cast_possible_truncation)]
         self.offsets.push(end as u32);
         self.padded_tokens += padded_tokens;
+        // Buckets number at most 65535 (checked with the edges).
+        #[allow(clippy::cast_possible_truncation)]
+        self.buckets.push(bucket as u16);
     }
 }
 
@@ -79,6 +85,7 @@ impl Default for Formed {
             offsets: vec![0],
             written: 0,
             padded_tokens: 0,
+            buckets: Vec::new(),
         }
     }
 }
@@ -198,6 +205,8 @@ impl<L: Length> Former<'_, L> {
             #[allow(clippy::cast_possible_truncation)]
             let flush_stream = (epoch, g as u32);
             let fast = self.rules.table.as_deref().filter(|_| !self.general_only);
+            // Batches closed full; the partial ones flushed after them stay at the group's end.
+            let complete;
             match (fast, fast.and_then(|_| Tight::new(self.bucket_capacity))) {
                 (Some(table), Some(mut open)) => {
                     let (config, lengths) = (self.config, self.lengths);
@@ -210,14 +219,25 @@ impl<L: Length> Former<'_, L> {
                         &mut open,
                         &mut formed,
                     );
+                    complete = formed.buckets.len();
                     fast_stream::flush(config, piece, &mut open, &mut formed, flush_stream);
                 }
                 _ => {
                     let mut open = self.open_batches();
                     self.stream::<false>(piece, values.as_deref(), &mut open, &mut formed);
+                    complete = formed.buckets.len();
                     self.flush(piece, &mut open, &mut formed, Some(flush_stream));
                 }
             }
+            arrange(
+                piece,
+                &mut formed,
+                complete,
+                self.config.order,
+                seed,
+                epoch,
+                flush_stream.1,
+            );
             formed
         });
         drop(companion);
@@ -251,7 +271,7 @@ impl<L: Length> Former<'_, L> {
             );
         }
         for b in leftover {
-            self.emit(order, formed, &mut open[b]);
+            self.emit(order, formed, &mut open[b], b);
         }
     }
 
@@ -300,18 +320,18 @@ impl<L: Length> Former<'_, L> {
                     && !open[previous].rows.is_empty()
                 {
                     // Sorted input: a bucket is complete when the next one starts.
-                    self.emit(order, formed, &mut open[previous]);
+                    self.emit(order, formed, &mut open[previous], previous);
                 }
                 previous = b;
                 let batch = &mut open[b];
                 if batch.rows.len() >= batch.capacity.min(capacity) as usize {
-                    self.emit(order, formed, batch);
+                    self.emit(order, formed, batch, b);
                 }
                 batch.rows.push(row);
                 batch.longest = batch.longest.max(length);
                 batch.capacity = batch.capacity.min(capacity);
                 if batch.rows.len() >= batch.capacity as usize {
-                    self.emit(order, formed, batch);
+                    self.emit(order, formed, batch, b);
                 }
             }
         }
@@ -319,12 +339,13 @@ impl<L: Length> Former<'_, L> {
 
     /// Writes `batch` at the write cursor and closes it. Safe in place: every row in an open batch was
     /// read from a position at or after the write cursor.
-    fn emit(&self, order: &mut [u32], formed: &mut Formed, batch: &mut Open) {
+    fn emit(&self, order: &mut [u32], formed: &mut Formed, batch: &mut Open, bucket: usize) {
         let end = formed.written + batch.rows.len();
         order[formed.written..end].copy_from_slice(&batch.rows);
         formed.close(
             end,
             batch.rows.len() as u64 * self.config.padded(batch.longest),
+            bucket,
         );
         batch.rows.clear();
         batch.longest = 0;

@@ -62,11 +62,12 @@ pub mod pool;
 pub mod read_error;
 pub mod rng;
 mod rules;
+mod stratify;
 pub mod tokens;
 pub mod workload;
 
 pub use buckets::Buckets;
-pub use config::{Batching, Boundaries, Config, Oversize};
+pub use config::{Batching, Boundaries, Config, Order, Oversize};
 pub use dataset::read_lengths;
 pub use error::{Error, ErrorKind, Result};
 pub use plan::{Plan, Stats};

@@ -18,7 +18,9 @@
 //! on the seed workload, and 1.3 GB instead of 0.9 GB at 100M samples).
 
 use crate::buckets::Buckets;
-pub use crate::config::{Batching, Boundaries, Config, Oversize, DEFAULT_TARGET_EFFICIENCY_PPM};
+pub use crate::config::{
+    Batching, Boundaries, Config, Order, Oversize, DEFAULT_TARGET_EFFICIENCY_PPM,
+};
 use crate::error::{ErrorKind, Result};
 use crate::form::{sorted_by_length, Former, COMPANION_MIN_SAMPLES};
 use crate::lengths::{Length, Lengths};

@@ -25,6 +25,8 @@ pub enum Stream {
     Flush(u32),
     /// Synthetic workloads (tests, benchmarks, the demo).
     Workload,
+    /// The batch order of group `g` of the epoch.
+    Order(u32),
 }
 
 impl Stream {
@@ -34,6 +36,7 @@ impl Stream {
             Stream::Segment(s) => (1 << 63) | (1 << 32) | u64::from(s),
             Stream::Flush(s) => (1 << 63) | (2 << 32) | u64::from(s),
             Stream::Workload => (1 << 63) + 2,
+            Stream::Order(g) => (1 << 63) | (3 << 32) | u64::from(g),
         }
     }
 }

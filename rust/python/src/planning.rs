@@ -6,7 +6,9 @@ use std::sync::{Arc, OnceLock};
 use dflash_batch_core::lengths::{scan, Builder, Lengths};
 use dflash_batch_core::mixing::{self, Deciles};
 use dflash_batch_core::plan::Stats;
-use dflash_batch_core::planner::{Batching, Boundaries, Config, Oversize, Planner as CorePlanner};
+use dflash_batch_core::planner::{
+    Batching, Boundaries, Config, Order, Oversize, Planner as CorePlanner,
+};
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -80,7 +82,7 @@ impl Planner {
     #[new]
     #[pyo3(signature = (chunks, *, batch_size, max_tokens, boundaries, seed, shuffle, world_size,
                         drop_last, skip_oversize, pad_to_multiple_of, threads, accumulation=1,
-                        target_efficiency=0.98))]
+                        target_efficiency=0.98, order="stratified"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -97,7 +99,17 @@ impl Planner {
         threads: Option<usize>,
         accumulation: u32,
         target_efficiency: f64,
+        order: &str,
     ) -> PyResult<Self> {
+        let order = match order {
+            "stratified" => Order::Stratified,
+            "random" => Order::Random,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "order={other:?} is invalid; use 'stratified' (the default) or 'random'"
+                )))
+            }
+        };
         if !(target_efficiency > 0.0 && target_efficiency <= 1.0) {
             return Err(PyValueError::new_err(format!(
                 "target_efficiency={target_efficiency} is invalid; pass a padding efficiency in (0, 1], e.g. 0.98"
@@ -135,6 +147,7 @@ impl Planner {
             },
             pad_to_multiple_of,
             target_efficiency_ppm,
+            order,
         };
         let planner = py
             .detach(|| CorePlanner::new(lengths, config))
