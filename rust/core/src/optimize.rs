@@ -16,15 +16,20 @@
 //! planner's measured efficiency to 0.01 points at 32 buckets and more, 0.3 points at 16 (checked
 //! by a test). The edges minimize the padded-to-top cost; the prediction scores them.
 //!
-//! **`Auto`**: the fewest buckets (up to [`MAX_AUTO_BUCKETS`]) whose predicted efficiency reaches the
-//! target. Histograms of more than [`MAX_DISTINCT`] distinct lengths are coarsened into that many
-//! groups of neighbouring lengths first (edges then fall on group tops; the DP is exact on them).
+//! **`Auto`**: the fewest buckets (up to [`MAX_AUTO_BUCKETS`], and at most one per
+//! [`MIN_AUTO_SAMPLES_PER_BUCKET`] samples) whose predicted efficiency reaches the target.
+//! Histograms of more than [`MAX_DISTINCT`] distinct lengths are coarsened into that many groups of
+//! neighbouring lengths first (edges then fall on group tops; the DP is exact on them).
 
 use crate::config::{Batching, Config};
 use crate::lengths::Length;
 
 /// Most buckets `Auto` tries (more buckets rarely pay: 128 give 0.992 on the seed workload).
 pub const MAX_AUTO_BUCKETS: usize = 128;
+
+/// Samples per bucket `Auto` keeps at least on average: tiny buckets would hold single-row batches
+/// (which cannot be split for ranks) and pair the same samples epoch after epoch (churn).
+pub const MIN_AUTO_SAMPLES_PER_BUCKET: u64 = 64;
 
 /// Distinct lengths the DP works on; more are coarsened (bounds its memory to `K × 2^15` words).
 pub const MAX_DISTINCT: usize = 1 << 15;
@@ -148,7 +153,12 @@ pub fn auto_edges(histogram: &Histogram, target: f64, config: &Config) -> Optimi
         return empty();
     }
     let histogram = histogram.coarsened(MAX_DISTINCT);
-    let most = MAX_AUTO_BUCKETS.min(histogram.distinct().max(1));
+    let samples: u64 = histogram.counts.iter().sum();
+    let by_samples = usize::try_from(samples / MIN_AUTO_SAMPLES_PER_BUCKET).unwrap_or(usize::MAX);
+    let most = MAX_AUTO_BUCKETS
+        .min(histogram.distinct())
+        .min(by_samples)
+        .max(1);
     // The padded-to-top efficiency is a lower bound of the prediction: once it reaches the target, no
     // more buckets are needed. Then the fewest buckets whose prediction reaches it are found by
     // bisection, the prediction growing with the bucket count (a prediction is a pass over the
