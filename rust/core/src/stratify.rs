@@ -13,8 +13,9 @@
 //!
 //! **Random**: a seeded shuffle of the batches of each group.
 //!
-//! Either way the rows move once through a temporary the size of the group (at 100M samples, 16
-//! groups of 25 MB, at most one per thread at a time).
+//! Either way the rows move once through a temporary the size of the group, in a random batch order;
+//! epochs of more than `form::ARRANGE_MAX_SAMPLES` (16.7M) samples skip this and keep formation order
+//! (see there for the measurements).
 
 use crate::config::Order;
 use crate::form::Formed;
