@@ -24,6 +24,17 @@ fn store_of(rows: &[Vec<i32>]) -> TokenStore {
     TokenStore::open(&[&path], "ids", None, |_| {}).unwrap()
 }
 
+/// The four arrays of `bufs` as collation buffers.
+fn buffers<T>(bufs: &mut [Vec<T>; 4]) -> Buffers<'_, T> {
+    let [input_ids, attention_mask, labels, position_ids] = bufs;
+    Buffers {
+        input_ids,
+        attention_mask,
+        labels,
+        position_ids,
+    }
+}
+
 /// The four arrays, collated one element at a time the obvious way.
 fn oracle(rows: &[&Vec<i32>], padding: &Padding) -> (usize, [Vec<i64>; 4]) {
     let pad = padding.pad_to_multiple_of as usize;
@@ -63,13 +74,7 @@ fn collate_i64(
 ) -> (usize, usize, [Vec<i64>; 4]) {
     let (rows, width) = padded_shape(store, picks, padding.pad_to_multiple_of).unwrap();
     let mut bufs: [Vec<i64>; 4] = std::array::from_fn(|_| vec![7; rows * width + 3]);
-    let [a, b, c, d] = &mut bufs;
-    let out = Buffers {
-        input_ids: a,
-        attention_mask: b,
-        labels: c,
-        position_ids: d,
-    };
+    let out = buffers(&mut bufs);
     assert_eq!(
         collate_padded(store, picks, padding, out, pool).unwrap(),
         (rows, width)
@@ -109,25 +114,13 @@ fn int32_output_and_uint32_tokens() {
     let path = write_ipc(&[batch(vec![("ids", column)])], false);
     let store = TokenStore::open(&[&path], "ids", None, |_| {}).unwrap();
     let mut bufs: [Vec<i32>; 4] = std::array::from_fn(|_| vec![0; 4]);
-    let [a, b, c, d] = &mut bufs;
-    let out = Buffers {
-        input_ids: a,
-        attention_mask: b,
-        labels: c,
-        position_ids: d,
-    };
+    let out = buffers(&mut bufs);
     assert_eq!(
         collate_padded(&store, &[1u32], &Padding::default(), out, None).unwrap(),
         (1, 1)
     );
     assert_eq!(bufs[0][0], 2);
-    let [a, b, c, d] = &mut bufs;
-    let out = Buffers {
-        input_ids: a,
-        attention_mask: b,
-        labels: c,
-        position_ids: d,
-    };
+    let out = buffers(&mut bufs);
     let err = collate_padded(&store, &[0u32], &Padding::default(), out, None).unwrap_err();
     assert_eq!(
         err.kind(),
@@ -137,13 +130,7 @@ fn int32_output_and_uint32_tokens() {
         }
     );
     let mut wide: [Vec<i64>; 4] = std::array::from_fn(|_| vec![0; 2]);
-    let [a, b, c, d] = &mut wide;
-    let out = Buffers {
-        input_ids: a,
-        attention_mask: b,
-        labels: c,
-        position_ids: d,
-    };
+    let out = buffers(&mut wide);
     collate_padded(&store, &[0u32], &Padding::default(), out, None).unwrap();
     assert_eq!(wide[0], [1, i64::from(u32::MAX)]);
 }
@@ -152,13 +139,7 @@ fn int32_output_and_uint32_tokens() {
 fn errors_name_the_buffer_and_setting() {
     let store = store_of(&[vec![1, 2, 3]]);
     let mut bufs: [Vec<i64>; 4] = [vec![0; 3], vec![0; 3], vec![0; 2], vec![0; 3]];
-    let [a, b, c, d] = &mut bufs;
-    let out = Buffers {
-        input_ids: a,
-        attention_mask: b,
-        labels: c,
-        position_ids: d,
-    };
+    let out = buffers(&mut bufs);
     let err = collate_padded(&store, &[0i64], &Padding::default(), out, None).unwrap_err();
     assert_eq!(
         err.kind(),
@@ -169,13 +150,7 @@ fn errors_name_the_buffer_and_setting() {
         }
     );
     let mut small: [Vec<i32>; 4] = std::array::from_fn(|_| vec![0; 3]);
-    let [a, b, c, d] = &mut small;
-    let out = Buffers {
-        input_ids: a,
-        attention_mask: b,
-        labels: c,
-        position_ids: d,
-    };
+    let out = buffers(&mut small);
     let padding = Padding {
         pad_id: i64::from(i32::MAX) + 1,
         ..Padding::default()
