@@ -68,8 +68,15 @@ class Planner:
         skip_oversize: bool,
         pad_to_multiple_of: int,
         threads: int | None,
+        accumulation: int = 1,
+        target_efficiency: float = 0.98,
+        order: str = "stratified",
+        cost: str | tuple[float, float] | None = None,
+        balance_tolerance: float | None = None,
     ) -> None: ...
     def plan(self, epoch: int) -> Plan: ...
+    @property
+    def predicted_efficiency(self) -> float: ...
     @property
     def edges(self) -> list[int]: ...
     @property

@@ -1,4 +1,6 @@
-//! Times planning of the seed workload at a given thread count: `cargo run --release --example time_plan -- 1`.
+//! Times planning of the seed workload:
+//! `cargo run --release --example time_plan -- THREADS EPOCHS [BUCKETS|auto] [ACCUMULATION] [TOLERANCE_PPM]`
+//! (defaults: 1 thread, 41 epochs, 6 buckets, accumulation 1, no tolerance).
 #![allow(clippy::expect_used, missing_docs, clippy::print_stdout)]
 use dflash_batch_core::planner::{Batching, Boundaries, Config, Planner};
 use dflash_batch_core::workload::{seed_lengths, SEED_SAMPLES};
@@ -13,8 +15,17 @@ fn main() {
         .nth(2)
         .and_then(|a| a.parse().ok())
         .unwrap_or(41);
+    let arg = |i: usize| std::env::args().nth(i);
+    let boundaries = match arg(3).as_deref() {
+        Some("auto") => Boundaries::Auto,
+        other => Boundaries::Count(other.and_then(|a| a.parse().ok()).unwrap_or(6)),
+    };
+    let accumulation = arg(4).and_then(|a| a.parse().ok()).unwrap_or(1);
+    let balance_tolerance_ppm = arg(5).and_then(|a| a.parse().ok());
     let config = Config {
-        boundaries: Boundaries::Count(6),
+        boundaries,
+        accumulation,
+        balance_tolerance_ppm,
         world_size: 8,
         ..Config::new(Batching::Tokens(16_384))
     };

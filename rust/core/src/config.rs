@@ -55,6 +55,50 @@ pub enum Order {
     Random,
 }
 
+/// The compute cost of one row of padded length `L`: `linear·L + quadratic·L²` (attention makes long
+/// rows cost more than their tokens). With a token budget, a batch's cost `rows × cost(L)` must stay
+/// within the budget, and rank balance compares these costs. The default, `(1, 0)`, is padded tokens.
+/// Compared bit for bit, so a configuration stays `Eq` and fingerprints are exact.
+#[derive(Debug, Clone, Copy)]
+pub struct CostModel {
+    /// Cost per token.
+    pub linear: f64,
+    /// Cost per token squared (attention).
+    pub quadratic: f64,
+}
+
+impl CostModel {
+    /// Padded tokens: `rows × L`.
+    pub const TOKENS: Self = Self {
+        linear: 1.0,
+        quadratic: 0.0,
+    };
+
+    /// The cost of one row of padded length `padded`. Plain IEEE arithmetic (no `mul_add`, no
+    /// transcendental functions), so it is bit-identical on every machine.
+    #[inline]
+    pub fn row(&self, padded: u64) -> f64 {
+        // Lengths stay far below 2^53.
+        #[allow(clippy::cast_precision_loss)]
+        let l = padded as f64;
+        self.linear * l + self.quadratic * l * l
+    }
+
+    /// Whether this is the default token cost, which keeps integer arithmetic everywhere.
+    pub fn is_tokens(&self) -> bool {
+        *self == Self::TOKENS
+    }
+}
+
+impl PartialEq for CostModel {
+    fn eq(&self, other: &Self) -> bool {
+        self.linear.to_bits() == other.linear.to_bits()
+            && self.quadratic.to_bits() == other.quadratic.to_bits()
+    }
+}
+
+impl Eq for CostModel {}
+
 /// What to do with samples that fit no batch under `max_tokens`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Oversize {
@@ -87,6 +131,15 @@ pub struct Config {
     pub target_efficiency_ppm: u32,
     /// Batch order of shuffled epochs.
     pub order: Order,
+    /// Micro-batches per optimizer step: the mixing window is `accumulation × world_size` batches,
+    /// and steps are matched for rank balance inside it (see `balance.rs`).
+    pub accumulation: u32,
+    /// Cost of a row, for the token budget and for rank balance.
+    pub cost: CostModel,
+    /// Rank-balance tolerance in parts per million: `None` matches steps only inside each mixing
+    /// window (mixing first); `Some(t)` forms every step from batches whose costs are within a factor
+    /// `1 + t/10⁶` where the data allows, at a cost to mixing (see `balance.rs`).
+    pub balance_tolerance_ppm: Option<u32>,
 }
 
 impl Config {
@@ -103,7 +156,24 @@ impl Config {
             pad_to_multiple_of: 1,
             target_efficiency_ppm: DEFAULT_TARGET_EFFICIENCY_PPM,
             order: Order::Stratified,
+            accumulation: 1,
+            cost: CostModel::TOKENS,
+            balance_tolerance_ppm: None,
         }
+    }
+
+    /// The cost of a batch of `rows` rows whose longest row has `longest` tokens (before padding).
+    #[inline]
+    pub fn batch_cost(&self, rows: u64, longest: u32) -> f64 {
+        // Row counts stay far below 2^53.
+        #[allow(clippy::cast_precision_loss)]
+        let rows = rows as f64;
+        rows * self.cost.row(self.padded(longest))
+    }
+
+    /// Batches per mixing window: `accumulation × world_size`.
+    pub fn window(&self) -> usize {
+        self.accumulation as usize * self.world_size as usize
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
@@ -120,6 +190,29 @@ impl Config {
                 expected: "in (0, 1] (given here in parts per million)",
             }
             .into());
+        }
+        if self.accumulation == 0 {
+            return Err(setting(
+                "accumulation",
+                0,
+                "≥ 1 (micro-batches per optimizer step)",
+            ));
+        }
+        if let Some(ppm) = self.balance_tolerance_ppm.filter(|&t| t < 1000) {
+            return Err(ErrorKind::InvalidSetting {
+                name: "balance_tolerance",
+                value: i128::from(ppm),
+                expected:
+                    "≥ 0.001 (given here in parts per million; e.g. 0.1 for steps within 10%), \
+                           or None to balance only inside mixing windows",
+            }
+            .into());
+        }
+        let CostModel { linear, quadratic } = self.cost;
+        let valid = |c: f64| c.is_finite() && c >= 0.0;
+        if !valid(linear) || !valid(quadratic) || linear + quadratic <= 0.0 {
+            let given = format!("({linear}, {quadratic})");
+            return Err(ErrorKind::InvalidCost { given }.into());
         }
         match self.batching {
             Batching::Rows(0) => Err(setting("batch_size", 0, "≥ 1")),

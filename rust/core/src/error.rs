@@ -47,6 +47,11 @@ pub enum ErrorKind {
         /// What the value must satisfy, e.g. "≥ 1".
         expected: &'static str,
     },
+    /// The cost model `(linear, quadratic)` is not two finite, non-negative numbers with a positive sum.
+    InvalidCost {
+        /// The pair as given, formatted.
+        given: String,
+    },
     /// Fewer than two bucket edges.
     TooFewEdges {
         /// Number of edges given.
@@ -192,6 +197,11 @@ impl fmt::Display for Error {
             K::InvalidSetting { name, value, expected } => {
                 write!(f, "{name}={value} is invalid; {name} must be {expected}")
             }
+            K::InvalidCost { given } => write!(
+                f,
+                "cost={given} is invalid; pass cost=\"tokens\" or (a, b) with finite a, b ≥ 0 and a + b > 0 \
+                 (a row of padded length L costs a·L + b·L²)"
+            ),
             K::TooFewEdges { count } => write!(
                 f,
                 "boundaries has {count} edge(s); give at least two, e.g. [0, 8192] for one bucket"

@@ -4,7 +4,7 @@
 //! It forms exactly the batches, in exactly the order, of the general stream in `form.rs` (a test
 //! compares the two on random configurations); only the bookkeeping differs. The open batch of each
 //! bucket lives in fixed arrays indexed by a bucket *byte* — `len`, `capacity`, `longest` as
-//! `[u32; 256]`, rows in one flat buffer at a fixed place per bucket — so the per-sample work is a
+//! `[u32; 256]` (and the open batch's `tokens`), rows in one flat buffer at a fixed place per bucket — so the per-sample work is a
 //! table load, two comparisons and three stores, with no bounds checks on the bucket arrays and no
 //! `Vec` growth checks. Measured on the seed workload (callgrind, one thread): ~61 instructions a
 //! sample with gathering and emission against ~70 for the general loop — emission (a `memcpy` of ~6
@@ -25,6 +25,8 @@ pub(crate) struct Tight {
     len: [u32; 256],
     capacity: [u32; 256],
     longest: [u32; 256],
+    /// Tokens of the open batch (for its mean length: `stratify.rs` ranks batches by it).
+    tokens: [u64; 256],
     /// Where bucket `b`'s rows start in `rows` (each has room for its largest batch).
     base: [usize; 256],
     rows: Vec<u32>,
@@ -48,6 +50,7 @@ impl Tight {
             len: [0; 256],
             capacity: [u32::MAX; 256],
             longest: [0; 256],
+            tokens: [0; 256],
             base,
             rows: vec![0; total],
             buckets: bucket_capacity.len(),
@@ -89,6 +92,7 @@ pub(crate) fn stream<L: Length>(
             open.len[b] = len;
             open.capacity[b] = capacity;
             open.longest[b] = open.longest[b].max(length);
+            open.tokens[b] += u64::from(length);
             if len >= capacity {
                 emit(config, order, formed, open, b);
             }
@@ -120,8 +124,9 @@ fn emit(config: &Config, order: &mut [u32], formed: &mut Formed, open: &mut Tigh
     let len = open.len[b] as usize;
     let end = formed.written + len;
     order[formed.written..end].copy_from_slice(&open.rows[open.base[b]..open.base[b] + len]);
-    formed.close(end, len as u64 * config.padded(open.longest[b]), b);
+    formed.close(end, len, open.longest[b], open.tokens[b], config);
     open.len[b] = 0;
     open.capacity[b] = u32::MAX;
     open.longest[b] = 0;
+    open.tokens[b] = 0;
 }

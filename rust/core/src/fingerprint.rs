@@ -51,6 +51,15 @@ pub fn fingerprint<L: Length>(lengths: &[L], config: &Config) -> u64 {
             u64::from(config.order == crate::config::Order::Random),
         ],
     );
+    h = fold(
+        h,
+        [
+            u64::from(config.accumulation),
+            config.cost.linear.to_bits(),
+            config.cost.quadratic.to_bits(),
+            config.balance_tolerance_ppm.map_or(0, |t| u64::from(t) + 1),
+        ],
+    );
     match &config.boundaries {
         Boundaries::Auto => fold(h, [3, u64::from(config.target_efficiency_ppm)]),
         Boundaries::Count(k) => fold(h, [4, *k as u64]),
@@ -103,6 +112,25 @@ mod tests {
             ..cfg.clone()
         };
         assert_ne!(base, fingerprint(&[3u32, 1, 4], &stricter));
+        for changed in [
+            Config {
+                accumulation: 4,
+                ..cfg.clone()
+            },
+            Config {
+                cost: crate::config::CostModel {
+                    linear: 1.0,
+                    quadratic: 1e-4,
+                },
+                ..cfg.clone()
+            },
+            Config {
+                balance_tolerance_ppm: Some(100_000),
+                ..cfg.clone()
+            },
+        ] {
+            assert_ne!(base, fingerprint(&[3u32, 1, 4], &changed), "{changed:?}");
+        }
         let rows = Config::new(Batching::Rows(4096));
         assert_ne!(base, fingerprint(&[3u32, 1, 4], &rows));
         let edges = Config {
@@ -113,6 +141,7 @@ mod tests {
     }
 
     /// Changed on purpose in session 2: `Auto` folds in its efficiency target (the optimizer), and
-    /// the configuration its batch order.
-    const GOLDEN: u64 = 3_461_950_980_763_235_626;
+    /// the configuration its batch order. Changed on purpose in session 3: accumulation, the cost
+    /// model and the balance tolerance now shape the plan.
+    const GOLDEN: u64 = 5_270_051_939_191_825_877;
 }

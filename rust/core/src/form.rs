@@ -11,9 +11,11 @@
 //! begins. When the rules fit a table and batches are bounded, shuffled epochs run the specialised
 //! loop of `fast_stream.rs`, which forms the same batches with less bookkeeping.
 
+use crate::balance::{match_windows, stream, Unit};
 use crate::config::Config;
 use crate::fast_stream::{self, Tight};
 use crate::lengths::Length;
+use crate::order::reorder_region;
 use crate::permute::{
     run, scatter_into_chunks, shuffle_chunk, shuffle_chunk_pair, split_chunks, Scattered,
 };
@@ -25,10 +27,11 @@ use crate::stratify::arrange;
 /// (2 or 4 bytes a sample) stays in cache and random lookups are cheaper than a second buffer.
 pub(crate) const COMPANION_MIN_SAMPLES: usize = 1 << 23;
 
-/// Epochs up to this size have their batches ordered by `stratify.rs`; larger ones keep formation
-/// order. Ordering moves every row once through a group-sized temporary in a random batch order: at
-/// 1M samples that costs ~2.5 ms, but at 100M it doubled the epoch's time (1.9 → 3.9 s) and pushed
-/// peak memory past 1 GB (measured), where formation order already mixes fairly (window_tv ≈ 0.15).
+/// Epochs up to this size have their batches ordered by `stratify.rs` and balanced by `balance.rs`;
+/// larger ones keep formation order. Ordering moves every row once more, into a second epoch-sized
+/// buffer, in a random batch order: at 1M samples that costs ~2.5 ms, but at 100M it doubled the
+/// epoch's time (1.9 → 3.9 s) and pushed peak memory past 1 GB (measured), where formation order
+/// already mixes fairly (window_tv ≈ 0.15).
 pub(crate) const ARRANGE_MAX_SAMPLES: usize = 1 << 24;
 
 /// Most parallel forming groups: enough for 16 threads; each flushes its partial batches at its end.
@@ -42,6 +45,8 @@ pub(crate) const GATHER_BLOCK: usize = 256;
 struct Open {
     rows: Vec<u32>,
     longest: u32,
+    /// Sum of the members' lengths.
+    tokens: u64,
     /// The most rows this batch may hold given its members: the smallest member capacity. A batch
     /// that reaches it is full — no sample of any length could join — since a sample's capacity is
     /// at most that of the bucket's shortest length, which bounds every member's.
@@ -55,6 +60,7 @@ impl Open {
         Self {
             rows,
             longest: 0,
+            tokens: 0,
             capacity: u32::MAX,
         }
     }
@@ -67,21 +73,46 @@ pub(crate) struct Formed {
     pub(crate) offsets: Vec<u32>,
     pub(crate) written: usize,
     padded_tokens: u64,
-    /// The bucket of each batch, for ordering the batches afterwards (`stratify.rs`).
-    pub(crate) buckets: Vec<u16>,
+    /// The mean row length of each batch (real tokens / rows, rounded down): `stratify.rs` ranks
+    /// batches by it to order them.
+    pub(crate) mean: Vec<u32>,
+    /// The cost of each batch (`Config::batch_cost`), for rank balance (`balance.rs`); `f32` is
+    /// ample for matching costs and halves the array.
+    pub(crate) cost: Vec<f32>,
+    /// Batches that stay in the group's place; those after them go to the epoch's tail (see
+    /// [`Epoch`]).
+    pub(crate) main: usize,
 }
 
 impl Formed {
-    /// Records a batch of `bucket` whose rows were written up to `end`, costing `padded_tokens`.
-    pub(crate) fn close(&mut self, end: usize, padded_tokens: u64, bucket: usize) {
+    /// Records a batch with `rows` rows written up to `end`, whose longest row has `longest` tokens
+    /// and whose rows hold `tokens` in all.
+    #[inline]
+    pub(crate) fn close(
+        &mut self,
+        end: usize,
+        rows: usize,
+        longest: u32,
+        tokens: u64,
+        config: &Config,
+    ) {
+        let padded_tokens = rows as u64 * config.padded(longest);
+        // Costs are matched, not summed: f32 precision is plenty.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+        let cost = if config.cost.is_tokens() {
+            padded_tokens as f32
+        } else {
+            config.batch_cost(rows as u64, longest) as f32
+        };
+        self.cost.push(cost);
         self.written = end;
         // `end` ≤ the stream's length, which fits in u32.
         #[allow(clippy::cast_possible_truncation)]
         self.offsets.push(end as u32);
         self.padded_tokens += padded_tokens;
-        // Buckets number at most 65535 (checked with the edges).
+        // The mean is at most the longest length, a u32.
         #[allow(clippy::cast_possible_truncation)]
-        self.buckets.push(bucket as u16);
+        self.mean.push((tokens / rows as u64) as u32);
     }
 }
 
@@ -91,17 +122,34 @@ impl Default for Formed {
             offsets: vec![0],
             written: 0,
             padded_tokens: 0,
-            buckets: Vec::new(),
+            mean: Vec::new(),
+            cost: Vec::new(),
+            main: 0,
         }
     }
 }
 
 /// The whole epoch: the streams' batches concatenated, offsets absolute.
+///
+/// Rank balance matches batches inside windows of `accumulation × world_size` batches, and does it
+/// while each group's rows are still in cache (right after forming it), so windows must not cross
+/// group boundaries: each group keeps the largest multiple of a window of its batches in place (its
+/// *main* batches), and its last few — mostly the partial batches flushed at its end — go to a *tail*
+/// after every group. The epoch is then main batches in whole windows, then the tail, which is where
+/// rank splitting and dropping happen and is matched on its own (`planner.rs`).
 #[derive(Default)]
 pub(crate) struct Epoch {
     pub(crate) offsets: Vec<u64>,
+    /// The cost of each batch (see [`Formed::cost`]).
+    pub(crate) cost: Vec<f32>,
+    /// The first batch of the tail.
+    pub(crate) tail_start: usize,
     pub(crate) written: usize,
     pub(crate) padded_tokens: u64,
+    /// Rows, sizes and costs of tail batches waiting for every group to be placed.
+    tail_rows: Vec<u32>,
+    tail_sizes: Vec<u32>,
+    tail_cost: Vec<f32>,
 }
 
 impl Epoch {
@@ -111,21 +159,46 @@ impl Epoch {
         offsets.push(0);
         Self {
             offsets,
+            cost: Vec::with_capacity(batches + world_size as usize),
             ..Self::default()
         }
     }
 
-    /// Appends a stream that wrote its batches at `start` of `order`, moving them up to close the
-    /// gap left by skipped samples of earlier streams.
+    /// Appends a stream that wrote its batches at `start` of `order`: its main batches move up to
+    /// close the gap left by earlier tails and skipped samples; its tail is set aside.
     fn append(&mut self, order: &mut [u32], start: usize, part: Formed) {
+        let batches = part.offsets.len() - 1;
+        let main_rows = part.offsets[part.main] as usize;
+        self.tail_rows
+            .extend_from_slice(&order[start + main_rows..start + part.written]);
+        for b in part.main..batches {
+            self.tail_sizes.push(part.offsets[b + 1] - part.offsets[b]);
+        }
+        self.tail_cost.extend_from_slice(&part.cost[part.main..]);
         if start != self.written {
-            order.copy_within(start..start + part.written, self.written);
+            order.copy_within(start..start + main_rows, self.written);
         }
         let shift = self.written as u64;
+        let main_ends = &part.offsets[1..=part.main];
         self.offsets
-            .extend(part.offsets[1..].iter().map(|&o| u64::from(o) + shift));
-        self.written += part.written;
+            .extend(main_ends.iter().map(|&o| u64::from(o) + shift));
+        self.cost.extend_from_slice(&part.cost[..part.main]);
+        self.written += main_rows;
         self.padded_tokens += part.padded_tokens;
+    }
+
+    /// Places the tail after every group's main batches.
+    fn finish(&mut self, order: &mut [u32]) {
+        self.tail_start = self.offsets.len() - 1;
+        let end = self.written + self.tail_rows.len();
+        order[self.written..end].copy_from_slice(&self.tail_rows);
+        for &size in &self.tail_sizes {
+            self.written += size as usize;
+            self.offsets.push(self.written as u64);
+        }
+        self.cost.append(&mut self.tail_cost);
+        self.tail_rows = Vec::new();
+        self.tail_sizes = Vec::new();
     }
 }
 
@@ -149,8 +222,10 @@ impl<L: Length> Former<'_, L> {
         let mut open = self.open_batches();
         self.stream::<true>(order, None, &mut open, &mut formed);
         self.flush(order, &mut open, &mut formed, None);
-        let mut total = Epoch::with_room(formed.offsets.len() - 1, self.config.world_size);
+        formed.main = formed.offsets.len() - 1;
+        let mut total = Epoch::with_room(formed.main, self.config.world_size);
         total.append(order, 0, formed);
+        total.finish(order);
         total
     }
 
@@ -225,26 +300,19 @@ impl<L: Length> Former<'_, L> {
                         &mut open,
                         &mut formed,
                     );
-                    complete = formed.buckets.len();
+                    complete = formed.mean.len();
                     fast_stream::flush(config, piece, &mut open, &mut formed, flush_stream);
                 }
                 _ => {
                     let mut open = self.open_batches();
                     self.stream::<false>(piece, values.as_deref(), &mut open, &mut formed);
-                    complete = formed.buckets.len();
+                    complete = formed.mean.len();
                     self.flush(piece, &mut open, &mut formed, Some(flush_stream));
                 }
             }
+            formed.main = formed.offsets.len() - 1;
             if n <= ARRANGE_MAX_SAMPLES {
-                arrange(
-                    piece,
-                    &mut formed,
-                    complete,
-                    self.config.order,
-                    seed,
-                    epoch,
-                    flush_stream.1,
-                );
+                self.arrange_and_balance(piece, &mut formed, complete, epoch, flush_stream.1);
             }
             formed
         });
@@ -254,7 +322,44 @@ impl<L: Length> Former<'_, L> {
         for (g, part) in parts.into_iter().enumerate() {
             total.append(&mut order, group_starts[g], part);
         }
+        total.finish(&mut order);
         (order, total)
+    }
+
+    /// Puts a formed group's batches in training order (`stratify.rs`), matches its main batches'
+    /// ranks window by window (`balance.rs`), and moves the rows once, while they are in cache.
+    fn arrange_and_balance(
+        &self,
+        piece: &mut [u32],
+        formed: &mut Formed,
+        complete: usize,
+        epoch: u64,
+        group: u32,
+    ) {
+        let config = self.config;
+        let mut sequence = arrange(formed, complete, config.order, config.seed, epoch, group);
+        formed.main = sequence.len() / config.window() * config.window();
+        // Cost classes regroup the whole epoch later and need the stratified order as it is: any
+        // stretch of it mixes well, where a window matched here mixes well only as a whole.
+        if config.balance_tolerance_ppm.is_none() {
+            let mut rng = Pcg64::new(config.seed, epoch, stream(Unit::Group(group)));
+            match_windows(&mut sequence[..formed.main], &formed.cost, config, &mut rng);
+        }
+        let mut offsets = Vec::with_capacity(formed.offsets.len());
+        offsets.push(0u32);
+        let bound = |i: usize| formed.offsets[i] as usize;
+        reorder_region(piece, bound, &sequence, |_, end| {
+            // Rows of a group fit in u32 (formed offsets are u32 already).
+            #[allow(clippy::cast_possible_truncation)]
+            offsets.push(end as u32);
+        });
+        formed.cost = sequence
+            .iter()
+            .map(|&id| formed.cost[id as usize])
+            .collect();
+        formed.offsets = offsets;
+        // Means were only needed to choose the order.
+        formed.mean.clear();
     }
 
     fn open_batches(&self) -> Vec<Open> {
@@ -279,7 +384,7 @@ impl<L: Length> Former<'_, L> {
             );
         }
         for b in leftover {
-            self.emit(order, formed, &mut open[b], b);
+            self.emit(order, formed, &mut open[b]);
         }
     }
 
@@ -328,18 +433,19 @@ impl<L: Length> Former<'_, L> {
                     && !open[previous].rows.is_empty()
                 {
                     // Sorted input: a bucket is complete when the next one starts.
-                    self.emit(order, formed, &mut open[previous], previous);
+                    self.emit(order, formed, &mut open[previous]);
                 }
                 previous = b;
                 let batch = &mut open[b];
                 if batch.rows.len() >= batch.capacity.min(capacity) as usize {
-                    self.emit(order, formed, batch, b);
+                    self.emit(order, formed, batch);
                 }
                 batch.rows.push(row);
                 batch.longest = batch.longest.max(length);
+                batch.tokens += u64::from(length);
                 batch.capacity = batch.capacity.min(capacity);
                 if batch.rows.len() >= batch.capacity as usize {
-                    self.emit(order, formed, batch, b);
+                    self.emit(order, formed, batch);
                 }
             }
         }
@@ -347,16 +453,19 @@ impl<L: Length> Former<'_, L> {
 
     /// Writes `batch` at the write cursor and closes it. Safe in place: every row in an open batch was
     /// read from a position at or after the write cursor.
-    fn emit(&self, order: &mut [u32], formed: &mut Formed, batch: &mut Open, bucket: usize) {
+    fn emit(&self, order: &mut [u32], formed: &mut Formed, batch: &mut Open) {
         let end = formed.written + batch.rows.len();
         order[formed.written..end].copy_from_slice(&batch.rows);
         formed.close(
             end,
-            batch.rows.len() as u64 * self.config.padded(batch.longest),
-            bucket,
+            batch.rows.len(),
+            batch.longest,
+            batch.tokens,
+            self.config,
         );
         batch.rows.clear();
         batch.longest = 0;
+        batch.tokens = 0;
         batch.capacity = u32::MAX;
     }
 }

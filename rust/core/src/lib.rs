@@ -18,9 +18,13 @@
 //!   (`oversize = Skip`) or dropped (`drop_last`).
 //! * **Fair**: every rank gets the same number of steps; nothing is repeated to get there.
 //! * **Within budget**: every batch has at most `batch_size` rows, or
-//!   `rows × round_up(longest, pad_to_multiple_of) ≤ max_tokens`, and holds one bucket's lengths.
-//! * **Lean**: one `u32` per sample of working memory per epoch; no panics on bad input — every
-//!   failure is an [`Error`] whose message names the value and the fix.
+//!   `rows × cost(round_up(longest, pad_to_multiple_of)) ≤ max_tokens` (cost: tokens, or
+//!   [`CostModel`]'s `a·L + b·L²`), and holds one bucket's lengths.
+//! * **Balanced**: each step's batches are the most similar in cost that mixing allows
+//!   (`balance.rs`; `balance_tolerance_ppm` trades mixing for more).
+//! * **Lean**: a `u32` per sample of working memory per epoch, two while batches are reordered
+//!   (epochs up to 16.7M samples); no panics on bad input — every failure is an [`Error`] whose
+//!   message names the value and the fix.
 //!
 //! # Example
 //!
@@ -42,6 +46,7 @@
 #![deny(unsafe_code)]
 
 pub mod arrow;
+mod balance;
 pub mod buckets;
 pub mod collate;
 pub mod column;
@@ -67,7 +72,7 @@ pub mod tokens;
 pub mod workload;
 
 pub use buckets::Buckets;
-pub use config::{Batching, Boundaries, Config, Order, Oversize};
+pub use config::{Batching, Boundaries, Config, CostModel, Order, Oversize};
 pub use dataset::read_lengths;
 pub use error::{Error, ErrorKind, Result};
 pub use plan::{Plan, Stats};

@@ -11,8 +11,9 @@
 //!   edge cannot bias the distance.
 //! * **churn** (between two plans): the share of sample pairs sharing a batch in the first plan that
 //!   share one again in the second.
-//! * **rank imbalance**: per step, the most over the least padded tokens among the step's
-//!   `world_size` batches; reported as its median, 99th percentile and maximum over steps.
+//! * **rank imbalance**: per step, the most over the least cost among the step's `world_size`
+//!   batches (padded tokens, or the configuration's cost model `a·L + b·L²` per row); reported as its
+//!   median, 99th percentile and maximum over steps.
 
 use crate::lengths::Length;
 
@@ -137,7 +138,7 @@ pub fn rank_imbalance(
     offsets: &[u64],
     indices: &[u32],
     world_size: usize,
-    cost: impl Fn(&[u32]) -> u64,
+    cost: impl Fn(&[u32]) -> f64,
 ) -> Option<Imbalance> {
     let batches = offsets.len().saturating_sub(1);
     let steps = batches.checked_div(world_size)?;
@@ -145,11 +146,13 @@ pub fn rank_imbalance(
         .map(|s| {
             let costs = (s * world_size..(s + 1) * world_size)
                 .map(|b| cost(rows(offsets, indices, b, b + 1)));
-            let (lo, hi) = costs.fold((u64::MAX, 0), |(lo, hi), c| (lo.min(c), hi.max(c)));
-            if lo == 0 {
+            let (lo, hi) = costs.fold((f64::INFINITY, 0.0f64), |(lo, hi), c| {
+                (lo.min(c), hi.max(c))
+            });
+            if lo <= 0.0 {
                 f64::INFINITY
             } else {
-                fraction(hi, lo)
+                hi / lo
             }
         })
         .collect();
@@ -271,7 +274,7 @@ mod tests {
         // Two ranks; step 0 costs 4 and 2 (ratio 2), step 1 costs 3 and 3 (ratio 1).
         let offsets = [0, 4, 6, 9, 12];
         let indices: Vec<u32> = (0..12).collect();
-        let got = rank_imbalance(&offsets, &indices, 2, |m| m.len() as u64).unwrap();
+        let got = rank_imbalance(&offsets, &indices, 2, |m| m.len() as f64).unwrap();
         assert_eq!((got.p50, got.p99, got.max), (1.0, 2.0, 2.0));
     }
 
@@ -319,7 +322,7 @@ fn report_with<L: Length>(
             .map(|&r| lengths[r as usize].into())
             .max()
             .unwrap_or(0);
-        members.len() as u64 * config.padded(longest)
+        config.batch_cost(members.len() as u64, longest)
     };
     Report {
         window_tv: window_tv(offsets, indices, lengths, deciles, window),

@@ -21,7 +21,7 @@
 //! Histograms of more than [`MAX_DISTINCT`] distinct lengths are coarsened into that many groups of
 //! neighbouring lengths first (edges then fall on group tops; the DP is exact on them).
 
-use crate::config::{Batching, Config};
+use crate::config::{Batching, Config, CostModel};
 use crate::lengths::Length;
 
 /// Most buckets `Auto` tries (more buckets rarely pay: 128 give 0.992 on the seed workload).
@@ -398,9 +398,15 @@ fn expected_batch_max(values: &[u32], counts: &[u64], total: f64, config: &Confi
                 let padded = config.padded(v) as f64;
                 padded
             });
-            let mut rows = (budget / top).floor().clamp(1.0, total);
+            // Rows from the cost of a row as long as the expected longest (exactly that many tokens
+            // under the default cost model).
+            let row_cost = |padded: f64| {
+                let CostModel { linear, quadratic } = config.cost;
+                linear * padded + quadratic * padded * padded
+            };
+            let mut rows = (budget / row_cost(top)).floor().clamp(1.0, total);
             for _ in 0..3 {
-                rows = (budget / expected_max(rows).max(1.0))
+                rows = (budget / row_cost(expected_max(rows).max(1.0)))
                     .floor()
                     .clamp(1.0, total);
             }

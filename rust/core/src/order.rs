@@ -16,25 +16,43 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use crate::error::{ErrorKind, Result};
+use crate::permute::{copy_run, run, RUN};
+
+/// What [`split_for_ranks`] changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Split {
+    /// Batches split.
+    pub batches: u64,
+    /// Their total cost before splitting.
+    pub before: u64,
+    /// The total cost of their parts.
+    pub after: u64,
+    /// `(batch, parts)` for every split batch, by batch number before the split.
+    pub parts: Vec<(usize, u64)>,
+}
 
 /// Splits batches in place until their count is a multiple of `world_size`.
 ///
-/// `offsets` is the CSR of the epoch. `cost(members)` prices a batch; the return value is
-/// `(batches split, total cost before, total cost after)` over the batches that changed.
+/// `offsets` is the CSR of the epoch. Batches from `first` on are split when they have the rows
+/// (the planner's tail, so earlier batches keep their place); any batch otherwise. `cost(members)`
+/// prices a batch for [`Split`]'s totals.
 pub fn split_for_ranks(
     offsets: &mut Vec<u64>,
     indices: &[u32],
     world_size: u32,
+    first: usize,
     cost: impl Fn(&[u32]) -> u64,
-) -> Result<(u64, u64, u64)> {
+) -> Result<Split> {
     let batches = offsets.len() - 1;
     let world = world_size as usize;
     let needed = (world - batches % world) % world;
     if needed == 0 {
-        return Ok((0, 0, 0));
+        return Ok(Split::default());
     }
     let rows = |i: usize| offsets[i + 1] - offsets[i];
-    let parts = choose_parts(batches, needed, rows).ok_or_else(|| {
+    let parts = choose_parts(first.min(batches)..batches, needed, rows);
+    let parts = parts.or_else(|| choose_parts(0..batches, needed, rows));
+    let parts = parts.ok_or_else(|| {
         let samples = indices.len();
         ErrorKind::TooFewSamplesForRanks {
             samples,
@@ -50,20 +68,53 @@ pub fn split_for_ranks(
             .sum::<u64>();
     }
     expand(offsets, &parts, needed);
-    Ok((parts.len() as u64, before, after))
+    Ok(Split {
+        batches: parts.len() as u64,
+        before,
+        after,
+        parts,
+    })
+}
+
+/// Per-batch values (`of_batch`, one per batch before the split) carried over a split: a split batch
+/// gives each of its parts `of_part(start, end)` of the part's rows (`parts` as in [`Split`]).
+pub fn expand_per_batch<T: Copy + Default>(
+    of_batch: &mut Vec<T>,
+    split: &Split,
+    offsets_after: &[u64],
+    of_part: impl Fn(u64, u64) -> T,
+) {
+    let Some(&(first, _)) = split.parts.first() else {
+        return;
+    };
+    // From the first split batch on, rebuild the tail (the values before it do not move).
+    let tail: Vec<T> = of_batch.split_off(first);
+    let mut next_split = split.parts.iter().peekable();
+    for (i, &value) in tail.iter().enumerate() {
+        match next_split.peek() {
+            Some(&&(b, p)) if b == first + i => {
+                next_split.next();
+                for _ in 0..p {
+                    let k = of_batch.len();
+                    of_batch.push(of_part(offsets_after[k], offsets_after[k + 1]));
+                }
+            }
+            _ => of_batch.push(value),
+        }
+    }
 }
 
 /// Which batches to split and into how many parts: `(batch, parts)` sorted by batch, or `None` when
 /// there are not enough rows. Only the `needed` largest batches can ever be chosen, so the heap holds
 /// just those.
 fn choose_parts(
-    batches: usize,
+    batches: std::ops::Range<usize>,
     needed: usize,
     rows: impl Fn(usize) -> u64,
 ) -> Option<Vec<(usize, u64)>> {
     // Max-heap on the largest part; `Reverse(index)` breaks ties toward the earliest batch.
     let mut top: BinaryHeap<Reverse<(u64, Reverse<usize>)>> = BinaryHeap::with_capacity(needed + 1);
-    for i in 0..batches {
+    for i in batches {
         let entry = Reverse((rows(i), Reverse(i)));
         // Most batches lose to the current `needed`-th largest: one comparison, no heap traffic.
         if top.len() == needed && top.peek().is_some_and(|smallest| entry >= *smallest) {
@@ -90,6 +141,100 @@ fn choose_parts(
         .collect();
     chosen.sort_unstable();
     Some(chosen)
+}
+
+/// Moves the batches of one contiguous region of `rows` into `sequence` order (a permutation of
+/// the region's batch numbers `0..n`, whose bounds are `bound(0) ≤ … ≤ bound(n)`), through a
+/// region-sized buffer; `end_of(k, end)` learns where the `k`-th batch of the new order ends.
+pub(crate) fn reorder_region(
+    rows: &mut [u32],
+    bound: impl Fn(usize) -> usize,
+    sequence: &[u32],
+    mut end_of: impl FnMut(usize, usize),
+) {
+    let (start, end) = (bound(0), bound(sequence.len()));
+    SCRATCH.with_borrow_mut(|moved| {
+        // Slack for `copy_run`'s fixed-size runs. Only growth is zeroed: the buffer lives on with
+        // its thread, so later epochs reuse it (zeroing a fresh one per group cost ~3M instructions
+        // an epoch, measured).
+        if moved.len() < end - start + RUN {
+            moved.resize(end - start + RUN, 0);
+        }
+        let mut at = 0;
+        for (k, &id) in sequence.iter().enumerate() {
+            let id = id as usize;
+            let (s, e) = (bound(id), bound(id + 1));
+            copy_run(moved, at, rows, s, e - s);
+            at += e - s;
+            end_of(k, start + at);
+        }
+        rows[start..start + at].copy_from_slice(&moved[..at]);
+    });
+}
+
+thread_local! {
+    /// [`reorder_region`]'s buffer, one per thread (a forming group's rows: ~225 KB at 1M samples).
+    static SCRATCH: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The plan with its batches in `sequence` order (batch numbers into the CSR `offsets` over
+/// `order`; batches left out of `sequence` are left out of the plan): rows gathered into `rows` (a
+/// recycled buffer, or empty), in parallel over fixed ranges of the sequence, and the offsets rebuilt. This is the one
+/// place where rows move after forming.
+pub(crate) fn gather(
+    order: &[u32],
+    offsets: &[u64],
+    sequence: &[u32],
+    mut rows: Vec<u32>,
+    pool: Option<&rayon::ThreadPool>,
+) -> (Vec<u32>, Vec<u64>) {
+    let mut new_offsets = Vec::with_capacity(sequence.len() + 1);
+    new_offsets.push(0u64);
+    let mut end = 0;
+    for &id in sequence {
+        let id = id as usize;
+        end += offsets[id + 1] - offsets[id];
+        new_offsets.push(end);
+    }
+    let rows_total = to_usize(end);
+    // Every element is overwritten, so a recycled buffer is not cleared (fresh pages are what cost
+    // here: ~1 ms an epoch of page faults at 1M samples, measured); slack for `copy_run`'s runs.
+    if rows.len() < rows_total + RUN {
+        rows.resize(rows_total + RUN, 0);
+    } else {
+        rows.truncate(rows_total + RUN);
+    }
+    let block = 8192;
+    let mut tasks = Vec::with_capacity(sequence.len() / block + 1);
+    let mut rest: &mut [u32] = &mut rows;
+    for first in (0..sequence.len()).step_by(block) {
+        let last = (first + block).min(sequence.len());
+        let size = to_usize(new_offsets[last] - new_offsets[first]);
+        // The last task keeps the slack.
+        let take = if last == sequence.len() {
+            rest.len()
+        } else {
+            size
+        };
+        let (head, tail) = rest.split_at_mut(take);
+        tasks.push((&sequence[first..last], head));
+        rest = tail;
+    }
+    run(pool, tasks, |(ids, out)| {
+        let mut at = 0;
+        for &id in ids {
+            let id = id as usize;
+            let (s, e) = (to_usize(offsets[id]), to_usize(offsets[id + 1]));
+            if at + (e - s).next_multiple_of(RUN) <= out.len() {
+                copy_run(out, at, order, s, e - s);
+            } else {
+                out[at..at + e - s].copy_from_slice(&order[s..e]);
+            }
+            at += e - s;
+        }
+    });
+    rows.truncate(rows_total);
+    (rows, new_offsets)
 }
 
 /// The `(start, end)` of each of `parts` near-equal pieces of `start..end` (larger pieces first).
@@ -159,7 +304,7 @@ pub fn drop_remainder(
 }
 
 /// Offsets index a `Vec` in memory, so they always fit in `usize`.
-fn to_usize(v: u64) -> usize {
+pub(crate) fn to_usize(v: u64) -> usize {
     usize::try_from(v).unwrap_or(usize::MAX)
 }
 
@@ -176,32 +321,61 @@ mod tests {
         let indices: Vec<u32> = (0..10).collect();
         let mut offsets = vec![0, 2, 7, 10];
         let rows = |m: &[u32]| m.len() as u64;
-        let got = split_for_ranks(&mut offsets, &indices, 5, rows).unwrap();
+        let got = split_for_ranks(&mut offsets, &indices, 5, 0, rows).unwrap();
         // Two more batches are needed. The 5-row batch splits into 3+2; its 3-row part then ties with
         // the 3-row batch and, being earlier, splits again: 2+2+1.
         assert_eq!(sizes(&offsets), [2, 2, 2, 1, 3]);
         assert_eq!(offsets, [0, 2, 4, 6, 7, 10]);
-        assert_eq!(got, (1, 5, 5));
+        assert_eq!((got.batches, got.before, got.after), (1, 5, 5));
+        assert_eq!(got.parts, [(1, 3)]);
+        // Values per batch follow: the split batch's parts get theirs from their rows.
+        let mut first_rows = vec![0u64, 2, 7];
+        expand_per_batch(&mut first_rows, &got, &offsets, |start, _| start);
+        assert_eq!(first_rows, [0, 2, 4, 6, 7]);
     }
 
     #[test]
     fn splits_several_batches() {
         let indices: Vec<u32> = (0..12).collect();
         let mut offsets = vec![0, 4, 8, 9, 12];
-        split_for_ranks(&mut offsets, &indices, 3, |m| m.len() as u64).unwrap();
+        split_for_ranks(&mut offsets, &indices, 3, 0, |m| m.len() as u64).unwrap();
         assert_eq!(sizes(&offsets), [2, 2, 2, 2, 1, 3]);
+    }
+
+    #[test]
+    fn batches_move_whole_into_a_new_order() {
+        // Batches [0,1] [2,3,4,5] [6]; two ranks need one more batch: the 4-row batch splits into
+        // [2,3] [4,5]. Then the order 3, 1, 2, 0.
+        let order: Vec<u32> = (0..7).collect();
+        let mut offsets = vec![0, 2, 6, 7];
+        let split = split_for_ranks(&mut offsets, &order, 2, 0, |m| m.len() as u64).unwrap();
+        assert_eq!(split.parts, [(1, 2)]);
+        let sequence = vec![3, 1, 2, 0];
+        let (rows, new_offsets) = gather(&order, &offsets, &sequence, vec![9; 3], None);
+        assert_eq!(rows, [6, 2, 3, 4, 5, 0, 1]);
+        assert_eq!(new_offsets, [0, 1, 3, 5, 7]);
+        // The same order in place, for a region: batches 1..4 (rows 2..7) as 3, 1, 2.
+        let mut in_place = order.clone();
+        let mut ends = Vec::new();
+        let bound = |i: usize| to_usize(offsets[1 + i]);
+        reorder_region(&mut in_place, bound, &[2, 0, 1], |_, e| ends.push(e));
+        assert_eq!(in_place, [0, 1, 6, 2, 3, 4, 5]);
+        assert_eq!(ends, [3, 5, 7]);
+        // Batches left out of the sequence are left out of the plan.
+        let (rows, new_offsets) = gather(&order, &offsets, &[0, 3], Vec::new(), None);
+        assert_eq!((rows, new_offsets), (vec![0, 1, 6], vec![0, 2, 3]));
     }
 
     #[test]
     fn no_split_when_already_a_multiple() {
         let mut offsets = vec![0, 1, 2];
-        let got = split_for_ranks(&mut offsets, &[0, 1], 2, |m| m.len() as u64).unwrap();
-        assert_eq!((offsets, got), (vec![0, 1, 2], (0, 0, 0)));
+        let got = split_for_ranks(&mut offsets, &[0, 1], 2, 0, |m| m.len() as u64).unwrap();
+        assert_eq!((offsets, got), (vec![0, 1, 2], Split::default()));
     }
 
     #[test]
     fn too_few_samples_is_an_error() {
-        let err = split_for_ranks(&mut vec![0, 2], &[0, 1], 4, |m| m.len() as u64).unwrap_err();
+        let err = split_for_ranks(&mut vec![0, 2], &[0, 1], 4, 0, |m| m.len() as u64).unwrap_err();
         assert_eq!(
             err.kind(),
             &ErrorKind::TooFewSamplesForRanks {

@@ -240,6 +240,25 @@ pub(crate) fn run<T: Send, R: Send>(
     }
 }
 
+/// Elements moved at a time by [`copy_run`].
+pub(crate) const RUN: usize = 8;
+
+/// Copies `src[s..s + len]` to `out[at..]` in fixed runs of [`RUN`] elements, which compile to a few
+/// vector moves where `copy_from_slice` of a short, variable length calls `memcpy` (batches average
+/// ~6 rows). Runs may write up to `RUN − 1` elements past the end, so `out` carries that much slack
+/// and later runs overwrite the excess; near the end of `src` it copies exactly.
+#[inline]
+pub(crate) fn copy_run(out: &mut [u32], at: usize, src: &[u32], s: usize, len: usize) {
+    if s + len.next_multiple_of(RUN) > src.len() {
+        out[at..at + len].copy_from_slice(&src[s..s + len]);
+        return;
+    }
+    for k in (0..len).step_by(RUN) {
+        let (d, f) = (at + k, s + k);
+        out[d..d + RUN].copy_from_slice(&src[f..f + RUN]);
+    }
+}
+
 /// log2 of the chunk count: about `n / TARGET_CHUNK` chunks, at most 2^8 (a chunk id per byte of a
 /// draw). At 100M samples that makes chunks of ~390K elements: larger than L2, still far cheaper than
 /// one Fisher–Yates over the whole array.

@@ -5,7 +5,8 @@
 //! 1. **Permute**: a uniformly random permutation of all rows ([`crate::permute`]), written into the
 //!    buffer that becomes the plan. Unshuffled plans sort rows by length instead (evaluation).
 //! 2. **Form** batches by streaming that order once ([`crate::form`]), in place.
-//! 3. **Balance ranks**: make the batch count a multiple of `world_size` ([`crate::order`]).
+//! 3. **Balance ranks**: make the batch count a multiple of `world_size` ([`crate::order`]), then
+//!    match each step's batches by cost ([`crate::balance`]).
 //!
 //! Properties. Each bucket's members arrive in a uniformly random order, so batch membership is
 //! reshuffled every epoch. Batches appear in the order they fill, which spreads every bucket's batches
@@ -17,17 +18,21 @@
 //! it needs a second epoch-sized array to reorder variable-length batches (measured: 20 ms per epoch
 //! on the seed workload, and 1.3 GB instead of 0.9 GB at 100M samples).
 
+use crate::balance::{balance_classes, match_windows, stream, Unit};
 use crate::buckets::Buckets;
 pub use crate::config::{
-    Batching, Boundaries, Config, Order, Oversize, DEFAULT_TARGET_EFFICIENCY_PPM,
+    Batching, Boundaries, Config, CostModel, Order, Oversize, DEFAULT_TARGET_EFFICIENCY_PPM,
 };
 use crate::error::{ErrorKind, Result};
-use crate::form::{sorted_by_length, Former, COMPANION_MIN_SAMPLES};
+use crate::form::{sorted_by_length, Epoch, Former, ARRANGE_MAX_SAMPLES, COMPANION_MIN_SAMPLES};
 use crate::lengths::{Length, Lengths};
 use crate::optimize::{auto_edges, optimal_edges, predicted_efficiency, Histogram};
-use crate::order::{drop_remainder, split_for_ranks};
+use crate::order::{
+    drop_remainder, expand_per_batch, gather, reorder_region, split_for_ranks, to_usize,
+};
 use crate::plan::{Plan, Stats};
 use crate::pool::PrivatePool;
+use crate::rng::Pcg64;
 use crate::rules::Rules;
 use crate::with_lengths;
 
@@ -157,18 +162,44 @@ impl Planner {
         if self.config.drop_last {
             let gone = drop_remainder(&mut formed.offsets, &order, world_size, cost);
             let tail = &order[gone.rows.clone()];
-            real_tokens -= tail
-                .iter()
-                .map(|&r| u64::from(lengths[r as usize].into()))
-                .sum::<u64>();
+            real_tokens -= tokens_of(lengths, tail);
             formed.padded_tokens -= gone.cost;
             (dropped, dropped_batches) = (tail.len() as u64, gone.batches);
             order.truncate(gone.rows.start);
+            formed.cost.truncate(formed.offsets.len() - 1);
         } else {
-            let (split, before, after) =
-                split_for_ranks(&mut formed.offsets, &order, world_size, cost)?;
-            formed.padded_tokens = formed.padded_tokens - before + after;
-            split_batches = split;
+            // Splits come from the tail, so the main batches' windows stay aligned (`Epoch`).
+            let first = formed.tail_start;
+            let split = split_for_ranks(&mut formed.offsets, &order, world_size, first, cost)?;
+            formed.padded_tokens = formed.padded_tokens - split.before + split.after;
+            split_batches = split.batches;
+            expand_per_batch(&mut formed.cost, &split, &formed.offsets, |s, e| {
+                let rows = &order[to_usize(s)..to_usize(e)];
+                let longest = rows.iter().map(|&r| lengths[r as usize].into()).max();
+                // Matched, not summed (see `Formed::cost`).
+                #[allow(clippy::cast_possible_truncation)]
+                let cost = self
+                    .config
+                    .batch_cost(rows.len() as u64, longest.unwrap_or(0))
+                    as f32;
+                cost
+            });
+        }
+        if self.config.shuffle && lengths.len() <= ARRANGE_MAX_SAMPLES {
+            if let Some(ppm) = self.config.balance_tolerance_ppm {
+                // Batch numbers fit in u32: at most one batch per sample.
+                #[allow(clippy::cast_possible_truncation)]
+                let mut sequence: Vec<u32> = (0..formed.cost.len() as u32).collect();
+                let pool = self.pool.get();
+                let pool = pool.as_deref();
+                balance_classes(&mut sequence, &formed.cost, &self.config, ppm, epoch, pool);
+                let rows;
+                (rows, formed.offsets) =
+                    gather(&order, &formed.offsets, &sequence, Vec::new(), pool);
+                order = rows;
+            } else {
+                self.balance_tail(&mut order, &mut formed, epoch);
+            }
         }
         let batches = (formed.offsets.len() - 1) as u64;
         if batches == 0 {
@@ -197,6 +228,28 @@ impl Planner {
         Ok(Plan::new(formed.offsets, order, world_size, epoch, stats))
     }
 
+    /// Matches the ranks of the tail's windows (the main batches were matched while forming) and
+    /// moves its rows; the tail is small (mostly each group's flushed partial batches).
+    fn balance_tail(&self, order: &mut [u32], formed: &mut Epoch, epoch: u64) {
+        let batches = formed.offsets.len() - 1;
+        let start = formed.tail_start.min(batches);
+        // Batch numbers fit in u32: at most one batch per sample.
+        #[allow(clippy::cast_possible_truncation)]
+        let mut sequence: Vec<u32> = (0..(batches - start) as u32).collect();
+        let mut rng = Pcg64::new(self.config.seed, epoch, stream(Unit::Tail));
+        match_windows(&mut sequence, &formed.cost[start..], &self.config, &mut rng);
+        let mut ends = Vec::with_capacity(sequence.len());
+        let offsets = &formed.offsets;
+        let bound = |i: usize| to_usize(offsets[start + i]);
+        reorder_region(order, bound, &sequence, |_, end| ends.push(end as u64));
+        let tail_cost: Vec<f32> = sequence
+            .iter()
+            .map(|&id| formed.cost[start + id as usize])
+            .collect();
+        formed.offsets[start + 1..].copy_from_slice(&ends);
+        formed.cost[start..].copy_from_slice(&tail_cost);
+    }
+
     /// Padded tokens of a batch with these members.
     fn cost<L: Length>(&self, lengths: &[L], members: &[u32]) -> u64 {
         let longest = members
@@ -206,6 +259,13 @@ impl Planner {
             .unwrap_or(0);
         members.len() as u64 * self.config.padded(longest)
     }
+}
+
+/// Sum of the lengths of `rows`.
+fn tokens_of<L: Length>(lengths: &[L], rows: &[u32]) -> u64 {
+    rows.iter()
+        .map(|&r| u64::from(lengths[r as usize].into()))
+        .sum()
 }
 
 /// Fewest and most rows in a batch, in one pass over the offsets.
@@ -273,8 +333,7 @@ fn admission<L: Length>(lengths: &[L], config: &Config) -> Result<u32> {
         Batching::Tokens(t) => t,
         Batching::Rows(_) => u64::MAX,
     };
-    let pad = u64::from(config.pad_to_multiple_of);
-    let admit_max = u32::try_from(budget / pad * pad).unwrap_or(u32::MAX);
+    let admit_max = largest_admitted(config, budget);
     let fits = |l: u32| l <= admit_max;
     if let Some((row, &shortest)) = lengths.iter().enumerate().min_by_key(|(_, &l)| l) {
         if !fits(shortest.into()) {
@@ -299,6 +358,33 @@ fn admission<L: Length>(lengths: &[L], config: &Config) -> Result<u32> {
         }
     }
     Ok(admit_max)
+}
+
+/// The longest padded length whose single row fits `budget`: `⌊budget / pad⌋ · pad` for tokens;
+/// under a cost model the largest multiple of `pad` whose row cost fits (found by bisection, since
+/// the cost grows with length).
+fn largest_admitted(config: &Config, budget: u64) -> u32 {
+    let pad = u64::from(config.pad_to_multiple_of);
+    if budget == u64::MAX || config.cost.is_tokens() {
+        return u32::try_from(budget / pad * pad).unwrap_or(u32::MAX);
+    }
+    // Budgets stay far below 2^53.
+    #[allow(clippy::cast_precision_loss)]
+    let fits = |multiple: u64| config.cost.row(multiple * pad) <= budget as f64;
+    let (mut lo, mut hi) = (0u64, u64::from(u32::MAX) / pad + 1);
+    if fits(hi) {
+        return u32::MAX;
+    }
+    // Invariant: fits(lo) (a zero-length row costs 0), !fits(hi).
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    u32::try_from(lo * pad).unwrap_or(u32::MAX)
 }
 
 fn choose_buckets<L: Length>(

@@ -27,6 +27,8 @@ pub enum Stream {
     Workload,
     /// The batch order of group `g` of the epoch.
     Order(u32),
+    /// Which rank and step each batch takes inside the mixing windows of block `b` (`balance.rs`).
+    Balance(u32),
 }
 
 impl Stream {
@@ -37,6 +39,7 @@ impl Stream {
             Stream::Flush(s) => (1 << 63) | (2 << 32) | u64::from(s),
             Stream::Workload => (1 << 63) + 2,
             Stream::Order(g) => (1 << 63) | (3 << 32) | u64::from(g),
+            Stream::Balance(b) => (1 << 63) | (4 << 32) | u64::from(b),
         }
     }
 }

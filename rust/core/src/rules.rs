@@ -2,7 +2,7 @@
 //! whose longest sample has that length may hold.
 
 use crate::buckets::{Assigner, Buckets, LUT_MAX_LENGTH};
-use crate::config::{Batching, Config};
+use crate::config::{Batching, Config, CostModel};
 
 /// What the stream needs to know per length: its bucket, and its *capacity* — the most rows a batch
 /// whose longest sample has this length may hold (`batch_size`, or `⌊max_tokens / padded length⌋`).
@@ -17,6 +17,7 @@ pub(crate) struct Rules {
     assigner: Assigner,
     batching: Batching,
     pad: u32,
+    cost: CostModel,
 }
 
 /// A table entry for lengths that are not admitted (bucket 255 is never used).
@@ -65,6 +66,7 @@ impl Rules {
             assigner,
             batching: config.batching,
             pad: config.pad_to_multiple_of,
+            cost: config.cost,
         };
         if longest <= LUT_MAX_LENGTH {
             rules.table = (0..=longest)
@@ -81,7 +83,11 @@ impl Rules {
             Batching::Tokens(t) => {
                 let pad = u64::from(self.pad);
                 let padded = u64::from(length).div_ceil(pad) * pad;
-                u32::try_from(t / padded).unwrap_or(u32::MAX)
+                if self.cost.is_tokens() {
+                    u32::try_from(t / padded).unwrap_or(u32::MAX)
+                } else {
+                    capacity_under_cost(t, self.cost.row(padded))
+                }
             }
         };
         Some((bucket, capacity))
@@ -95,6 +101,18 @@ impl Rules {
             None => self.compute(length),
         }
     }
+}
+
+/// `⌊budget / row_cost⌋` rows, saturating at `u32::MAX` (a zero-cost row fits without limit).
+fn capacity_under_cost(budget: u64, row_cost: f64) -> u32 {
+    // Budgets stay far below 2^53; the quotient is clamped into u32 before the cast.
+    #[allow(
+        clippy::cast_precision_loss,
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss
+    )]
+    let rows = (budget as f64 / row_cost).floor().min(f64::from(u32::MAX)) as u32;
+    rows
 }
 
 #[cfg(test)]
@@ -116,6 +134,26 @@ mod tests {
         }
         assert_eq!(small.get(7), Some((0, 142)));
         assert_eq!(small.get(0), None);
+    }
+
+    #[test]
+    fn a_quadratic_cost_gives_long_rows_fewer_slots() {
+        let config = Config {
+            cost: CostModel {
+                linear: 1.0,
+                quadratic: 1.0 / 1024.0,
+            },
+            ..Config::new(Batching::Tokens(8192))
+        };
+        let buckets = Buckets::from_edges(vec![0, 4096]).expect("valid edges");
+        // The planner admits up to 2048 (2048 + 4096 = 6144 ≤ 8192; 4096 would cost 20480).
+        let rules = Rules::new(&buckets, &config, 2048, 4096);
+        // 512: 512 + 256 = 768 a row → 10 rows; 1024: 1024 + 1024 → 4; 2048: 6144 → 1.
+        assert_eq!(rules.get(512), Some((0, 10)));
+        assert_eq!(rules.get(1024), Some((0, 4)));
+        assert_eq!(rules.get(2048), Some((0, 1)));
+        assert_eq!(rules.get(2049), None);
+        assert_eq!(rules.compute(512), rules.get(512));
     }
 
     #[test]

@@ -1,48 +1,50 @@
 //! The order of a shuffled epoch's batches, arranged per group after forming.
 //!
-//! **Stratified** (default): the group's batches are ranked by length (bucket, then formation
-//! order, which is random), rank `n` gets the time `frac(n·φ + u)` — `φ` the golden ratio, `u` a
-//! random phase per epoch and group — and the batches are taken in time order. The times of any run of
-//! consecutive ranks are spread evenly over `[0, 1)` (a Kronecker sequence), so conversely every
-//! stretch of consecutive batches draws evenly from the whole length range: an accumulation window
-//! sees the dataset's length mix. Which samples share a batch is still reshuffled every epoch.
-//! Measured on the seed workload (47 buckets, windows of 32 batches): `window_tv` 0.077, against 0.147
-//! for formation order, 0.105 for per-bucket evenly spaced times with independent phases (their
-//! misalignment leaves each window a bucket short or over) and 0.206 for `Random`. A group is a fixed
-//! set of the permutation's chunks, a uniform random sample of the epoch, so its mix is the dataset's.
+//! **Stratified** (default): the group's batches are ranked by mean row length (real tokens / rows;
+//! ties by formation order, which is random), rank `n` gets the time `frac(n·φ + u)` — `φ` the golden
+//! ratio, `u` a random phase per epoch and group — and the batches are taken in time order. The
+//! times of any run of consecutive ranks are spread evenly over `[0, 1)` (a Kronecker sequence), so
+//! conversely every stretch of consecutive batches draws evenly from the whole length range: an
+//! accumulation window sees the dataset's length mix. Which samples share a batch is still
+//! reshuffled every epoch. Measured on the seed workload (47 buckets, windows of 32 batches):
+//! `window_tv` 0.069, against 0.077 when ranked by bucket (a decile edge inside a bucket then splits
+//! it at random), 0.147 for formation order, 0.105 for per-bucket evenly spaced times with
+//! independent phases (their misalignment leaves each window a bucket short or over) and 0.206 for
+//! `Random`. A group is a fixed set of the permutation's chunks, a uniform random sample of the
+//! epoch, so its mix is the dataset's.
 //!
 //! **Random**: a seeded shuffle of the batches of each group.
 //!
-//! Either way the rows move once through a temporary the size of the group, in a random batch order;
-//! epochs of more than `form::ARRANGE_MAX_SAMPLES` (16.7M) samples skip this and keep formation order
-//! (see there for the measurements).
+//! Either way only batch ids are ordered here; the rows move once, after rank balance. Epochs of
+//! more than `form::ARRANGE_MAX_SAMPLES` (16.7M) samples skip this and keep formation order (see
+//! there for the measurements).
 
 use crate::config::Order;
 use crate::form::Formed;
 use crate::rng::{shuffle, Pcg64, Stream};
 
-/// Reorders the first `complete` batches `formed` wrote at the front of `piece` (group `group` of the
-/// epoch); the partial batches flushed after them stay last, so they touch few steps (spread out,
-/// each would unbalance its step's ranks: p99 imbalance 3.1 instead of 1.5, measured).
+/// The training order of the batches `formed` holds for group `group` of the epoch, as local batch
+/// ids: the first `complete` batches arranged by `order`, then the partial batches flushed after
+/// them, which stay last so they touch few steps (spread out, each would unbalance its step's ranks:
+/// p99 imbalance 3.1 instead of 1.5, measured). No row moves here: the planner moves every row once,
+/// after rank balance (`order::gather`).
 pub(crate) fn arrange(
-    piece: &mut [u32],
-    formed: &mut Formed,
+    formed: &Formed,
     complete: usize,
     order: Order,
     seed: u64,
     epoch: u64,
     group: u32,
-) {
+) -> Vec<u32> {
     let batches = formed.offsets.len() - 1;
-    if batches < 2 {
-        return;
-    }
-    let mut rng = Pcg64::new(seed, epoch, Stream::Order(group));
     let complete = complete.min(batches);
+    let mut rng = Pcg64::new(seed, epoch, Stream::Order(group));
     let mut sequence = match order {
-        Order::Stratified => interleave(&formed.buckets[..complete], &mut rng),
+        Order::Stratified if complete > 1 => interleave(&formed.mean[..complete], &mut rng),
+        // Batch counts fit in u32: at most one batch per sample of a group.
+        #[allow(clippy::cast_possible_truncation)]
+        Order::Stratified => (0..complete as u32).collect(),
         Order::Random => {
-            // Batch counts fit in u32: at most one batch per sample of a group.
             #[allow(clippy::cast_possible_truncation)]
             let mut ids: Vec<u32> = (0..complete as u32).collect();
             shuffle(&mut rng, &mut ids);
@@ -52,46 +54,18 @@ pub(crate) fn arrange(
     // Batch counts fit in u32 (as above).
     #[allow(clippy::cast_possible_truncation)]
     sequence.extend(complete as u32..batches as u32);
-    let mut rows = Vec::with_capacity(formed.written);
-    let mut offsets = Vec::with_capacity(batches + 1);
-    let mut buckets = Vec::with_capacity(batches);
-    offsets.push(0u32);
-    for &id in &sequence {
-        let id = id as usize;
-        let (start, end) = (formed.offsets[id] as usize, formed.offsets[id + 1] as usize);
-        rows.extend_from_slice(&piece[start..end]);
-        // Rows of a group fit in u32 (formed offsets are u32 already).
-        #[allow(clippy::cast_possible_truncation)]
-        offsets.push(rows.len() as u32);
-        buckets.push(formed.buckets[id]);
-    }
-    piece[..rows.len()].copy_from_slice(&rows);
-    formed.offsets = offsets;
-    formed.buckets = buckets;
+    sequence
 }
 
-/// Batch ids in the order of the module docs: ranked by length (bucket, then formation order), the
-/// rank `n` gets the time `frac(n·φ + u)`, and a counting sort on `⌊t·m⌋` places them (O(m)).
-fn interleave(buckets: &[u16], rng: &mut Pcg64) -> Vec<u32> {
-    let m = buckets.len();
-    let kinds = buckets
-        .iter()
-        .map(|&b| usize::from(b) + 1)
-        .max()
-        .unwrap_or(0);
-    // Rank by bucket, keeping formation order within a bucket: a counting sort of the ids.
-    let mut rank_start = vec![0usize; kinds + 1];
-    for &b in buckets {
-        rank_start[usize::from(b) + 1] += 1;
-    }
-    for k in 1..=kinds {
-        rank_start[k] += rank_start[k - 1];
-    }
+/// Batch ids in the order of the module docs: ranked by mean length (`keys`; ties by formation
+/// order, which is random), the rank `n` gets the time `frac(n·φ + u)`, and a counting sort on
+/// `⌊t·m⌋` places them (O(m)).
+fn interleave(keys: &[u32], rng: &mut Pcg64) -> Vec<u32> {
+    let m = keys.len();
+    let ranked = rank_by_key(keys);
     let phase = unit(rng.next_u64());
     let mut slots = vec![0u32; m];
-    for (id, &b) in buckets.iter().enumerate() {
-        let rank = rank_start[usize::from(b)];
-        rank_start[usize::from(b)] += 1;
+    for (rank, &id) in ranked.iter().enumerate() {
         // Ranks stay far below 2^53; the slot is below m by the `min`.
         #[allow(
             clippy::cast_precision_loss,
@@ -99,10 +73,13 @@ fn interleave(buckets: &[u16], rng: &mut Pcg64) -> Vec<u32> {
             clippy::cast_sign_loss
         )]
         let slot = {
-            let t = (rank as f64 * GOLDEN + phase).fract();
+            let x = rank as f64 * GOLDEN + phase;
+            // `fract` by hand: for 0 ≤ x < 2^53, `x as u64` truncates exactly, and inline, where
+            // `fract` calls libm's `trunc` (8M instructions an epoch, measured).
+            let t = x - (x as u64) as f64;
             ((t * m as f64) as usize).min(m - 1) as u32
         };
-        slots[id] = slot;
+        slots[id as usize] = slot;
     }
     let mut starts = vec![0usize; m + 1];
     for &slot in &slots {
@@ -123,6 +100,34 @@ fn interleave(buckets: &[u16], rng: &mut Pcg64) -> Vec<u32> {
     sequence
 }
 
+/// Ids `0..keys.len()` sorted by `(key, id)`: a counting sort when the keys are dense enough (mean
+/// lengths of a group's batches: up to the longest sample), else a comparison sort.
+fn rank_by_key(keys: &[u32]) -> Vec<u32> {
+    let m = keys.len();
+    let most = keys.iter().copied().max().unwrap_or(0) as usize;
+    // Ids fit in u32 (see `arrange`).
+    #[allow(clippy::cast_possible_truncation)]
+    let ids = 0..m as u32;
+    if most > (4 * m).max(1 << 16) {
+        let mut ranked: Vec<u32> = ids.collect();
+        ranked.sort_unstable_by_key(|&id| (keys[id as usize], id));
+        return ranked;
+    }
+    let mut starts = vec![0usize; most + 2];
+    for &k in keys {
+        starts[k as usize + 1] += 1;
+    }
+    for i in 1..starts.len() {
+        starts[i] += starts[i - 1];
+    }
+    let mut ranked = vec![0u32; m];
+    for (id, &k) in ids.zip(keys) {
+        ranked[starts[k as usize]] = id;
+        starts[k as usize] += 1;
+    }
+    ranked
+}
+
 /// The golden ratio's fractional part: the Kronecker step whose points spread most evenly.
 const GOLDEN: f64 = 0.618_033_988_749_894_9;
 
@@ -139,12 +144,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn ranks_sort_by_key_then_id_either_way() {
+        let keys = [5u32, 1, 5, 0, 1];
+        assert_eq!(rank_by_key(&keys), [3, 1, 4, 0, 2]);
+        // Sparse keys take the comparison sort, with the same result.
+        let sparse = [5u32 << 20, 1, 5 << 20, 0, 1];
+        assert_eq!(rank_by_key(&sparse), [3, 1, 4, 0, 2]);
+    }
+
+    #[test]
     fn interleaving_spreads_every_bucket_evenly() {
         // 60 batches of bucket 0, 30 of bucket 1, 10 of bucket 2, formed in bucket order.
-        let buckets: Vec<u16> = [0u16; 60]
+        let buckets: Vec<u32> = [0u32; 60]
             .iter()
-            .chain(&[1u16; 30])
-            .chain(&[2u16; 10])
+            .chain(&[1u32; 30])
+            .chain(&[2u32; 10])
             .copied()
             .collect();
         let sequence = interleave(&buckets, &mut Pcg64::new(1, 2, Stream::Order(0)));
@@ -156,7 +170,7 @@ mod tests {
             "a permutation of the batches"
         );
         for window in sequence.windows(10) {
-            let count = |b: u16| {
+            let count = |b: u32| {
                 window
                     .iter()
                     .filter(|&&id| buckets[id as usize] == b)

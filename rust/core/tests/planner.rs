@@ -4,7 +4,7 @@
 
 use dflash_batch_core::error::ErrorKind;
 use dflash_batch_core::plan::Plan;
-use dflash_batch_core::planner::{Batching, Boundaries, Config, Oversize, Planner};
+use dflash_batch_core::planner::{Batching, Boundaries, Config, CostModel, Oversize, Planner};
 use proptest::prelude::*;
 
 fn config(batching: Batching) -> Config {
@@ -21,12 +21,19 @@ fn batches(plan: &Plan) -> Vec<Vec<u32>> {
 fn check_invariants(lengths: &[u32], cfg: &Config, planner: &Planner, plan: &Plan) {
     let pad = u64::from(cfg.pad_to_multiple_of);
     let padded = |l: u32| u64::from(l).div_ceil(pad) * pad;
-    let budget = match cfg.batching {
-        Batching::Tokens(t) => t,
-        Batching::Rows(_) => u64::MAX,
+    let CostModel { linear, quadratic } = cfg.cost;
+    // The cost of a row of this length, the obvious way.
+    let row_cost = |l: u32| {
+        let p = padded(l) as f64;
+        linear * p + quadratic * p * p
+    };
+    let fits = |rows: u64, longest: u32| match cfg.batching {
+        Batching::Tokens(t) if cfg.cost == CostModel::TOKENS => rows * padded(longest) <= t,
+        Batching::Tokens(t) => rows as f64 * row_cost(longest) <= t as f64,
+        Batching::Rows(n) => rows <= u64::from(n),
     };
     let admitted: Vec<u32> = (0..lengths.len() as u32)
-        .filter(|&r| padded(lengths[r as usize]) <= budget)
+        .filter(|&r| fits(1, lengths[r as usize]))
         .collect();
     let stats = plan.stats();
     assert_eq!(stats.skipped as usize, lengths.len() - admitted.len());
@@ -68,10 +75,7 @@ fn check_invariants(lengths: &[u32], cfg: &Config, planner: &Planner, plan: &Pla
         let ls: Vec<u32> = batch.iter().map(|&r| lengths[r as usize]).collect();
         let longest = *ls.iter().max().unwrap();
         let rows = batch.len() as u64;
-        match cfg.batching {
-            Batching::Rows(n) => assert!(rows <= u64::from(n)),
-            Batching::Tokens(t) => assert!(rows * padded(longest) <= t, "batch over budget"),
-        }
+        assert!(fits(rows, longest), "batch over budget: {rows} × {longest}");
         assert!(
             ls.iter().all(|&l| bucket(l) == bucket(ls[0])),
             "batch mixes buckets"
@@ -103,9 +107,28 @@ fn arb_case() -> impl Strategy<Value = (Vec<u32>, Config)> {
         1u32..6,
         any::<bool>(),
         1u32..9,
+        1u32..5,
+        prop::option::of(1000u32..1_000_000),
+        prop_oneof![
+            Just(CostModel::TOKENS),
+            (0.1f64..2.0, 0.0f64..0.01)
+                .prop_map(|(linear, quadratic)| CostModel { linear, quadratic }),
+        ],
     )
         .prop_map(
-            |(lengths, batching, boundaries, seed, shuffle, world_size, drop_last, pad)| {
+            |(
+                lengths,
+                batching,
+                boundaries,
+                seed,
+                shuffle,
+                world_size,
+                drop_last,
+                pad,
+                accumulation,
+                balance_tolerance_ppm,
+                cost,
+            )| {
                 let cfg = Config {
                     batching,
                     boundaries,
@@ -115,6 +138,9 @@ fn arb_case() -> impl Strategy<Value = (Vec<u32>, Config)> {
                     drop_last,
                     oversize: Oversize::Skip,
                     pad_to_multiple_of: pad,
+                    accumulation,
+                    balance_tolerance_ppm,
+                    cost,
                     ..Config::new(batching)
                 };
                 (lengths, cfg)
@@ -253,10 +279,12 @@ fn golden_shuffled_plan() {
     assert_eq!(plan.indices(), GOLDEN_INDICES);
 }
 
-/// Changed on purpose in session 2: optimized edges and the stratified batch order.
-const GOLDEN_OFFSETS: [u64; 11] = [0, 2, 3, 6, 9, 12, 15, 18, 21, 22, 24];
+/// Changed on purpose in session 2 (optimized edges, stratified batch order) and session 3 (rank
+/// balance: steps shuffled over their ranks; the rank split now takes a batch of the epoch's tail;
+/// batches ranked by mean length for the stratified order).
+const GOLDEN_OFFSETS: [u64; 11] = [0, 3, 6, 9, 12, 15, 18, 19, 22, 23, 24];
 const GOLDEN_INDICES: [u32; 24] = [
-    23, 21, 8, 17, 0, 4, 22, 7, 20, 12, 3, 16, 18, 11, 5, 6, 15, 19, 14, 1, 10, 9, 2, 13,
+    6, 15, 19, 12, 3, 16, 22, 7, 20, 14, 1, 10, 18, 11, 5, 17, 0, 4, 9, 23, 21, 8, 2, 13,
 ];
 
 /// FNV-1a over the plan's offsets and indices: pins a plan too large to spell out.
@@ -281,6 +309,11 @@ fn golden_large_plan() {
         world_size: 8,
         ..config(Batching::Tokens(16_384))
     };
+    let balanced = Config {
+        accumulation: 4,
+        balance_tolerance_ppm: Some(100_000),
+        ..cfg.clone()
+    };
     for threads in [1, 3] {
         let planner = Planner::new(lengths.clone(), cfg.clone())
             .unwrap()
@@ -290,11 +323,21 @@ fn golden_large_plan() {
             GOLDEN_LARGE_HASH,
             "threads {threads}"
         );
+        let planner = Planner::new(lengths.clone(), balanced.clone())
+            .unwrap()
+            .with_threads(threads);
+        let plan = planner.plan(2).unwrap();
+        check_invariants(&lengths, &balanced, &planner, &plan);
+        assert_eq!(plan_hash(&plan), GOLDEN_BALANCED_HASH, "threads {threads}");
     }
 }
 
-/// Changed on purpose in session 2: `Auto` edges from the boundary optimizer, stratified order.
-const GOLDEN_LARGE_HASH: u64 = 17_294_108_373_354_618_093;
+/// Session 3: accumulation 4 and cost classes of 10% (`balance.rs`).
+const GOLDEN_BALANCED_HASH: u64 = 12_388_106_138_587_633_397;
+
+/// Changed on purpose in session 2 (`Auto` edges from the boundary optimizer, stratified order) and
+/// session 3 (rank balance inside mixing windows).
+const GOLDEN_LARGE_HASH: u64 = 1_992_983_853_203_635_733;
 
 #[test]
 fn errors_name_the_row_and_value() {

@@ -76,7 +76,12 @@ pub(crate) fn rank_imbalance(
             .map(|&r| u64::from(lengths[r as usize]))
             .max()
             .unwrap_or(0);
-        members.len() as u64 * longest.div_ceil(pad_to_multiple_of) * pad_to_multiple_of
+        // Padded tokens stay far below 2^53.
+        #[allow(clippy::cast_precision_loss)]
+        let padded = (members.len() as u64
+            * longest.div_ceil(pad_to_multiple_of)
+            * pad_to_multiple_of) as f64;
+        padded
     };
     let got = py.detach(|| mixing::rank_imbalance(offsets, indices, world_size, cost));
     Ok(got.map(|i| (i.p50, i.p99, i.max)))

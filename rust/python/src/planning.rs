@@ -7,7 +7,7 @@ use dflash_batch_core::lengths::{scan, Builder, Lengths};
 use dflash_batch_core::mixing::{self, Deciles};
 use dflash_batch_core::plan::Stats;
 use dflash_batch_core::planner::{
-    Batching, Boundaries, Config, Order, Oversize, Planner as CorePlanner,
+    Batching, Boundaries, Config, CostModel, Order, Oversize, Planner as CorePlanner,
 };
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
@@ -65,6 +65,29 @@ fn lengths_from_chunks(chunks: &[Bound<'_, PyAny>]) -> PyResult<Lengths> {
     Ok(builder.finish())
 }
 
+/// The cost model from Python: `None` or `"tokens"` (padded tokens), or `(a, b)`: a row of padded
+/// length `L` costs `a·L + b·L²`.
+fn cost_model(cost: Option<&Bound<'_, PyAny>>) -> PyResult<CostModel> {
+    let Some(cost) = cost else {
+        return Ok(CostModel::TOKENS);
+    };
+    if let Ok(name) = cost.extract::<String>() {
+        if name == "tokens" {
+            return Ok(CostModel::TOKENS);
+        }
+        return Err(PyValueError::new_err(format!(
+            "cost={name:?} is invalid; pass \"tokens\" (the default) or a pair (a, b): a row of padded \
+             length L costs a·L + b·L²"
+        )));
+    }
+    let (linear, quadratic) = cost.extract::<(f64, f64)>().map_err(|_| {
+        PyTypeError::new_err(
+            "cost must be \"tokens\" or a pair of numbers (a, b): a row of padded length L costs a·L + b·L²",
+        )
+    })?;
+    Ok(CostModel { linear, quadratic })
+}
+
 /// Plans epochs of one dataset under one configuration (the core `Planner`).
 #[pyclass(frozen, name = "Planner", module = "dflash_batch._core")]
 pub(crate) struct Planner {
@@ -82,7 +105,8 @@ impl Planner {
     #[new]
     #[pyo3(signature = (chunks, *, batch_size, max_tokens, boundaries, seed, shuffle, world_size,
                         drop_last, skip_oversize, pad_to_multiple_of, threads, accumulation=1,
-                        target_efficiency=0.98, order="stratified"))]
+                        target_efficiency=0.98, order="stratified", cost=None,
+                        balance_tolerance=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -100,6 +124,8 @@ impl Planner {
         accumulation: u32,
         target_efficiency: f64,
         order: &str,
+        cost: Option<Bound<'_, PyAny>>,
+        balance_tolerance: Option<f64>,
     ) -> PyResult<Self> {
         let order = match order {
             "stratified" => Order::Stratified,
@@ -123,6 +149,23 @@ impl Planner {
                 "accumulation=0 is invalid; pass the number of micro-batches per optimizer step (≥ 1)",
             ));
         }
+        let cost = cost_model(cost.as_ref())?;
+        let balance_tolerance_ppm = match balance_tolerance {
+            None => None,
+            Some(t) if (0.001..=1000.0).contains(&t) => {
+                // In [1e3, 1e9]: fits u32.
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let ppm = (t * 1e6).round() as u32;
+                Some(ppm)
+            }
+            Some(t) => {
+                return Err(PyValueError::new_err(format!(
+                    "balance_tolerance={t} is invalid; pass None (balance inside mixing windows only, \
+                     the default) or a cost ratio tolerance between 0.001 and 1000, e.g. 0.1 for steps \
+                     whose batches cost within 10% of each other"
+                )))
+            }
+        };
         let lengths = lengths_from_chunks(&chunks)?;
         let boundaries = match boundaries {
             None => Boundaries::Auto,
@@ -148,6 +191,9 @@ impl Planner {
             pad_to_multiple_of,
             target_efficiency_ppm,
             order,
+            accumulation,
+            cost,
+            balance_tolerance_ppm,
         };
         let planner = py
             .detach(|| CorePlanner::new(lengths, config))
