@@ -40,6 +40,7 @@ lint: venv
 bench:
 	$(MAKE) build EXTRAS=dev,torch,bench
 	$(BIN)/python benchmarks/plan.py
+	$(BIN)/python benchmarks/mixing.py
 	$(BIN)/python benchmarks/read.py
 	$(BIN)/python benchmarks/loader.py
 

@@ -25,6 +25,11 @@ def test_plan_benchmark():
     assert "dflash_batch, boundaries='auto'" in out and "plan ≤ 10 ms per epoch" in out
 
 
+def test_mixing_benchmark():
+    out = run("mixing.py", "--samples", "20000", "--repeats", "2")
+    assert "window_tv ≤ 0.075" in out and "frontier: balance_tolerance" in out and "0.05" in out
+
+
 def test_read_benchmark(tmp_path):
     pytest.importorskip("datasets")
     out = run("read.py", "--rows", "3000", "--cache-dir", str(tmp_path), "--repeats", "2", "--batches", "5")

@@ -242,3 +242,63 @@ fn setting(name: &'static str, value: i64, expected: &'static str) -> crate::err
     }
     .into()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(change: impl FnOnce(&mut Config)) -> Option<ErrorKind> {
+        let mut config = Config::new(Batching::Tokens(1024));
+        change(&mut config);
+        config.validate().err().map(|e| e.kind().clone())
+    }
+
+    #[test]
+    fn each_setting_error_names_its_setting() {
+        let name = |kind: Option<ErrorKind>| match kind {
+            Some(ErrorKind::InvalidSetting { name, .. }) => name,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(name(check(|c| c.accumulation = 0)), "accumulation");
+        assert_eq!(
+            name(check(|c| c.balance_tolerance_ppm = Some(999))),
+            "balance_tolerance"
+        );
+        assert_eq!(check(|c| c.balance_tolerance_ppm = Some(1000)), None);
+        assert_eq!(name(check(|c| c.world_size = 0)), "world_size");
+    }
+
+    #[test]
+    fn cost_models_must_be_finite_non_negative_and_not_zero() {
+        for (linear, quadratic) in [
+            (-1.0, 0.0),
+            (0.0, 0.0),
+            (f64::NAN, 1.0),
+            (1.0, f64::INFINITY),
+        ] {
+            let got = check(|c| c.cost = CostModel { linear, quadratic });
+            assert!(
+                matches!(got, Some(ErrorKind::InvalidCost { .. })),
+                "{linear}, {quadratic}: {got:?}"
+            );
+        }
+        assert_eq!(
+            check(|c| c.cost = CostModel {
+                linear: 0.0,
+                quadratic: 1e-3
+            }),
+            None
+        );
+        let message = crate::error::Error::from(ErrorKind::InvalidCost {
+            given: "(0, 0)".into(),
+        })
+        .to_string();
+        assert!(message.contains("a·L + b·L²"), "{message}");
+        // Row cost: 2·10 + 0.5·100.
+        let model = CostModel {
+            linear: 2.0,
+            quadratic: 0.5,
+        };
+        assert!((model.row(10) - 70.0).abs() < 1e-12);
+    }
+}

@@ -82,6 +82,8 @@ pub(crate) struct Formed {
     /// Batches that stay in the group's place; those after them go to the epoch's tail (see
     /// [`Epoch`]).
     pub(crate) main: usize,
+    /// Whether `mean` and `cost` are recorded (see [`Formed::new`]).
+    ranked: bool,
 }
 
 impl Formed {
@@ -97,27 +99,32 @@ impl Formed {
         config: &Config,
     ) {
         let padded_tokens = rows as u64 * config.padded(longest);
-        // Costs are matched, not summed: f32 precision is plenty.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
-        let cost = if config.cost.is_tokens() {
-            padded_tokens as f32
-        } else {
-            config.batch_cost(rows as u64, longest) as f32
-        };
-        self.cost.push(cost);
+        if self.ranked {
+            // Costs are matched, not summed: f32 precision is plenty.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+            let cost = if config.cost.is_tokens() {
+                padded_tokens as f32
+            } else {
+                config.batch_cost(rows as u64, longest) as f32
+            };
+            self.cost.push(cost);
+            // The mean is at most the longest length, a u32.
+            #[allow(clippy::cast_possible_truncation)]
+            self.mean.push((tokens / rows as u64) as u32);
+        }
         self.written = end;
         // `end` ≤ the stream's length, which fits in u32.
         #[allow(clippy::cast_possible_truncation)]
         self.offsets.push(end as u32);
         self.padded_tokens += padded_tokens;
-        // The mean is at most the longest length, a u32.
-        #[allow(clippy::cast_possible_truncation)]
-        self.mean.push((tokens / rows as u64) as u32);
     }
 }
 
-impl Default for Formed {
-    fn default() -> Self {
+impl Formed {
+    /// An empty stream; `ranked`: record each batch's mean length and cost, which only ordering and
+    /// rank balance use (skipped past `ARRANGE_MAX_SAMPLES`: at 100M samples the two arrays would add
+    /// ~120 MB to the plan's peak, measured).
+    pub(crate) fn new(ranked: bool) -> Self {
         Self {
             offsets: vec![0],
             written: 0,
@@ -125,6 +132,7 @@ impl Default for Formed {
             mean: Vec::new(),
             cost: Vec::new(),
             main: 0,
+            ranked,
         }
     }
 }
@@ -174,7 +182,9 @@ impl Epoch {
         for b in part.main..batches {
             self.tail_sizes.push(part.offsets[b + 1] - part.offsets[b]);
         }
-        self.tail_cost.extend_from_slice(&part.cost[part.main..]);
+        // Costs are recorded only for ranked streams (see `Formed::new`).
+        let (main_cost, tail_cost) = part.cost.split_at(part.main.min(part.cost.len()));
+        self.tail_cost.extend_from_slice(tail_cost);
         if start != self.written {
             order.copy_within(start..start + main_rows, self.written);
         }
@@ -182,7 +192,7 @@ impl Epoch {
         let main_ends = &part.offsets[1..=part.main];
         self.offsets
             .extend(main_ends.iter().map(|&o| u64::from(o) + shift));
-        self.cost.extend_from_slice(&part.cost[..part.main]);
+        self.cost.extend_from_slice(main_cost);
         self.written += main_rows;
         self.padded_tokens += part.padded_tokens;
     }
@@ -218,7 +228,7 @@ pub(crate) struct Former<'a, L> {
 impl<L: Length> Former<'_, L> {
     /// Forms the sorted (evaluation) epoch: one stream; a bucket closes when the next one starts.
     pub(crate) fn form_sorted(&self, order: &mut [u32]) -> Epoch {
-        let mut formed = Formed::default();
+        let mut formed = Formed::new(false);
         let mut open = self.open_batches();
         self.stream::<true>(order, None, &mut open, &mut formed);
         self.flush(order, &mut open, &mut formed, None);
@@ -281,7 +291,7 @@ impl<L: Length> Former<'_, L> {
                     }
                 }
             }
-            let mut formed = Formed::default();
+            let mut formed = Formed::new(n <= ARRANGE_MAX_SAMPLES);
             // Groups number at most MAX_GROUPS.
             #[allow(clippy::cast_possible_truncation)]
             let flush_stream = (epoch, g as u32);
@@ -300,13 +310,13 @@ impl<L: Length> Former<'_, L> {
                         &mut open,
                         &mut formed,
                     );
-                    complete = formed.mean.len();
+                    complete = formed.offsets.len() - 1;
                     fast_stream::flush(config, piece, &mut open, &mut formed, flush_stream);
                 }
                 _ => {
                     let mut open = self.open_batches();
                     self.stream::<false>(piece, values.as_deref(), &mut open, &mut formed);
-                    complete = formed.mean.len();
+                    complete = formed.offsets.len() - 1;
                     self.flush(piece, &mut open, &mut formed, Some(flush_stream));
                 }
             }

@@ -173,17 +173,20 @@ impl Planner {
             let split = split_for_ranks(&mut formed.offsets, &order, world_size, first, cost)?;
             formed.padded_tokens = formed.padded_tokens - split.before + split.after;
             split_batches = split.batches;
-            expand_per_batch(&mut formed.cost, &split, &formed.offsets, |s, e| {
-                let rows = &order[to_usize(s)..to_usize(e)];
-                let longest = rows.iter().map(|&r| lengths[r as usize].into()).max();
-                // Matched, not summed (see `Formed::cost`).
-                #[allow(clippy::cast_possible_truncation)]
-                let cost = self
-                    .config
-                    .batch_cost(rows.len() as u64, longest.unwrap_or(0))
-                    as f32;
-                cost
-            });
+            // Costs exist only where batches are ordered and balanced (see `Formed::new`).
+            if !formed.cost.is_empty() {
+                expand_per_batch(&mut formed.cost, &split, &formed.offsets, |s, e| {
+                    let rows = &order[to_usize(s)..to_usize(e)];
+                    let longest = rows.iter().map(|&r| lengths[r as usize].into()).max();
+                    // Matched, not summed (see `Formed::cost`).
+                    #[allow(clippy::cast_possible_truncation)]
+                    let cost = self
+                        .config
+                        .batch_cost(rows.len() as u64, longest.unwrap_or(0))
+                        as f32;
+                    cost
+                });
+            }
         }
         if self.config.shuffle && lengths.len() <= ARRANGE_MAX_SAMPLES {
             if let Some(ppm) = self.config.balance_tolerance_ppm {
