@@ -105,10 +105,10 @@ def main() -> None:
     transfer = loader._transfer
     original_send = transfer.send
 
-    def timed_send(index, tensors, rows, width):
+    def timed_send(index, tensors, shape):
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         begin.record(transfer.stream)
-        payload = original_send(index, tensors, rows, width)
+        payload = original_send(index, tensors, shape)
         end.record(transfer.stream)
         copy_events.append((begin, end))
         return payload

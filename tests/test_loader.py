@@ -183,7 +183,8 @@ class FakeCudaTransfer:
         if event is not None:
             event.synchronize()
 
-    def send(self, index, tensors, rows, width):
+    def send(self, index, tensors, shape):
+        rows, width = shape[:2]
         payload = {k: t[: rows * width].view(rows, width).clone() for k, t in tensors.items()}
         with self.lock:
             self.log.append(("send", index))

@@ -11,7 +11,7 @@ milliseconds, reproducible from ``(seed, epoch)``, with equal step counts on eve
 """
 
 from ._core import DataError, Plan, PlanError, __version__
-from .collate import collate
+from .collate import collate, collate_packed
 from .loader import Loader
 from .reading import TokenStore, read_lengths
 from .sampler import BucketSampler
@@ -27,6 +27,7 @@ __all__ = [
     "TokenStore",
     "__version__",
     "collate",
+    "collate_packed",
     "read_lengths",
     "seed_workload",
 ]

@@ -112,3 +112,69 @@ def _collate_numpy(inner, indices, pad_id, label_pad_id, multiple, out, dtype) -
     for key in KEYS:
         views[key][...] = result[key]
     return views
+
+
+PACKED_KEYS = ("input_ids", "labels", "position_ids", "seq_idx")
+
+
+def collate_packed(
+    store: TokenStore,
+    indices: Any,
+    *,
+    capacity: int,
+    pad_id: int = 0,
+    label_pad_id: int = -100,
+    dtype: Any = "int64",
+) -> dict[str, Any]:
+    """The packed batch of ``indices``: its samples end to end in one row of ``capacity`` tokens.
+
+    Returns ``input_ids``, ``labels``, ``position_ids`` and ``seq_idx`` as ``[1, capacity]`` arrays,
+    ``cu_seqlens`` (int32, ``samples + 1`` entries: 0, then each sample's end) and ``max_seqlen`` (int).
+    Positions restart at 0 for every sample; ``labels`` hold the tokens (the model shifts them) with
+    ``label_pad_id`` at each sample's first token, so no sample learns to predict from the previous
+    one; ``seq_idx`` numbers the samples, -1 on padding. Raises ``ValueError`` when the samples hold
+    more than ``capacity`` tokens (plan with ``mode="packed", max_tokens=capacity``).
+    """
+    if not isinstance(store, TokenStore):
+        raise TypeError(f"store must be a dflash_batch.TokenStore, got {type(store).__name__}")
+    if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or not 0 < capacity < 2**31:
+        raise ValueError(f"capacity={capacity!r} is invalid; pass the row length in tokens (max_tokens of the plan)")
+    if not (isinstance(indices, np.ndarray) and indices.dtype in _INDEX_DTYPES and indices.ndim == 1):
+        indices = _index_array(indices)
+    slot = np.empty((len(PACKED_KEYS), int(capacity)), dtype=output_dtype(dtype))
+    cu_seqlens = np.empty(len(indices) + 1, dtype=np.int32)
+    samples, _, max_seqlen = _pack_into(store, indices, slot, cu_seqlens, int(pad_id), int(label_pad_id))
+    result: dict[str, Any] = {key: slot[k : k + 1] for k, key in enumerate(PACKED_KEYS)}
+    result["cu_seqlens"] = cu_seqlens[: samples + 1]
+    result["max_seqlen"] = max_seqlen
+    return result
+
+
+def _pack_into(store: TokenStore, indices, slot, cu_seqlens, pad_id, label_pad_id) -> tuple[int, int, int]:
+    """Packs into a ``[4, capacity]`` slot and ``cu_seqlens``: Rust for mapped stores, numpy otherwise."""
+    inner = store._inner
+    if isinstance(inner, _core.TokenStore):
+        return _core.collate_packed_slot(inner, indices, slot, cu_seqlens, pad_id, label_pad_id)
+    rows = [np.asarray(inner[int(i)]) for i in indices]
+    capacity = slot.shape[1]
+    total = sum(len(r) for r in rows)
+    if total > capacity:
+        raise ValueError(
+            f"the samples hold {total} tokens, more than the packed row's capacity {capacity}; "
+            "pass the capacity of the plan (its max_tokens) or plan with mode='packed'"
+        )
+    ids, labels, positions, seq = slot
+    ids[:], labels[:], positions[:], seq[:] = pad_id, label_pad_id, 0, -1
+    at = 0
+    cu_seqlens[0] = 0
+    for s, tokens in enumerate(rows):
+        n = len(tokens)
+        ids[at : at + n] = tokens
+        labels[at : at + n] = tokens
+        if n:
+            labels[at] = label_pad_id
+        positions[at : at + n] = np.arange(n)
+        seq[at : at + n] = s
+        at += n
+        cu_seqlens[s + 1] = at
+    return len(rows), at, max((len(r) for r in rows), default=0)

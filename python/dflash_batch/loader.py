@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from . import _core
-from .collate import KEYS, collate, output_dtype
+from .collate import KEYS, PACKED_KEYS, _pack_into, collate, output_dtype
 from .reading import TokenStore
 from .sampler import BucketSampler
 
@@ -58,6 +58,10 @@ class Loader:
         device: where tensors go: ``None`` or ``"cpu"`` keeps them on the host; a CUDA device copies
             them on a side stream.
         pin_memory: pin the host slots (default: when ``device`` is CUDA). Needs CUDA.
+
+    With a ``mode="packed"`` sampler each batch is one packed row (see :func:`collate_packed`):
+    ``input_ids``, ``labels``, ``position_ids``, ``seq_idx`` as ``[1, max_tokens]`` tensors,
+    ``cu_seqlens`` (int32) and ``max_seqlen`` (int).
     """
 
     def __init__(
@@ -88,6 +92,9 @@ class Loader:
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
             raise ValueError(f"prefetch={prefetch!r} is invalid; pass an integer ≥ 1")
         self.store, self.sampler, self.prefetch = store, sampler, prefetch
+        self._packed = sampler.mode == "packed"
+        if self._packed and pad_to_multiple_of != 1:
+            raise ValueError("pad_to_multiple_of applies to padded batches; a packed row is max_tokens long")
         self._dtype = output_dtype(dtype if dtype is not None else torch.int64)
         self._settings = {"pad_id": pad_id, "label_pad_id": label_pad_id, "pad_to_multiple_of": pad_to_multiple_of}
         collate(store, np.zeros(0, dtype=np.int64), **self._settings)  # validates the settings now
@@ -135,15 +142,22 @@ class Loader:
         finally:
             pipeline.close()
 
-    def _collate_into(self, batch: np.ndarray, slot: dict[str, Any]) -> tuple[int, int]:
+    def _collate_into(self, batch: np.ndarray, slot: dict[str, Any]) -> tuple[int, ...]:
         inner, settings = self.store._inner, self._settings
+        if self._packed:  # one row of max_tokens: (1, C, samples, max_seqlen)
+            pad_id, label_pad_id = settings["pad_id"], settings["label_pad_id"]
+            samples, _, longest = _pack_into(self.store, batch, slot["numpy"], slot["cu_seqlens"], pad_id, label_pad_id)
+            return 1, slot["numpy"].shape[1], samples, longest
         if isinstance(inner, _core.TokenStore):  # straight to Rust: this runs once per batch
             return _core.collate_slot(inner, batch, slot["numpy"], *settings.values())
         views = collate(self.store, batch, **settings, out=dict(zip(KEYS, slot["numpy"], strict=True)))  # in memory
         return views["input_ids"].shape
 
     def _capacity(self, plan: Any, world: int, rank: int, start: int) -> int:
-        """Elements of the largest padded batch this rank runs from ``start`` on (vectorized over the plan)."""
+        """Elements of the largest padded batch this rank runs from ``start`` on (vectorized over the plan);
+        a packed row's capacity."""
+        if self._packed:
+            return int(self.sampler.max_tokens)
         steps = np.arange(start, plan.steps, dtype=np.int64) * world + rank
         if len(steps) == 0:
             return 1
@@ -159,12 +173,19 @@ class Loader:
         import torch
 
         dtype = getattr(torch, self._dtype)
+        keys = PACKED_KEYS if self._packed else KEYS
         slots = []
         for _ in range(self.prefetch + 1):
-            block = torch.empty((len(KEYS), capacity), dtype=dtype, pin_memory=self.pin_memory)
-            tensors = dict(zip(KEYS, block.unbind(0), strict=True))  # flat rows of one block
-            slots.append({"torch": tensors, "numpy": block.numpy()})
-        self._slot_bytes = len(slots) * len(KEYS) * capacity * np.dtype(self._dtype).itemsize
+            block = torch.empty((len(keys), capacity), dtype=dtype, pin_memory=self.pin_memory)
+            tensors = dict(zip(keys, block.unbind(0), strict=True))  # flat rows of one block
+            slot = {"torch": tensors, "numpy": block.numpy()}
+            if self._packed:  # a row holds at most `capacity` samples
+                cu = torch.empty(capacity + 1, dtype=torch.int32, pin_memory=self.pin_memory)
+                tensors["cu_seqlens"], slot["cu_seqlens"] = cu, cu.numpy()
+            slots.append(slot)
+        self._slot_bytes = len(slots) * len(keys) * capacity * np.dtype(self._dtype).itemsize
+        if self._packed:
+            self._slot_bytes += len(slots) * (capacity + 1) * 4
         return slots
 
     @property
@@ -243,8 +264,8 @@ class _Pipeline:
                 if index is _STOP or self._stop.is_set():
                     return
                 self._transfer.before_reuse(index)
-                rows, width = self._collate_into(batch, self._slots[index])
-                self._ready.put((index, self._transfer.send(index, self._slots[index]["torch"], rows, width)))
+                shape = self._collate_into(batch, self._slots[index])
+                self._ready.put((index, self._transfer.send(index, self._slots[index]["torch"], shape)))
             self._ready.put(_END)
         except BaseException as error:  # raised again in the trainer's thread
             self._ready.put(_Failed(error, step))
@@ -282,10 +303,15 @@ class _Pipeline:
             self.thread.join()
 
 
-def _views(tensors: dict[str, Any], rows: int, width: int) -> dict[str, Any]:
+def _views(tensors: dict[str, Any], shape: tuple[int, ...]) -> dict[str, Any]:
     """``[rows, L]`` views of the fronts of flat slot tensors (``as_strided``: one torch call each, half the
-    cost of slicing then reshaping, measured)."""
-    return {key: t.as_strided((rows, width), (width, 1)) for key, t in tensors.items()}
+    cost of slicing then reshaping, measured); a packed row's shape also carries its sample count, which
+    cuts ``cu_seqlens``, and ``max_seqlen``."""
+    rows, width = shape[0], shape[1]
+    views = {key: t.as_strided((rows, width), (width, 1)) for key, t in tensors.items() if key != "cu_seqlens"}
+    if len(shape) == 4:
+        views["cu_seqlens"] = tensors["cu_seqlens"][: shape[2] + 1]
+    return views
 
 
 class _HostTransfer:
@@ -295,11 +321,12 @@ class _HostTransfer:
     def before_reuse(self, index: int) -> None:
         pass
 
-    def send(self, index: int, tensors: dict[str, Any], rows: int, width: int) -> tuple[dict[str, Any], int, int]:
-        return tensors, rows, width
+    def send(self, index: int, tensors: dict[str, Any], shape: tuple[int, ...]) -> tuple[dict[str, Any], tuple]:
+        return tensors, shape
 
-    def receive(self, payload: tuple[dict[str, Any], int, int]) -> dict[str, Any]:
-        return _views(*payload)
+    def receive(self, payload: tuple[dict[str, Any], tuple[int, ...]]) -> dict[str, Any]:
+        tensors, shape = payload
+        return _with_max_seqlen(_views(tensors, shape), shape)
 
 
 class _CudaTransfer:
@@ -319,20 +346,27 @@ class _CudaTransfer:
         if event is not None:
             event.synchronize()
 
-    def send(self, index: int, tensors: dict[str, Any], rows: int, width: int) -> tuple[dict[str, Any], Any]:
+    def send(self, index: int, tensors: dict[str, Any], shape: tuple[int, ...]) -> tuple[dict[str, Any], Any, tuple]:
         torch = self._torch
         with torch.cuda.stream(self.stream):
-            views = _views(tensors, rows, width)
+            views = _views(tensors, shape)
             on_device = {key: view.to(self.device, non_blocking=True) for key, view in views.items()}
             event = torch.cuda.Event()
             event.record(self.stream)
         self._events[index] = event
-        return on_device, event
+        return on_device, event, shape
 
-    def receive(self, payload: tuple[dict[str, Any], Any]) -> dict[str, Any]:
-        on_device, event = payload
+    def receive(self, payload: tuple[dict[str, Any], Any, tuple[int, ...]]) -> dict[str, Any]:
+        on_device, event, shape = payload
         current = self._torch.cuda.current_stream(self.device)
         current.wait_event(event)
         for tensor in on_device.values():
             tensor.record_stream(current)  # its memory is not reused before the trainer's work on it ends
-        return on_device
+        return _with_max_seqlen(on_device, shape)
+
+
+def _with_max_seqlen(batch: dict[str, Any], shape: tuple[int, ...]) -> dict[str, Any]:
+    """A packed batch also says its longest sample (an int, as varlen kernels take it)."""
+    if len(shape) == 4:
+        batch["max_seqlen"] = shape[3]
+    return batch

@@ -66,7 +66,16 @@ class BucketSampler:
             data allows, from batches whose costs are within a factor ``1 + t``, by grouping batches
             of similar cost across windows — this lowers rank imbalance but concentrates similar
             lengths (on the seed workload, 8 ranks × 4 micro-batches: p99 imbalance 1.30 → 1.10 and
-            window_tv 0.076 → 0.16; the benchmark prints the whole frontier).
+            window_tv 0.069 → 0.15; ``benchmarks/mixing.py`` prints the whole frontier).
+        mode: ``"padded"`` (default): rows padded to the batch's longest. ``"packed"``: samples
+            concatenated into rows of ``max_tokens`` tokens for varlen attention (FlashAttention
+            ``cu_seqlens``, SDPA document masks): each epoch the shuffled samples are packed best-fit
+            over a window of 256 open rows, so which samples share a row is random and rows are
+            ~99% real tokens; a batch is one row. ``plan.stats()["utilization"]`` is real tokens /
+            (rows × max_tokens). Collate with :func:`collate_packed` or the :class:`Loader`.
+        bucketed: with ``mode="packed"``, pack only samples of one length bucket together
+            (``boundaries``; ``"auto"``: 2 optimized buckets), which bounds each row's longest
+            sample (the kernel's ``max_seqlen``) at some cost in fill.
         order: ``"stratified"`` (default): consecutive batches draw from the length buckets in proportion
             to the data (a low-discrepancy interleaving, randomized every epoch), so every accumulation
             window sees the dataset's length mix. ``"random"``: a seeded shuffle of the batches within
@@ -95,6 +104,8 @@ class BucketSampler:
         order: str = "stratified",
         cost: str | tuple[float, float] = "tokens",
         balance_tolerance: float | None = None,
+        mode: str = "padded",
+        bucketed: bool = False,
     ) -> None:
         world_size, rank = _resolve_ranks(world_size, rank)
         if oversize not in ("error", "skip"):
@@ -115,6 +126,8 @@ class BucketSampler:
             "order": _choice("order", order, ("stratified", "random")),
             "cost": _cost(cost),
             "balance_tolerance": _tolerance(balance_tolerance),
+            "mode": _choice("mode", mode, ("padded", "packed")),
+            "bucketed": _bool("bucketed", bucketed),
         }
         self._rank = rank
         self._epoch = 0
@@ -169,6 +182,16 @@ class BucketSampler:
     def edges(self) -> list[int]:
         """The bucket edges in use."""
         return self._planner.edges
+
+    @property
+    def mode(self) -> str:
+        """``"padded"`` or ``"packed"``."""
+        return self._config["mode"]
+
+    @property
+    def max_tokens(self) -> int | None:
+        """The token budget per batch (the row capacity when packed), or ``None`` with ``batch_size``."""
+        return self._config["max_tokens"]
 
     @property
     def num_samples(self) -> int:

@@ -262,7 +262,7 @@ type RowOut<'a, T> = (
 );
 
 /// `value` as an output element, or an error naming the setting.
-fn output_value<T: OutputToken>(name: &'static str, value: i64) -> Result<T> {
+pub(crate) fn output_value<T: OutputToken>(name: &'static str, value: i64) -> Result<T> {
     T::try_from(value).map_err(|_| {
         ErrorKind::InvalidSetting {
             name,

@@ -99,6 +99,19 @@ impl PartialEq for CostModel {
 
 impl Eq for CostModel {}
 
+/// What a batch is: rows padded to their longest, or samples packed end to end into one row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `rows × round_up(longest) ≤ max_tokens` (or `batch_size` rows), every row padded to the longest.
+    Padded,
+    /// Samples concatenated into a row of `max_tokens` tokens (for varlen attention: `pack.rs`);
+    /// `bucketed`: only samples of one length bucket share a row.
+    Packed {
+        /// Pack within length buckets, so each row's longest sample is predictable.
+        bucketed: bool,
+    },
+}
+
 /// What to do with samples that fit no batch under `max_tokens`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Oversize {
@@ -136,6 +149,8 @@ pub struct Config {
     pub accumulation: u32,
     /// Cost of a row, for the token budget and for rank balance.
     pub cost: CostModel,
+    /// Padded or packed batches.
+    pub mode: Mode,
     /// Rank-balance tolerance in parts per million: `None` matches steps only inside each mixing
     /// window (mixing first); `Some(t)` forms every step from batches whose costs are within a factor
     /// `1 + t/10⁶` where the data allows, at a cost to mixing (see `balance.rs`).
@@ -159,6 +174,7 @@ impl Config {
             accumulation: 1,
             cost: CostModel::TOKENS,
             balance_tolerance_ppm: None,
+            mode: Mode::Padded,
         }
     }
 
@@ -213,6 +229,20 @@ impl Config {
         if !valid(linear) || !valid(quadratic) || linear + quadratic <= 0.0 {
             let given = format!("({linear}, {quadratic})");
             return Err(ErrorKind::InvalidCost { given }.into());
+        }
+        if let Mode::Packed { .. } = self.mode {
+            if let Batching::Rows(_) = self.batching {
+                return Err(ErrorKind::PackedSetting {
+                    problem: "needs max_tokens (the row capacity), not batch_size",
+                }
+                .into());
+            }
+            if self.pad_to_multiple_of != 1 {
+                return Err(ErrorKind::PackedSetting {
+                    problem: "pads no rows, so pad_to_multiple_of must be 1 (the row is max_tokens long)",
+                }
+                .into());
+            }
         }
         match self.batching {
             Batching::Rows(0) => Err(setting("batch_size", 0, "≥ 1")),

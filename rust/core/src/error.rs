@@ -52,6 +52,18 @@ pub enum ErrorKind {
         /// The pair as given, formatted.
         given: String,
     },
+    /// A packed batch's samples hold more tokens than its row.
+    PackedRowTooLong {
+        /// Tokens of the samples.
+        tokens: usize,
+        /// The row's capacity.
+        capacity: usize,
+    },
+    /// A setting that packed batches cannot honour.
+    PackedSetting {
+        /// What is wrong, as the rest of a sentence after "mode='packed'".
+        problem: &'static str,
+    },
     /// Fewer than two bucket edges.
     TooFewEdges {
         /// Number of edges given.
@@ -202,6 +214,12 @@ impl fmt::Display for Error {
                 "cost={given} is invalid; pass cost=\"tokens\" or (a, b) with finite a, b ≥ 0 and a + b > 0 \
                  (a row of padded length L costs a·L + b·L²)"
             ),
+            K::PackedRowTooLong { tokens, capacity } => write!(
+                f,
+                "the samples hold {tokens} tokens, more than the packed row's capacity {capacity}; \
+                 pass the capacity of the plan (its max_tokens) or plan with mode='packed'"
+            ),
+            K::PackedSetting { problem } => write!(f, "mode='packed' {problem}"),
             K::TooFewEdges { count } => write!(
                 f,
                 "boundaries has {count} edge(s); give at least two, e.g. [0, 8192] for one bucket"

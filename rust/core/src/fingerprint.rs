@@ -58,6 +58,10 @@ pub fn fingerprint<L: Length>(lengths: &[L], config: &Config) -> u64 {
             config.cost.linear.to_bits(),
             config.cost.quadratic.to_bits(),
             config.balance_tolerance_ppm.map_or(0, |t| u64::from(t) + 1),
+            match config.mode {
+                crate::config::Mode::Padded => 0,
+                crate::config::Mode::Packed { bucketed } => 1 + u64::from(bucketed),
+            },
         ],
     );
     match &config.boundaries {
@@ -128,6 +132,14 @@ mod tests {
                 balance_tolerance_ppm: Some(100_000),
                 ..cfg.clone()
             },
+            Config {
+                mode: crate::config::Mode::Packed { bucketed: false },
+                ..cfg.clone()
+            },
+            Config {
+                mode: crate::config::Mode::Packed { bucketed: true },
+                ..cfg.clone()
+            },
         ] {
             assert_ne!(base, fingerprint(&[3u32, 1, 4], &changed), "{changed:?}");
         }
@@ -142,6 +154,6 @@ mod tests {
 
     /// Changed on purpose in session 2: `Auto` folds in its efficiency target (the optimizer), and
     /// the configuration its batch order. Changed on purpose in session 3: accumulation, the cost
-    /// model and the balance tolerance now shape the plan.
-    const GOLDEN: u64 = 5_270_051_939_191_825_877;
+    /// model, the balance tolerance and the batch mode (padded or packed) now shape the plan.
+    const GOLDEN: u64 = 5_487_147_339_188_138_162;
 }

@@ -12,10 +12,11 @@
 //! loop of `fast_stream.rs`, which forms the same batches with less bookkeeping.
 
 use crate::balance::{match_windows, stream, Unit};
-use crate::config::Config;
+use crate::config::{Batching, Config, Mode};
 use crate::fast_stream::{self, Tight};
 use crate::lengths::Length;
 use crate::order::reorder_region;
+use crate::pack::Packer;
 use crate::permute::{
     run, scatter_into_chunks, shuffle_chunk, shuffle_chunk_pair, split_chunks, Scattered,
 };
@@ -84,11 +85,14 @@ pub(crate) struct Formed {
     pub(crate) main: usize,
     /// Whether `mean` and `cost` are recorded (see [`Formed::new`]).
     ranked: bool,
+    /// Packed streams: samples of the rows still open at the end, packed again with every other
+    /// stream's at the end of the epoch (`pack.rs`).
+    pub(crate) leftover: Vec<u32>,
 }
 
 impl Formed {
-    /// Records a batch with `rows` rows written up to `end`, whose longest row has `longest` tokens
-    /// and whose rows hold `tokens` in all.
+    /// Records a padded batch with `rows` rows written up to `end`, whose longest row has `longest`
+    /// tokens and whose rows hold `tokens` in all.
     #[inline]
     pub(crate) fn close(
         &mut self,
@@ -99,7 +103,7 @@ impl Formed {
         config: &Config,
     ) {
         let padded_tokens = rows as u64 * config.padded(longest);
-        if self.ranked {
+        let cost = || {
             // Costs are matched, not summed: f32 precision is plenty.
             #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
             let cost = if config.cost.is_tokens() {
@@ -107,10 +111,26 @@ impl Formed {
             } else {
                 config.batch_cost(rows as u64, longest) as f32
             };
-            self.cost.push(cost);
+            cost
+        };
+        self.record(end, padded_tokens, tokens / rows as u64, cost);
+    }
+
+    /// Records a batch written up to `end` that occupies `padded_tokens`, with mean row length `mean`
+    /// and cost `cost()` (evaluated only when ranked).
+    #[inline]
+    pub(crate) fn record(
+        &mut self,
+        end: usize,
+        padded_tokens: u64,
+        mean: u64,
+        cost: impl FnOnce() -> f32,
+    ) {
+        if self.ranked {
+            self.cost.push(cost());
             // The mean is at most the longest length, a u32.
             #[allow(clippy::cast_possible_truncation)]
-            self.mean.push((tokens / rows as u64) as u32);
+            self.mean.push(mean as u32);
         }
         self.written = end;
         // `end` ≤ the stream's length, which fits in u32.
@@ -133,6 +153,7 @@ impl Formed {
             cost: Vec::new(),
             main: 0,
             ranked,
+            leftover: Vec::new(),
         }
     }
 }
@@ -154,6 +175,8 @@ pub(crate) struct Epoch {
     pub(crate) tail_start: usize,
     pub(crate) written: usize,
     pub(crate) padded_tokens: u64,
+    /// Packed streams' leftover samples (see [`Formed::leftover`]).
+    pub(crate) leftover: Vec<u32>,
     /// Rows, sizes and costs of tail batches waiting for every group to be placed.
     tail_rows: Vec<u32>,
     tail_sizes: Vec<u32>,
@@ -185,6 +208,7 @@ impl Epoch {
         // Costs are recorded only for ranked streams (see `Formed::new`).
         let (main_cost, tail_cost) = part.cost.split_at(part.main.min(part.cost.len()));
         self.tail_cost.extend_from_slice(tail_cost);
+        self.leftover.extend_from_slice(&part.leftover);
         if start != self.written {
             order.copy_within(start..start + main_rows, self.written);
         }
@@ -194,6 +218,18 @@ impl Epoch {
             .extend(main_ends.iter().map(|&o| u64::from(o) + shift));
         self.cost.extend_from_slice(main_cost);
         self.written += main_rows;
+        self.padded_tokens += part.padded_tokens;
+    }
+
+    /// Appends the closed rows of a stream that lives in its own buffer `rows` after everything
+    /// placed so far (the packed leftovers).
+    fn push_rows(&mut self, order: &mut [u32], rows: &[u32], part: Formed) {
+        order[self.written..self.written + part.written].copy_from_slice(&rows[..part.written]);
+        let shift = self.written as u64;
+        self.offsets
+            .extend(part.offsets[1..].iter().map(|&o| u64::from(o) + shift));
+        self.cost.extend_from_slice(&part.cost);
+        self.written += part.written;
         self.padded_tokens += part.padded_tokens;
     }
 
@@ -223,15 +259,22 @@ pub(crate) struct Former<'a, L> {
     pub(crate) companion_min: usize,
     /// Always use the general loop (tests compare it with `fast_stream`).
     pub(crate) general_only: bool,
+    /// The shortest admitted length (a packed row with less room than this is full).
+    pub(crate) shortest: u32,
 }
 
 impl<L: Length> Former<'_, L> {
     /// Forms the sorted (evaluation) epoch: one stream; a bucket closes when the next one starts.
     pub(crate) fn form_sorted(&self, order: &mut [u32]) -> Epoch {
         let mut formed = Formed::new(false);
-        let mut open = self.open_batches();
-        self.stream::<true>(order, None, &mut open, &mut formed);
-        self.flush(order, &mut open, &mut formed, None);
+        if let Some(mut packer) = self.packer() {
+            packer.stream(self.lengths, order, None, &mut formed);
+            packer.flush(order, &mut formed, None);
+        } else {
+            let mut open = self.open_batches();
+            self.stream::<true>(order, None, &mut open, &mut formed);
+            self.flush(order, &mut open, &mut formed, None);
+        }
         formed.main = formed.offsets.len() - 1;
         let mut total = Epoch::with_room(formed.main, self.config.world_size);
         total.append(order, 0, formed);
@@ -298,8 +341,14 @@ impl<L: Length> Former<'_, L> {
             let fast = self.rules.table.as_deref().filter(|_| !self.general_only);
             // Batches closed full; the partial ones flushed after them stay at the group's end.
             let complete;
-            match (fast, fast.and_then(|_| Tight::new(self.bucket_capacity))) {
-                (Some(table), Some(mut open)) => {
+            let tight = || fast.and_then(|_| Tight::new(self.bucket_capacity));
+            match (self.packer(), fast, tight()) {
+                (Some(mut packer), _, _) => {
+                    packer.stream(self.lengths, piece, values.as_deref(), &mut formed);
+                    complete = formed.offsets.len() - 1;
+                    formed.leftover = packer.leftovers(flush_stream);
+                }
+                (None, Some(table), Some(mut open)) => {
                     let (config, lengths) = (self.config, self.lengths);
                     fast_stream::stream(
                         config,
@@ -333,6 +382,17 @@ impl<L: Length> Former<'_, L> {
             total.append(&mut order, group_starts[g], part);
         }
         total.finish(&mut order);
+        if let Some(mut packer) = self.packer() {
+            // Rows the groups left open, packed together (see `pack.rs`); they join the tail.
+            let mut rows = std::mem::take(&mut total.leftover);
+            let mut formed = Formed::new(n <= ARRANGE_MAX_SAMPLES);
+            packer.stream(self.lengths, &mut rows, None, &mut formed);
+            // The epoch's last stream: its own flush stream id, after the groups'.
+            #[allow(clippy::cast_possible_truncation)]
+            let last = (epoch, MAX_GROUPS as u32);
+            packer.flush(&mut rows, &mut formed, Some(last));
+            total.push_rows(&mut order, &rows, formed);
+        }
         (order, total)
     }
 
@@ -370,6 +430,25 @@ impl<L: Length> Former<'_, L> {
         formed.offsets = offsets;
         // Means were only needed to choose the order.
         formed.mean.clear();
+    }
+
+    /// The packer of packed epochs (`pack.rs`), `None` for padded ones.
+    fn packer(&self) -> Option<Packer<'_>> {
+        let Mode::Packed { .. } = self.config.mode else {
+            return None;
+        };
+        let capacity = match self.config.batching {
+            Batching::Tokens(t) => u32::try_from(t).unwrap_or(u32::MAX),
+            Batching::Rows(_) => return None,
+        };
+        let buckets = self.bucket_capacity.len();
+        Some(Packer::new(
+            self.config,
+            self.rules,
+            buckets,
+            capacity,
+            self.shortest,
+        ))
     }
 
     fn open_batches(&self) -> Vec<Open> {

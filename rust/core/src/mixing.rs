@@ -12,8 +12,8 @@
 //! * **churn** (between two plans): the share of sample pairs sharing a batch in the first plan that
 //!   share one again in the second.
 //! * **rank imbalance**: per step, the most over the least cost among the step's `world_size`
-//!   batches (padded tokens, or the configuration's cost model `a·L + b·L²` per row); reported as its
-//!   median, 99th percentile and maximum over steps.
+//!   batches (padded tokens, or the configuration's cost model `a·L + b·L²` per row; a packed row
+//!   costs `Σ a·l + b·l²` over its samples); reported as its median, 99th percentile and maximum.
 
 use crate::lengths::Length;
 
@@ -316,7 +316,15 @@ fn report_with<L: Length>(
     (offsets, indices): (&[u64], &[u32]),
     window: usize,
 ) -> Report {
+    let packed = matches!(config.mode, crate::config::Mode::Packed { .. });
     let cost = |members: &[u32]| {
+        if packed {
+            // A packed row computes on its samples: Σ a·l + b·l².
+            return members
+                .iter()
+                .map(|&r| config.cost.row(u64::from(lengths[r as usize].into())))
+                .sum();
+        }
         let longest: u32 = members
             .iter()
             .map(|&r| lengths[r as usize].into())

@@ -21,7 +21,7 @@
 use crate::balance::{balance_classes, match_windows, stream, Unit};
 use crate::buckets::Buckets;
 pub use crate::config::{
-    Batching, Boundaries, Config, CostModel, Order, Oversize, DEFAULT_TARGET_EFFICIENCY_PPM,
+    Batching, Boundaries, Config, CostModel, Mode, Order, Oversize, DEFAULT_TARGET_EFFICIENCY_PPM,
 };
 use crate::error::{ErrorKind, Result};
 use crate::form::{sorted_by_length, Epoch, Former, ARRANGE_MAX_SAMPLES, COMPANION_MIN_SAMPLES};
@@ -52,6 +52,8 @@ pub struct Planner {
     admitted: u64,
     /// Sum of the admitted lengths: every admitted sample is in every plan (less `drop_last`'s).
     admitted_tokens: u64,
+    /// The shortest admitted length.
+    shortest: u32,
     companion_min: usize,
     general_only: bool,
     pool: PrivatePool,
@@ -74,6 +76,7 @@ impl Planner {
             bucket_capacity: prepared.bucket_capacity,
             admitted: prepared.admitted,
             admitted_tokens: prepared.admitted_tokens,
+            shortest: prepared.shortest,
             companion_min: COMPANION_MIN_SAMPLES,
             general_only: false,
             pool: PrivatePool::new(threads),
@@ -145,6 +148,7 @@ impl Planner {
             bucket_capacity: &self.bucket_capacity,
             companion_min: self.companion_min,
             general_only: self.general_only,
+            shortest: self.shortest,
         };
         let (mut order, mut formed) = if self.config.shuffle {
             former.form_shuffled(epoch, self.pool.get().as_deref())
@@ -253,8 +257,14 @@ impl Planner {
         formed.cost[start..].copy_from_slice(&tail_cost);
     }
 
-    /// Padded tokens of a batch with these members.
+    /// Padded tokens of a batch with these members (a packed row: its capacity).
     fn cost<L: Length>(&self, lengths: &[L], members: &[u32]) -> u64 {
+        if let (Mode::Packed { .. }, Batching::Tokens(capacity)) =
+            (self.config.mode, self.config.batching)
+        {
+            // A packed row occupies the whole row, filled or not.
+            return capacity;
+        }
         let longest = members
             .iter()
             .map(|&r| lengths[r as usize].into())
@@ -286,6 +296,7 @@ struct Prepared {
     bucket_capacity: Vec<u32>,
     admitted: u64,
     admitted_tokens: u64,
+    shortest: u32,
 }
 
 fn prepare<L: Length>(lengths: &[L], config: &Config) -> Result<Prepared> {
@@ -295,12 +306,13 @@ fn prepare<L: Length>(lengths: &[L], config: &Config) -> Result<Prepared> {
     let longest = lengths.iter().copied().max().map_or(0, Into::into);
     let rules = Rules::new(&buckets, config, admit_max, longest);
     let mut bucket_capacity = vec![0u32; buckets.count()];
-    let (mut admitted, mut admitted_tokens) = (0, 0);
+    let (mut admitted, mut admitted_tokens, mut shortest) = (0, 0, u32::MAX);
     for &l in lengths {
         if let Some((b, capacity)) = rules.get(l.into()) {
             bucket_capacity[b] = bucket_capacity[b].max(capacity);
             admitted += 1;
             admitted_tokens += u64::from(l.into());
+            shortest = shortest.min(l.into());
         }
     }
     Ok(Prepared {
@@ -310,6 +322,7 @@ fn prepare<L: Length>(lengths: &[L], config: &Config) -> Result<Prepared> {
         bucket_capacity,
         admitted,
         admitted_tokens,
+        shortest,
     })
 }
 
@@ -368,7 +381,9 @@ fn admission<L: Length>(lengths: &[L], config: &Config) -> Result<u32> {
 /// the cost grows with length).
 fn largest_admitted(config: &Config, budget: u64) -> u32 {
     let pad = u64::from(config.pad_to_multiple_of);
-    if budget == u64::MAX || config.cost.is_tokens() {
+    // A packed row holds any sample up to its capacity; the cost model only prices rows.
+    let packed = matches!(config.mode, Mode::Packed { .. });
+    if budget == u64::MAX || config.cost.is_tokens() || packed {
         return u32::try_from(budget / pad * pad).unwrap_or(u32::MAX);
     }
     // Budgets stay far below 2^53.
@@ -390,6 +405,12 @@ fn largest_admitted(config: &Config, budget: u64) -> u32 {
     u32::try_from(lo * pad).unwrap_or(u32::MAX)
 }
 
+/// Buckets of `bucketed` packing with `boundaries="auto"`: wide enough that a row mixes lengths and
+/// fills (narrow buckets leave long samples two to a row), narrow enough to bound `max_seqlen`. Seed
+/// workload, C = 16,384 (measured): utilization 0.956 with 2 buckets, 0.941 with 3, 0.937 with 4
+/// (0.991 unbucketed).
+const PACKED_BUCKETS: usize = 2;
+
 fn choose_buckets<L: Length>(
     lengths: &[L],
     config: &Config,
@@ -397,7 +418,28 @@ fn choose_buckets<L: Length>(
 ) -> Result<(Buckets, f64)> {
     let keep = |l: u32| l <= admit_max;
     let histogram = Histogram::new(lengths, keep);
-    let optimized = match &config.boundaries {
+    let boundaries = match (config.mode, &config.boundaries) {
+        (Mode::Padded, boundaries) => boundaries,
+        (Mode::Packed { bucketed: false }, Boundaries::Auto) => {
+            // One bucket: every admitted length shares the packing window.
+            let top = lengths
+                .iter()
+                .map(|&l| l.into())
+                .filter(|&l| keep(l))
+                .max()
+                .unwrap_or(1);
+            return Ok((Buckets::from_edges(vec![0, top.max(1)])?, f64::NAN));
+        }
+        (Mode::Packed { bucketed: false }, _) => {
+            return Err(ErrorKind::PackedSetting {
+                problem: "packs every length together; boundaries apply with bucketed=True",
+            }
+            .into());
+        }
+        (Mode::Packed { bucketed: true }, Boundaries::Auto) => &Boundaries::Count(PACKED_BUCKETS),
+        (Mode::Packed { bucketed: true }, boundaries) => boundaries,
+    };
+    let optimized = match boundaries {
         Boundaries::Edges(edges) => {
             let buckets = Buckets::from_edges(edges.clone())?;
             buckets.check_covers(lengths, keep)?;

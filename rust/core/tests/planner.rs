@@ -4,7 +4,9 @@
 
 use dflash_batch_core::error::ErrorKind;
 use dflash_batch_core::plan::Plan;
-use dflash_batch_core::planner::{Batching, Boundaries, Config, CostModel, Oversize, Planner};
+use dflash_batch_core::planner::{
+    Batching, Boundaries, Config, CostModel, Mode, Oversize, Planner,
+};
 use proptest::prelude::*;
 
 fn config(batching: Batching) -> Config {
@@ -502,4 +504,168 @@ proptest! {
         prop_assert!(!plan.indices().is_empty());
         prop_assert_eq!(plan, general.plan(epoch).unwrap());
     }
+}
+
+fn arb_packed() -> impl Strategy<Value = (Vec<u32>, Config)> {
+    (
+        prop::collection::vec(1u32..900, 1..500),
+        600u64..3000,
+        any::<bool>(),
+        any::<u64>(),
+        any::<bool>(),
+        1u32..6,
+        any::<bool>(),
+        1u32..4,
+        prop::option::of(1000u32..500_000),
+    )
+        .prop_map(
+            |(
+                lengths,
+                capacity,
+                bucketed,
+                seed,
+                shuffle,
+                world_size,
+                drop_last,
+                accumulation,
+                tol,
+            )| {
+                let cfg = Config {
+                    seed,
+                    shuffle,
+                    world_size,
+                    drop_last,
+                    accumulation,
+                    balance_tolerance_ppm: tol,
+                    oversize: Oversize::Skip,
+                    mode: Mode::Packed { bucketed },
+                    ..Config::new(Batching::Tokens(capacity))
+                };
+                (lengths, cfg)
+            },
+        )
+}
+
+/// The packed oracle: every admitted sample once (less the counted dropped), no row over capacity,
+/// bucketed rows inside one bucket, and a packed row costs its capacity in `padded_tokens`.
+fn check_packed(lengths: &[u32], cfg: &Config, planner: &Planner, plan: &Plan) {
+    // Packed configurations always have a token capacity (the planner refuses rows).
+    let capacity = match cfg.batching {
+        Batching::Tokens(c) => c,
+        Batching::Rows(n) => u64::from(n),
+    };
+    let admitted = lengths
+        .iter()
+        .filter(|&&l| u64::from(l) <= capacity)
+        .count();
+    let stats = plan.stats();
+    let mut seen = plan.indices().to_vec();
+    seen.sort_unstable();
+    assert!(
+        seen.windows(2).all(|w| w[0] < w[1]),
+        "a sample appears twice"
+    );
+    assert!(seen
+        .iter()
+        .all(|&r| u64::from(lengths[r as usize]) <= capacity));
+    assert_eq!(seen.len() + stats.dropped as usize, admitted);
+    assert_eq!(plan.len() % cfg.world_size as usize, 0);
+    let edges = planner.buckets().edges();
+    let bucket = |l: u32| edges.partition_point(|&e| e < l);
+    for batch in batches(plan) {
+        assert!(!batch.is_empty());
+        let total: u64 = batch.iter().map(|&r| u64::from(lengths[r as usize])).sum();
+        assert!(total <= capacity, "row of {total} tokens over {capacity}");
+        if cfg.mode == (Mode::Packed { bucketed: true }) {
+            let first = bucket(lengths[batch[0] as usize]);
+            assert!(batch.iter().all(|&r| bucket(lengths[r as usize]) == first));
+        }
+    }
+    assert_eq!(stats.padded_tokens, plan.len() as u64 * capacity);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn packed_plans_satisfy_the_oracle((lengths, cfg) in arb_packed(), epoch in 0u64..4) {
+        let Ok(planner) = Planner::new(lengths.clone(), cfg.clone()) else { return Ok(()) };
+        match planner.plan(epoch) {
+            Ok(plan) => {
+                check_packed(&lengths, &cfg, &planner, &plan);
+                let three = Planner::new(lengths.clone(), cfg.clone()).unwrap().with_threads(3);
+                prop_assert_eq!(Some(plan), three.plan(epoch).ok());
+            }
+            Err(e) => prop_assert!(matches!(e.kind(), ErrorKind::TooFewSamplesForRanks { .. }), "{e}"),
+        }
+    }
+}
+
+#[test]
+fn packed_rows_are_nearly_full_and_bucketed_rows_bound_their_longest() {
+    let lengths = dflash_batch_core::workload::seed_lengths(200_000, 9);
+    for bucketed in [false, true] {
+        let cfg = Config {
+            world_size: 8,
+            accumulation: 4,
+            mode: Mode::Packed { bucketed },
+            ..config(Batching::Tokens(16_384))
+        };
+        let planner = Planner::new(lengths.clone(), cfg.clone()).unwrap();
+        let plan = planner.plan(1).unwrap();
+        check_packed(&lengths, &cfg, &planner, &plan);
+        let utilization = plan.stats().real_tokens as f64 / plan.stats().padded_tokens as f64;
+        // Rows of one length range fill less well: long samples go two or three to a row.
+        let least = if bucketed { 0.93 } else { 0.985 };
+        assert!(utilization > least, "bucketed {bucketed}: {utilization}");
+    }
+}
+
+#[test]
+fn packed_settings_are_checked() {
+    let packed = Mode::Packed { bucketed: false };
+    let rows = Config {
+        mode: packed,
+        ..config(Batching::Rows(4))
+    };
+    let e = Planner::new(vec![3u32, 4], rows).unwrap_err();
+    assert!(e.to_string().contains("needs max_tokens"), "{e}");
+    let padded = Config {
+        mode: packed,
+        pad_to_multiple_of: 8,
+        ..config(Batching::Tokens(64))
+    };
+    let e = Planner::new(vec![3u32, 4], padded).unwrap_err();
+    assert!(
+        e.to_string().contains("pad_to_multiple_of must be 1"),
+        "{e}"
+    );
+    let edges = Config {
+        mode: packed,
+        boundaries: Boundaries::Count(3),
+        ..config(Batching::Tokens(64))
+    };
+    let e = Planner::new(vec![3u32, 4], edges).unwrap_err();
+    assert!(e.to_string().contains("bucketed=True"), "{e}");
+    // Oversize samples: an error naming the row, or skipped and counted.
+    let over = Config {
+        mode: packed,
+        ..config(Batching::Tokens(10))
+    };
+    let e = Planner::new(vec![3u32, 11, 4], over.clone()).unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::Oversize { row: 1, .. }),
+        "{e}"
+    );
+    let skip = Config {
+        oversize: Oversize::Skip,
+        ..over
+    };
+    let plan = Planner::new(vec![3u32, 11, 4], skip)
+        .unwrap()
+        .plan(0)
+        .unwrap();
+    assert_eq!((plan.stats().skipped, plan.indices().len()), (1, 2));
+    // 3 + 4 share one row of 10.
+    assert_eq!(plan.len(), 1);
 }

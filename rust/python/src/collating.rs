@@ -2,6 +2,7 @@
 //! `collate_new` (new arrays owned by Rust).
 
 use dflash_batch_core::collate::{collate_padded, Buffers, OutputToken, Padding};
+use dflash_batch_core::collate_packed::{collate_packed, Packed, PackedBuffers};
 use dflash_batch_core::error::Result as CoreResult;
 use numpy::{Element, PyArray1, PyArrayDyn, PyReadwriteArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -236,4 +237,94 @@ fn shape_any(
     pad_to_multiple_of: u32,
 ) -> PyResult<CoreResult<(usize, usize)>> {
     with_index_slice!(indices, rows => dflash_batch_core::collate::padded_shape(&store.store, rows, pad_to_multiple_of))
+}
+
+/// Writes the packed batch `indices` into one row of `slot` — a C-contiguous `[4, capacity]` int64 or
+/// int32 array whose rows become `input_ids`, `labels`, `position_ids`, `seq_idx` — and its
+/// `cu_seqlens` into the int32 array `cu_seqlens` (at least `samples + 1` long); returns
+/// `(samples, real tokens, max_seqlen)`. Runs without the GIL.
+#[pyfunction]
+#[pyo3(signature = (store, indices, slot, cu_seqlens, pad_id, label_pad_id))]
+pub(crate) fn collate_packed_slot(
+    py: Python<'_>,
+    store: &TokenStore,
+    indices: &Bound<'_, PyAny>,
+    slot: &Bound<'_, PyAny>,
+    cu_seqlens: &Bound<'_, PyAny>,
+    pad_id: i64,
+    label_pad_id: i64,
+) -> PyResult<(usize, usize, usize)> {
+    let padding = Padding {
+        pad_id,
+        label_pad_id,
+        pad_to_multiple_of: 1,
+    };
+    let mut cu = cu_seqlens
+        .extract::<PyReadwriteArrayDyn<'_, i32>>()
+        .map_err(|_| PyTypeError::new_err("cu_seqlens must be a writeable int32 numpy array"))?;
+    let cu = cu
+        .as_slice_mut()
+        .map_err(|_| PyValueError::new_err("cu_seqlens must be contiguous"))?;
+    if let Some(got) = packed_slot_typed::<i64>(py, store, indices, slot, cu, &padding)? {
+        return got.map_err(to_py);
+    }
+    if let Some(got) = packed_slot_typed::<i32>(py, store, indices, slot, cu, &padding)? {
+        return got.map_err(to_py);
+    }
+    Err(PyTypeError::new_err(
+        "slot must be a writeable int64 or int32 numpy array",
+    ))
+}
+
+fn packed_slot_typed<T: OutputToken + Element>(
+    py: Python<'_>,
+    store: &TokenStore,
+    indices: &Bound<'_, PyAny>,
+    slot: &Bound<'_, PyAny>,
+    cu_seqlens: &mut [i32],
+    padding: &Padding,
+) -> PyResult<Option<CoreResult<(usize, usize, usize)>>> {
+    let Ok(mut array) = slot.extract::<PyReadwriteArrayDyn<'_, T>>() else {
+        return Ok(None);
+    };
+    let shape = array.shape().to_vec();
+    if shape.len() != 2 || shape[0] != 4 {
+        return Err(PyValueError::new_err(format!(
+            "slot must have shape (4, capacity), got {shape:?}"
+        )));
+    }
+    let c_order = array.is_c_contiguous();
+    let flat = array
+        .as_slice_mut()
+        .ok()
+        .filter(|_| c_order)
+        .ok_or_else(|| PyValueError::new_err("slot must be C-contiguous"))?;
+    let capacity = shape[1];
+    let (ids, rest) = flat.split_at_mut(capacity);
+    let (labels, rest) = rest.split_at_mut(capacity);
+    let (positions, seq_idx) = rest.split_at_mut(capacity);
+    let out = PackedBuffers {
+        input_ids: ids,
+        labels,
+        position_ids: positions,
+        cu_seqlens,
+        seq_idx: Some(seq_idx),
+    };
+    let got = packed_any(py, store, indices, capacity, padding, out)?;
+    Ok(Some(got.map(|p| (p.samples, p.tokens, p.max_seqlen))))
+}
+
+/// Runs the core packed collation for indices of any supported dtype (the outer error is a wrong
+/// dtype).
+fn packed_any<T: OutputToken>(
+    py: Python<'_>,
+    store: &TokenStore,
+    indices: &Bound<'_, PyAny>,
+    capacity: usize,
+    padding: &Padding,
+    out: PackedBuffers<'_, T>,
+) -> PyResult<CoreResult<Packed>> {
+    with_index_slice!(indices, rows => py.detach(|| {
+        collate_packed(&store.store, rows, capacity, padding, out)
+    }))
 }

@@ -46,7 +46,9 @@ fn to_py(err: Error) -> PyErr {
         ErrorKind::Read { .. } | ErrorKind::TokenOutOfRange { .. } => {
             DataError::new_err(err.to_string())
         }
-        ErrorKind::BufferTooSmall { .. } => PyValueError::new_err(err.to_string()),
+        ErrorKind::BufferTooSmall { .. } | ErrorKind::PackedRowTooLong { .. } => {
+            PyValueError::new_err(err.to_string())
+        }
         ErrorKind::RowOutOfRange { .. } => PyIndexError::new_err(err.to_string()),
         _ => PlanError::new_err(err.to_string()),
     }
@@ -71,6 +73,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(collating::collate_into, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_new, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_slot, m)?)?;
+    m.add_function(wrap_pyfunction!(collating::collate_packed_slot, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::window_tv, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::rank_imbalance, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::churn, m)?)?;

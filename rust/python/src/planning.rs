@@ -7,7 +7,7 @@ use dflash_batch_core::lengths::{scan, Builder, Lengths};
 use dflash_batch_core::mixing::{self, Deciles};
 use dflash_batch_core::plan::Stats;
 use dflash_batch_core::planner::{
-    Batching, Boundaries, Config, CostModel, Order, Oversize, Planner as CorePlanner,
+    Batching, Boundaries, Config, CostModel, Mode, Order, Oversize, Planner as CorePlanner,
 };
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
@@ -106,7 +106,7 @@ impl Planner {
     #[pyo3(signature = (chunks, *, batch_size, max_tokens, boundaries, seed, shuffle, world_size,
                         drop_last, skip_oversize, pad_to_multiple_of, threads, accumulation=1,
                         target_efficiency=0.98, order="stratified", cost=None,
-                        balance_tolerance=None))]
+                        balance_tolerance=None, mode="padded", bucketed=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -126,7 +126,23 @@ impl Planner {
         order: &str,
         cost: Option<Bound<'_, PyAny>>,
         balance_tolerance: Option<f64>,
+        mode: &str,
+        bucketed: bool,
     ) -> PyResult<Self> {
+        let mode = match (mode, bucketed) {
+            ("padded", false) => Mode::Padded,
+            ("padded", true) => {
+                return Err(PyValueError::new_err(
+                    "bucketed=True applies to mode='packed' (padded batches are always bucketed)",
+                ))
+            }
+            ("packed", bucketed) => Mode::Packed { bucketed },
+            (other, _) => {
+                return Err(PyValueError::new_err(format!(
+                    "mode={other:?} is invalid; use 'padded' (the default) or 'packed'"
+                )))
+            }
+        };
         let order = match order {
             "stratified" => Order::Stratified,
             "random" => Order::Random,
@@ -194,6 +210,7 @@ impl Planner {
             accumulation,
             cost,
             balance_tolerance_ppm,
+            mode,
         };
         let planner = py
             .detach(|| CorePlanner::new(lengths, config))
@@ -359,6 +376,16 @@ impl Plan {
             d.set_item(key, value)?;
         }
         d.set_item("efficiency", s.efficiency())?;
+        // Real tokens over the token budget of every batch (for packed rows: their capacity).
+        let utilization = match self.planner.config().batching {
+            // Token counts stay far below 2^53.
+            #[allow(clippy::cast_precision_loss)]
+            Batching::Tokens(t) if s.batches > 0 => {
+                Some(s.real_tokens as f64 / (s.batches as f64 * t as f64))
+            }
+            _ => None,
+        };
+        d.set_item("utilization", utilization)?;
         d.set_item("world_size", self.world_size)?;
         d.set_item("epoch", self.epoch)?;
         d.set_item("window", self.window)?;
