@@ -41,6 +41,7 @@ bench:
 	$(MAKE) build EXTRAS=dev,torch,bench
 	$(BIN)/python benchmarks/plan.py
 	$(BIN)/python benchmarks/mixing.py
+	$(BIN)/python benchmarks/packing.py
 	$(BIN)/python benchmarks/read.py
 	$(BIN)/python benchmarks/loader.py
 

@@ -103,9 +103,7 @@ def main() -> None:
     print(f"  efficiency ≥ 0.98:          {d['efficiency']:.4f}  {ok(d['efficiency'] >= 0.98)}")
     print(f"  window_tv ≤ 0.075:          {d['window_tv']:.4f}  {ok(d['window_tv'] <= 0.075)}")
     print(f"  churn ≤ 0.002:              {d['churn']:.4f}  {ok(d['churn'] <= 0.002)}")
-    print(
-        f"  planning ≤ 15 ms per epoch: {d['median_ms']:.1f} ms [{d['best_ms']:.1f}]  {ok(d['median_ms'] <= 15)}"
-    )
+    print(f"  planning ≤ 15 ms per epoch: {d['median_ms']:.1f} ms [{d['best_ms']:.1f}]  {ok(d['median_ms'] <= 15)}")
     print(f"  p99 rank imbalance ≤ 1.10:  {d['p99']:.3f}  {ok(d['p99'] <= 1.10)}")
     if d["p99"] > 1.10:
         print(

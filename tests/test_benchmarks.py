@@ -30,6 +30,11 @@ def test_mixing_benchmark():
     assert "window_tv ≤ 0.075" in out and "frontier: balance_tolerance" in out and "0.05" in out
 
 
+def test_packing_benchmark():
+    out = run("packing.py", "--samples", "5000", "--repeats", "2")
+    assert "Python first-fit (random order)" in out and "utilization ≥ 0.99" in out
+
+
 def test_read_benchmark(tmp_path):
     pytest.importorskip("datasets")
     out = run("read.py", "--rows", "3000", "--cache-dir", str(tmp_path), "--repeats", "2", "--batches", "5")

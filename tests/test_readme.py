@@ -34,6 +34,14 @@ def test_readme_loader_example_runs(capsys):
     assert dtype == "torch.int64" and int(ring) > 0
 
 
+def test_readme_packing_example_runs(capsys):
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    assert len(blocks) >= 4, "README lost its packing example"
+    exec(compile(blocks[3], str(README), "exec"), {"__name__": "readme"})
+    utilization = float(capsys.readouterr().out.strip().splitlines()[-1])
+    assert 0.97 < utilization <= 1.0
+
+
 def test_readme_keeps_the_two_commands():
     text = README.read_text()
     assert "make demo" in text and "make test" in text

@@ -1,8 +1,8 @@
 //! Times planning of the seed workload:
-//! `cargo run --release --example time_plan -- THREADS EPOCHS [BUCKETS|auto] [ACCUMULATION] [TOLERANCE_PPM]`
-//! (defaults: 1 thread, 41 epochs, 6 buckets, accumulation 1, no tolerance).
+//! `cargo run --release --example time_plan -- THREADS EPOCHS [BUCKETS|auto|packed] [ACCUMULATION] [TOLERANCE_PPM]`
+//! (defaults: 1 thread, 41 epochs, 6 buckets, accumulation 1, no tolerance; `packed`: packed rows).
 #![allow(clippy::expect_used, missing_docs, clippy::print_stdout)]
-use dflash_batch_core::planner::{Batching, Boundaries, Config, Planner};
+use dflash_batch_core::planner::{Batching, Boundaries, Config, Mode, Planner};
 use dflash_batch_core::workload::{seed_lengths, SEED_SAMPLES};
 use std::time::Instant;
 
@@ -16,9 +16,13 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(41);
     let arg = |i: usize| std::env::args().nth(i);
-    let boundaries = match arg(3).as_deref() {
-        Some("auto") => Boundaries::Auto,
-        other => Boundaries::Count(other.and_then(|a| a.parse().ok()).unwrap_or(6)),
+    let (boundaries, mode) = match arg(3).as_deref() {
+        Some("auto") => (Boundaries::Auto, Mode::Padded),
+        Some("packed") => (Boundaries::Auto, Mode::Packed { bucketed: false }),
+        other => (
+            Boundaries::Count(other.and_then(|a| a.parse().ok()).unwrap_or(6)),
+            Mode::Padded,
+        ),
     };
     let accumulation = arg(4).and_then(|a| a.parse().ok()).unwrap_or(1);
     let balance_tolerance_ppm = arg(5).and_then(|a| a.parse().ok());
@@ -26,6 +30,7 @@ fn main() {
         boundaries,
         accumulation,
         balance_tolerance_ppm,
+        mode,
         world_size: 8,
         ..Config::new(Batching::Tokens(16_384))
     };

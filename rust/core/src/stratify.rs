@@ -113,7 +113,8 @@ fn rank_by_key(keys: &[u32]) -> Vec<u32> {
         ranked.sort_unstable_by_key(|&id| (keys[id as usize], id));
         return ranked;
     }
-    let mut starts = vec![0usize; most + 2];
+    // u32 counts: ids fit in u32, and the histogram is zeroed per group (half the bytes of usize).
+    let mut starts = vec![0u32; most + 2];
     for &k in keys {
         starts[k as usize + 1] += 1;
     }
@@ -122,7 +123,7 @@ fn rank_by_key(keys: &[u32]) -> Vec<u32> {
     }
     let mut ranked = vec![0u32; m];
     for (id, &k) in ids.zip(keys) {
-        ranked[starts[k as usize]] = id;
+        ranked[starts[k as usize] as usize] = id;
         starts[k as usize] += 1;
     }
     ranked

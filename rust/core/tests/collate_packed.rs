@@ -89,7 +89,14 @@ fn errors_name_the_buffer_and_the_capacity() {
     };
     let err = collate_packed(&store, &[0i64, 1], 8, &Padding::default(), out).unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::BufferTooSmall { name: "position_ids", needed: 8, got: 3 }),
+        matches!(
+            err.kind(),
+            ErrorKind::BufferTooSmall {
+                name: "position_ids",
+                needed: 8,
+                got: 3
+            }
+        ),
         "{err}"
     );
     let (mut ids, mut labels, mut positions) = (vec![0i64; 8], vec![0i64; 8], vec![0i64; 8]);
@@ -102,7 +109,16 @@ fn errors_name_the_buffer_and_the_capacity() {
         seq_idx: None,
     };
     let err = collate_packed(&store, &[0i64, 1], 8, &Padding::default(), out).unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::BufferTooSmall { name: "cu_seqlens", .. }), "{err}");
+    assert!(
+        matches!(
+            err.kind(),
+            ErrorKind::BufferTooSmall {
+                name: "cu_seqlens",
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(matches!(
         packed(&store, &[2], 8).unwrap_err().kind(),
         ErrorKind::RowOutOfRange { .. }

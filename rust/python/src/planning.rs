@@ -129,20 +129,19 @@ impl Planner {
         mode: &str,
         bucketed: bool,
     ) -> PyResult<Self> {
-        let mode = match (mode, bucketed) {
-            ("padded", false) => Mode::Padded,
-            ("padded", true) => {
-                return Err(PyValueError::new_err(
+        let mode =
+            match (mode, bucketed) {
+                ("padded", false) => Mode::Padded,
+                ("padded", true) => return Err(PyValueError::new_err(
                     "bucketed=True applies to mode='packed' (padded batches are always bucketed)",
-                ))
-            }
-            ("packed", bucketed) => Mode::Packed { bucketed },
-            (other, _) => {
-                return Err(PyValueError::new_err(format!(
-                    "mode={other:?} is invalid; use 'padded' (the default) or 'packed'"
-                )))
-            }
-        };
+                )),
+                ("packed", bucketed) => Mode::Packed { bucketed },
+                (other, _) => {
+                    return Err(PyValueError::new_err(format!(
+                        "mode={other:?} is invalid; use 'padded' (the default) or 'packed'"
+                    )))
+                }
+            };
         let order = match order {
             "stratified" => Order::Stratified,
             "random" => Order::Random,
