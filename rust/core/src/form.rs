@@ -7,9 +7,11 @@
 //! needs one `u32` per sample and nothing more. Batches therefore appear in the order they fill.
 //!
 //! Shuffled epochs stream fixed groups of the permutation's chunks in parallel (each flushes its own
-//! partial batches at its end); sorted epochs are one stream in which a bucket closes when the next
+//! partial batches at its end), then order and rank-balance each group's batches while its rows are
+//! in cache (see [`Epoch`]); sorted epochs are one stream in which a bucket closes when the next
 //! begins. When the rules fit a table and batches are bounded, shuffled epochs run the specialised
-//! loop of `fast_stream.rs`, which forms the same batches with less bookkeeping.
+//! loop of `fast_stream.rs`, which forms the same batches with less bookkeeping. Packed epochs
+//! (`pack.rs`) stream the same groups through a packer instead.
 
 use crate::balance::{match_windows, stream, Unit};
 use crate::config::{Batching, Config, Mode};
@@ -29,10 +31,10 @@ use crate::stratify::arrange;
 pub(crate) const COMPANION_MIN_SAMPLES: usize = 1 << 23;
 
 /// Epochs up to this size have their batches ordered by `stratify.rs` and balanced by `balance.rs`;
-/// larger ones keep formation order. Ordering moves every row once more, into a second epoch-sized
-/// buffer, in a random batch order: at 1M samples that costs ~2.5 ms, but at 100M it doubled the
-/// epoch's time (1.9 → 3.9 s) and pushed peak memory past 1 GB (measured), where formation order
-/// already mixes fairly (window_tv ≈ 0.15).
+/// larger ones keep formation order. Ordering moves every row once more, through a group-sized
+/// buffer, in a random batch order, and keeps a cost and a mean length per batch: at 1M samples that
+/// costs ~2.5 ms, but at 100M it doubled the epoch's time (1.9 → 3.9 s) and pushed peak memory past
+/// 1 GB (measured), where formation order already mixes fairly (window_tv ≈ 0.15).
 pub(crate) const ARRANGE_MAX_SAMPLES: usize = 1 << 24;
 
 /// Most parallel forming groups: enough for 16 threads; each flushes its partial batches at its end.

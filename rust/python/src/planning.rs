@@ -344,9 +344,11 @@ impl Plan {
         self.indices.bind(py).as_any().get_item(slice)
     }
 
-    /// Figures about the plan: batches, steps, samples, real_tokens, padded_tokens, efficiency,
-    /// skipped, dropped, dropped_batches, split_batches, buckets, min_rows, max_rows; and, computed on
-    /// each call (O(samples), GIL released), window, window_tv and rank_imbalance_p50/p99/max.
+    /// Figures about the plan: batches, steps, samples, real_tokens, padded_tokens (a packed row:
+    /// its capacity), efficiency, utilization (real tokens / (batches × max_tokens)), skipped,
+    /// dropped, dropped_batches, split_batches, buckets, min_rows, max_rows; and, computed on each
+    /// call (O(samples), GIL released), window, window_tv and rank_imbalance_p50/p99/max (on the
+    /// configuration's cost).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let offsets = self.offsets.bind(py).readonly();
         let indices = self.indices.bind(py).readonly();
