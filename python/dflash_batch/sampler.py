@@ -18,6 +18,7 @@ import numpy as np
 
 from . import _core
 from ._core import Plan, PlanError
+from .distributed import check_ranks_agree, process_group_size
 from .reading import read_lengths
 from .sources import is_source
 
@@ -76,6 +77,10 @@ class BucketSampler:
         bucketed: with ``mode="packed"``, pack only samples of one length bucket together
             (``boundaries``; ``"auto"``: 2 optimized buckets), which bounds each row's longest
             sample (the kernel's ``max_seqlen``) at some cost in fill.
+        check_ranks: when ``torch.distributed`` is initialized with ``world_size`` ranks, the ranks
+            exchange the plan's fingerprint, seed and settings when an epoch's iteration starts and
+            all raise :class:`PlanError` naming what differs, instead of training on overlapping
+            samples or hanging in a collective (default ``True``; a collective: every rank iterates).
         order: ``"stratified"`` (default): consecutive batches draw from the length buckets in proportion
             to the data (a low-discrepancy interleaving, randomized every epoch), so every accumulation
             window sees the dataset's length mix. ``"random"``: a seeded shuffle of the batches within
@@ -106,6 +111,7 @@ class BucketSampler:
         balance_tolerance: float | None = None,
         mode: str = "padded",
         bucketed: bool = False,
+        check_ranks: bool = True,
     ) -> None:
         world_size, rank = _resolve_ranks(world_size, rank)
         if oversize not in ("error", "skip"):
@@ -130,6 +136,8 @@ class BucketSampler:
             "bucketed": _bool("bucketed", bucketed),
         }
         self._rank = rank
+        self._check_ranks = _bool("check_ranks", check_ranks)
+        self._checked_epoch: int | None = None
         self._epoch = 0
         self._consumed = 0
         self._resume: tuple[int, int] | None = None
@@ -217,12 +225,28 @@ class BucketSampler:
     def _begin(self) -> tuple[Plan, int]:
         """The current epoch's plan and the step an iteration starts at (a pending resume is used up)."""
         plan = self.plan()
+        self._agree()
         start = 0
         if self._resume is not None and self._resume[0] == self._epoch:
             start = self._resume[1]
         self._resume = None
         self._consumed = start
         return plan, start
+
+    def _agree(self) -> None:
+        """Once per epoch, when a process group of ``world_size`` ranks exists: ranks agree on the plan."""
+        if not self._check_ranks or self._checked_epoch == self._epoch:
+            return
+        if process_group_size() != self.world_size:
+            return
+        identity = {
+            "fingerprint": self._fingerprint(),
+            "num_samples": self.num_samples,
+            "epoch": self._epoch,
+            **{key: value for key, value in self._config.items() if key != "threads"},
+        }
+        check_ranks_agree(identity)
+        self._checked_epoch = self._epoch
 
     # -- checkpoints ----------------------------------------------------------------------------------
 
