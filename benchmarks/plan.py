@@ -124,6 +124,12 @@ def main() -> None:
     if hf is not None:
         ratio, best_ratio = hf[0][0] / six[0], hf[0][1] / six[1]
         print(f"  ≥ 50× LengthGroupedSampler:        {ratio:.0f}× [{best_ratio:.0f}×]  {ok(ratio >= 50)}")
+    print("\nplan time per rank vs world_size (every rank plans the one global epoch: issue 7)")
+    print(f"{'world_size':>10} {'median ms':>10} {'best ms':>8} {'steps per rank':>15}")
+    for world in (1, 8, 64, 512):
+        sampler = db.BucketSampler(lengths, max_tokens=MAX_TOKENS, world_size=world, rank=world - 1)
+        median, best = timings(lambda i, s=sampler: s.plan(i + 1), max(3, args.repeats // 3))
+        print(f"{world:>10} {median * 1e3:>10.1f} {best * 1e3:>8.1f} {sampler.plan(0).steps:>15,}")
     if not args.no_big:
         big = big_run(args.big)
         print(

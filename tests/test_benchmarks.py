@@ -23,6 +23,7 @@ def run(script: str, *args: str) -> str:
 def test_plan_benchmark():
     out = run("plan.py", "--no-big", "--repeats", "3")
     assert "dflash_batch, boundaries='auto'" in out and "plan ≤ 10 ms per epoch" in out
+    assert "plan time per rank vs world_size" in out and "       512" in out
 
 
 def test_mixing_benchmark():
