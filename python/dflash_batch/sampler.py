@@ -138,6 +138,9 @@ class BucketSampler:
         self._rank = rank
         self._check_ranks = _bool("check_ranks", check_ranks)
         self._checked_epoch: int | None = None
+        # An epoch resumed on another number of ranks: its remaining samples re-planned (see
+        # load_state_dict), with where it came from.
+        self._elastic: dict[str, Any] | None = None
         self._epoch = 0
         self._consumed = 0
         self._resume: tuple[int, int] | None = None
@@ -158,6 +161,8 @@ class BucketSampler:
         epoch = self._epoch if epoch is None else _epoch(epoch)
         if self._plan is not None and self._plan.epoch == epoch:
             return self._plan
+        if self._elastic is not None and self._elastic["epoch"] == epoch:
+            return self._elastic["plan"]
         plan = self._planner.plan(epoch)
         if epoch == self._epoch:
             self._plan = plan
@@ -252,7 +257,7 @@ class BucketSampler:
 
     def state_dict(self) -> dict[str, Any]:
         """Epoch and consumed steps, plus what identifies the plan (to refuse a mismatched resume)."""
-        return {
+        state = {
             "version": _STATE_VERSION,
             "epoch": self._epoch,
             "step": self._consumed,
@@ -260,7 +265,12 @@ class BucketSampler:
             "world_size": self.world_size,
             "num_samples": self.num_samples,
             "fingerprint": self._fingerprint(),
+            "fingerprint_any_ranks": self._planner.fingerprint_any_ranks,
         }
+        if self._elastic is not None and self._elastic["epoch"] == self._epoch:
+            # This epoch's plan is the re-planned rest of an epoch begun on other ranks.
+            state["elastic"] = {"world_size": self._elastic["world_size"], "step": self._elastic["step"]}
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resumes at ``state``: the next iteration yields exactly the rest of its epoch."""
@@ -271,6 +281,27 @@ class BucketSampler:
             raise PlanError(f"state is missing {sorted(missing)}; pass a dict from BucketSampler.state_dict()")
         if state["version"] != _STATE_VERSION:
             raise PlanError(f"state version {state['version']} is not supported (expected {_STATE_VERSION})")
+        elastic = state.get("elastic")
+        if state.get("world_size") != self.world_size and elastic is None:
+            if state.get("fingerprint_any_ranks") == self._planner.fingerprint_any_ranks:
+                self._resume_elsewhere(_epoch(state["epoch"]), state["world_size"], operator.index(state["step"]))
+                return
+        if elastic is not None and state["fingerprint"] == self._fingerprint():
+            # A checkpoint inside an epoch already resumed elastically, on these same ranks.
+            epoch = _epoch(state["epoch"])
+            self._resume_elsewhere(epoch, elastic["world_size"], operator.index(elastic["step"]))
+            step = operator.index(state["step"])
+            steps = self.plan().steps
+            if not 0 <= step <= steps:
+                raise PlanError(f"step {step} is outside the resumed epoch {epoch}, which has {steps} steps")
+            self._consumed, self._resume = step, (epoch, step)
+            return
+        if elastic is not None:
+            raise PlanError(
+                f"state was taken in epoch {state['epoch']} after it had moved from world_size "
+                f"{elastic['world_size']} to {state['world_size']}; finish that epoch on world_size "
+                f"{state['world_size']}, or resume from a checkpoint taken at another point"
+            )
         if state["fingerprint"] != self._fingerprint():
             raise PlanError(
                 "state was saved for a different dataset or configuration "
@@ -286,6 +317,27 @@ class BucketSampler:
         self._consumed = step
         self._resume = (epoch, step)
 
+    def _resume_elsewhere(self, epoch: int, old_world: int, step: int) -> None:
+        """Resumes ``epoch`` after ``step`` steps on ``old_world`` ranks: the samples those steps did not
+        reach are planned again across this sampler's ranks (same seed and epoch, so every rank computes
+        the same plan); later epochs are planned as usual."""
+        old = _core.Planner([self._planner.lengths()], **{**self._config, "world_size": old_world})
+        old_plan = old.plan(epoch)
+        if not 0 <= step <= old_plan.steps:
+            raise PlanError(f"step {step} is outside epoch {epoch}, which had {old_plan.steps} steps")
+        indices = np.asarray(old_plan.indices)
+        done = int(old_plan.offsets[step * old_world])
+        remaining = np.setdiff1d(indices, indices[:done]).astype(np.uint32)
+        self.set_epoch(epoch)
+        self._plan = None
+        if len(remaining) == 0:  # the epoch was finished: nothing left to run
+            self._elastic = None
+            self._consumed, self._resume = self.plan().steps, (epoch, self.plan().steps)
+            return
+        plan = self._planner.plan_subset(epoch, remaining)
+        self._elastic = {"epoch": epoch, "plan": plan, "world_size": old_world, "step": step}
+        self._consumed, self._resume = 0, (epoch, 0)
+
     def _fingerprint(self) -> str:
         """Lengths and configuration (not the rank), hashed in Rust once: neither ever changes."""
         if self._fingerprint_cache is None:
@@ -297,6 +349,7 @@ class BucketSampler:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         del state["_planner"], state["_plan"], state["_fingerprint_cache"]
+        state["_elastic"] = None  # a re-planned epoch is rebuilt by load_state_dict, not pickled
         state["_lengths"] = self._planner.lengths()
         return state
 

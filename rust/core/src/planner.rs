@@ -134,6 +134,38 @@ impl Planner {
         with_lengths!(&self.lengths, v => crate::fingerprint::fingerprint(v, &self.config))
     }
 
+    /// Fingerprint of the lengths and configuration as if for one rank: the same for any
+    /// `world_size`, so a checkpoint can be resumed on another number of ranks.
+    pub fn fingerprint_any_ranks(&self) -> u64 {
+        let config = Config {
+            world_size: 1,
+            ..self.config.clone()
+        };
+        with_lengths!(&self.lengths, v => crate::fingerprint::fingerprint(v, &config))
+    }
+
+    /// Plans `epoch` over only the samples `rows` (row numbers of this planner's lengths), with this
+    /// configuration: the rest of an epoch re-planned after a resume on another number of ranks.
+    /// Indices are row numbers of the full lengths; buckets are chosen for the subset.
+    pub fn plan_subset(&self, epoch: u64, rows: &[u32]) -> Result<Plan> {
+        let n = self.lengths.len();
+        if let Some(&row) = rows.iter().find(|&&r| r as usize >= n) {
+            return Err(ErrorKind::RowOutOfRange {
+                row: i128::from(row),
+                rows: n as u64,
+            }
+            .into());
+        }
+        let lengths: Vec<u32> = with_lengths!(&self.lengths, v => lengths_of(v, rows));
+        let sub = Planner::new(lengths, self.config.clone())?.plan(epoch)?;
+        let (world_size, epoch) = (sub.world_size(), sub.epoch());
+        let (offsets, mut indices, stats) = sub.into_parts();
+        for index in &mut indices {
+            *index = rows[*index as usize];
+        }
+        Ok(Plan::new(offsets, indices, world_size, epoch, stats))
+    }
+
     /// Plans `epoch`: every batch of every rank, in training order.
     pub fn plan(&self, epoch: u64) -> Result<Plan> {
         with_lengths!(&self.lengths, v => self.plan_with(v, epoch))
@@ -272,6 +304,11 @@ impl Planner {
             .unwrap_or(0);
         members.len() as u64 * self.config.padded(longest)
     }
+}
+
+/// The lengths of `rows`, widened.
+fn lengths_of<L: Length>(lengths: &[L], rows: &[u32]) -> Vec<u32> {
+    rows.iter().map(|&r| lengths[r as usize].into()).collect()
 }
 
 /// Sum of the lengths of `rows`.

@@ -669,3 +669,42 @@ fn packed_settings_are_checked() {
     // 3 + 4 share one row of 10.
     assert_eq!(plan.len(), 1);
 }
+
+#[test]
+fn subset_plans_cover_exactly_the_subset_and_fingerprints_ignore_ranks() {
+    let lengths = dflash_batch_core::workload::seed_lengths(5000, 2);
+    let cfg = Config {
+        world_size: 3,
+        ..config(Batching::Tokens(16_384))
+    };
+    let planner = Planner::new(lengths.clone(), cfg.clone()).unwrap();
+    let rows: Vec<u32> = (0..5000).filter(|r| r % 3 != 1).collect();
+    let plan = planner.plan_subset(4, &rows).unwrap();
+    let mut got = plan.indices().to_vec();
+    got.sort_unstable();
+    assert_eq!(got, rows);
+    assert_eq!(plan.len() % 3, 0);
+    for batch in batches(&plan) {
+        let longest = batch.iter().map(|&r| lengths[r as usize]).max().unwrap();
+        assert!(batch.len() as u64 * u64::from(longest) <= 16_384);
+    }
+    assert_eq!(plan, planner.plan_subset(4, &rows).unwrap());
+    let e = planner.plan_subset(4, &[5000]).unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::RowOutOfRange { row: 5000, .. }),
+        "{e}"
+    );
+    let other = Planner::new(
+        lengths,
+        Config {
+            world_size: 5,
+            ..cfg
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        planner.fingerprint_any_ranks(),
+        other.fingerprint_any_ranks()
+    );
+    assert_ne!(planner.fingerprint(), other.fingerprint());
+}

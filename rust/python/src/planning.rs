@@ -229,18 +229,31 @@ impl Planner {
     fn plan(&self, py: Python<'_>, epoch: u64) -> PyResult<Plan> {
         let inner = Arc::clone(&self.inner);
         let plan = py.detach(move || inner.plan(epoch)).map_err(to_py)?;
-        let (world_size, epoch) = (plan.world_size(), plan.epoch());
-        let (offsets, indices, stats) = plan.into_parts();
-        Ok(Plan {
-            offsets: read_only(PyArray1::from_vec(py, offsets))?,
-            indices: read_only(PyArray1::from_vec(py, indices))?,
-            world_size,
-            epoch,
-            stats,
-            planner: Arc::clone(&self.inner),
-            deciles: Arc::clone(&self.deciles),
-            window: self.accumulation as usize * world_size as usize,
-        })
+        self.wrap(py, plan)
+    }
+
+    /// Plans `epoch` over only the rows `keep` (uint32 row numbers, e.g. the samples an interrupted
+    /// epoch has not reached yet): indices are rows of the full dataset (GIL released).
+    fn plan_subset(
+        &self,
+        py: Python<'_>,
+        epoch: u64,
+        keep: PyReadonlyArray1<'_, u32>,
+    ) -> PyResult<Plan> {
+        let rows = keep.as_slice()?.to_vec();
+        let inner = Arc::clone(&self.inner);
+        let plan = py
+            .detach(move || inner.plan_subset(epoch, &rows))
+            .map_err(to_py)?;
+        self.wrap(py, plan)
+    }
+
+    /// 64-bit fingerprint of the lengths and configuration as if for one rank (16 hex digits): equal
+    /// for any `world_size`, for resuming on another number of ranks.
+    #[getter]
+    fn fingerprint_any_ranks(&self, py: Python<'_>) -> String {
+        let inner = Arc::clone(&self.inner);
+        format!("{:016x}", py.detach(move || inner.fingerprint_any_ranks()))
     }
 
     /// The padding efficiency plans are predicted to measure with the chosen edges.
@@ -270,6 +283,24 @@ impl Planner {
     /// Number of samples (rows) planned over.
     fn __len__(&self) -> usize {
         self.inner.lengths().len()
+    }
+}
+
+impl Planner {
+    /// A core plan as the Python `Plan` (its arrays handed to numpy without a copy).
+    fn wrap(&self, py: Python<'_>, plan: dflash_batch_core::plan::Plan) -> PyResult<Plan> {
+        let (world_size, epoch) = (plan.world_size(), plan.epoch());
+        let (offsets, indices, stats) = plan.into_parts();
+        Ok(Plan {
+            offsets: read_only(PyArray1::from_vec(py, offsets))?,
+            indices: read_only(PyArray1::from_vec(py, indices))?,
+            world_size,
+            epoch,
+            stats,
+            planner: Arc::clone(&self.inner),
+            deciles: Arc::clone(&self.deciles),
+            window: self.accumulation as usize * world_size as usize,
+        })
     }
 }
 
