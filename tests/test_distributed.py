@@ -72,3 +72,17 @@ def test_no_process_group_no_check():
     assert sampler.world_size == 1 and len(list(sampler)) == 2
     with pytest.raises(TypeError, match="check_ranks must be a bool"):
         db.BucketSampler([5, 6], batch_size=2, check_ranks="yes")
+
+
+def test_torchrun_environment_gives_the_ranks(monkeypatch):
+    import dflash_batch as db
+
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "2")
+    sampler = db.BucketSampler(list(range(1, 41)), batch_size=2)
+    assert (sampler.world_size, sampler.rank) == (4, 2)
+    explicit = db.BucketSampler(list(range(1, 41)), batch_size=2, world_size=2, rank=0)
+    assert (explicit.world_size, explicit.rank) == (2, 0)
+    monkeypatch.setenv("RANK", "two")
+    with pytest.raises(db.PlanError, match="RANK='two'"):
+        db.BucketSampler([5, 6], batch_size=2)

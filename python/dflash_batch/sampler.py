@@ -10,6 +10,7 @@ DataLoader workers and spawned processes rebuild the planner instead of copying 
 from __future__ import annotations
 
 import operator
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -422,11 +423,22 @@ def _resolve_ranks(world_size: int | None, rank: int | None) -> tuple[int, int]:
 
 
 def _distributed() -> tuple[int, int]:
-    """(world_size, rank) from torch.distributed when initialized, else (1, 0). Never imports torch."""
+    """(world_size, rank) from torch.distributed when initialized, else from the ``WORLD_SIZE`` and ``RANK``
+    variables that torchrun sets (a sampler built before ``init_process_group``), else (1, 0). Never
+    imports torch."""
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_world_size(), dist.get_rank()
-    return 1, 0
+    world, rank = os.environ.get("WORLD_SIZE"), os.environ.get("RANK")
+    if world is None or rank is None:
+        return 1, 0
+    try:
+        return int(world), int(rank)
+    except ValueError:
+        raise PlanError(
+            f"WORLD_SIZE={world!r} and RANK={rank!r} from the environment are not integers; "
+            "pass world_size= and rank= explicitly"
+        ) from None
 
 
 def _boundaries(value: Any) -> int | list[int] | None:
