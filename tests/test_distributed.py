@@ -1,5 +1,6 @@
-"""Real multi-process runs with the gloo backend on the CPU: ranks default to the process group, share the
-epoch without overlap, and a rank with a different seed makes every rank raise instead of hanging."""
+"""Real multi-process runs with the gloo backend on the CPU: 4 ranks train a tiny model under DDP from the
+Loader, default to the process group, share every epoch without overlap, and a rank with a different seed
+makes every rank raise instead of hanging."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 mp = pytest.importorskip("torch.multiprocessing")
+pytest.importorskip("pyarrow")
+
+SAMPLES = 600
 
 
 def _worker(rank: int, world: int, init_file: str, out_dir: str, bad_seed_rank: int | None) -> None:
@@ -18,20 +22,31 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str, bad_seed_rank: 
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        lengths = db.seed_workload(3000, seed=4)
+        store = db.TokenStore(str(Path(out_dir) / "tokens.arrow"))
         seed = 1 if rank == bad_seed_rank else 0
-        sampler = db.BucketSampler(lengths, max_tokens=8192, seed=seed)  # world_size/rank from the group
+        sampler = db.BucketSampler(store.lengths(), max_tokens=256, seed=seed)  # world_size/rank from the group
+        model = torch.nn.parallel.DistributedDataParallel(
+            torch.nn.Sequential(torch.nn.Embedding(64, 8), torch.nn.Linear(8, 64))
+        )
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         result: dict = {"world": sampler.world_size, "rank": sampler.rank}
         try:
             seen = []
-            for epoch in range(2):
-                sampler.set_epoch(epoch)
-                rows = [batch.tolist() for batch in sampler]
-                seen.append(sorted(i for batch in rows for i in batch))
-                result[f"steps{epoch}"] = len(rows)
-                # A collective per step, as DDP does: equal step counts or this would hang.
-                for _ in rows:
-                    dist.all_reduce(torch.zeros(1))
+            with db.Loader(store, sampler, prefetch=2) as loader:
+                for epoch in range(2):
+                    loader.set_epoch(epoch)
+                    plan, rows = sampler.plan(epoch), []
+                    for step, batch in enumerate(loader):
+                        rows.extend(plan[step * world + rank].tolist())
+                        logits = model(batch["input_ids"])  # DDP: gradients all-reduced every step
+                        loss = torch.nn.functional.cross_entropy(
+                            logits.reshape(-1, 64), batch["input_ids"].reshape(-1) % 64
+                        )
+                        optimizer.zero_grad()
+                        loss.backward()
+                        optimizer.step()
+                    seen.append(sorted(rows))
+                    result[f"steps{epoch}"] = len(loader)
             result["seen"] = seen
         except db.PlanError as e:
             result["error"] = str(e)
@@ -41,19 +56,27 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str, bad_seed_rank: 
 
 
 def _run(tmp_path: Path, world: int, bad_seed_rank: int | None = None) -> list[dict]:
+    import numpy as np
+    import pyarrow as pa
+
+    rng = np.random.default_rng(1)
+    rows = [rng.integers(1, 64, n).astype(np.int32) for n in rng.integers(3, 60, SAMPLES)]
+    table = pa.table({"input_ids": pa.array(rows, type=pa.list_(pa.int32()))})
+    with pa.ipc.new_file(str(tmp_path / "tokens.arrow"), table.schema) as writer:
+        writer.write_table(table)
     init = tmp_path / "init"
     mp.spawn(_worker, args=(world, str(init), str(tmp_path), bad_seed_rank), nprocs=world, join=True)
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built in")
-def test_ranks_share_every_epoch_without_overlap(tmp_path):
-    results = _run(tmp_path, 3)
-    assert [r["rank"] for r in results] == [0, 1, 2] and {r["world"] for r in results} == {3}
+def test_four_ranks_train_under_ddp_on_disjoint_shares_of_every_epoch(tmp_path):
+    results = _run(tmp_path, 4)
+    assert [r["rank"] for r in results] == [0, 1, 2, 3] and {r["world"] for r in results} == {4}
     for epoch in range(2):
         assert len({r[f"steps{epoch}"] for r in results}) == 1, "ranks ran different step counts"
         union = sorted(i for r in results for i in r["seen"][epoch])
-        assert union == list(range(3000)), "a sample was lost or repeated across ranks"
+        assert union == list(range(SAMPLES)), "a sample was lost or repeated across ranks"
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built in")
