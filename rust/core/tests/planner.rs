@@ -500,7 +500,16 @@ proptest! {
             .unwrap()
             .with_general_stream()
             .with_companion_threshold(threshold);
-        let plan = fast.plan(epoch).unwrap();
+        let plan = match fast.plan(epoch) {
+            Ok(plan) => plan,
+            // drop_last can leave no batch for the ranks (one sample, two ranks): both loops say so.
+            Err(e) => {
+                prop_assert!(matches!(e.kind(), ErrorKind::TooFewSamplesForRanks { .. }), "{e}");
+                let other = general.plan(epoch).unwrap_err();
+                prop_assert_eq!(other.kind(), e.kind());
+                return Ok(());
+            }
+        };
         prop_assert!(!plan.indices().is_empty());
         prop_assert_eq!(plan, general.plan(epoch).unwrap());
     }
