@@ -137,6 +137,20 @@ fn slot_typed<T: OutputToken + Element>(
     let Ok(mut array) = slot.extract::<PyReadwriteArrayDyn<'_, T>>() else {
         return Ok(None);
     };
+    let [ids, mask, labels, positions] = slot_rows(&mut array)?;
+    let out = Buffers {
+        input_ids: ids,
+        attention_mask: mask,
+        labels,
+        position_ids: positions,
+    };
+    collate_any(py, store, indices, padding, out).map(Some)
+}
+
+/// The four rows of a C-contiguous `[4, capacity]` slot as separate slices (one numpy borrow).
+fn slot_rows<'a, T: Element>(
+    array: &'a mut PyReadwriteArrayDyn<'_, T>,
+) -> PyResult<[&'a mut [T]; 4]> {
     let shape = array.shape().to_vec();
     if shape.len() != 2 || shape[0] != 4 {
         return Err(PyValueError::new_err(format!(
@@ -149,16 +163,10 @@ fn slot_typed<T: OutputToken + Element>(
         .ok()
         .filter(|_| c_order)
         .ok_or_else(|| PyValueError::new_err("slot must be C-contiguous"))?;
-    let (ids, rest) = flat.split_at_mut(shape[1]);
-    let (mask, rest) = rest.split_at_mut(shape[1]);
-    let (labels, positions) = rest.split_at_mut(shape[1]);
-    let out = Buffers {
-        input_ids: ids,
-        attention_mask: mask,
-        labels,
-        position_ids: positions,
-    };
-    collate_any(py, store, indices, padding, out).map(Some)
+    let (first, rest) = flat.split_at_mut(shape[1]);
+    let (second, rest) = rest.split_at_mut(shape[1]);
+    let (third, fourth) = rest.split_at_mut(shape[1]);
+    Ok([first, second, third, fourth])
 }
 
 /// Runs the core collation for indices of any supported dtype (the outer error is a wrong dtype).
@@ -287,22 +295,8 @@ fn packed_slot_typed<T: OutputToken + Element>(
     let Ok(mut array) = slot.extract::<PyReadwriteArrayDyn<'_, T>>() else {
         return Ok(None);
     };
-    let shape = array.shape().to_vec();
-    if shape.len() != 2 || shape[0] != 4 {
-        return Err(PyValueError::new_err(format!(
-            "slot must have shape (4, capacity), got {shape:?}"
-        )));
-    }
-    let c_order = array.is_c_contiguous();
-    let flat = array
-        .as_slice_mut()
-        .ok()
-        .filter(|_| c_order)
-        .ok_or_else(|| PyValueError::new_err("slot must be C-contiguous"))?;
-    let capacity = shape[1];
-    let (ids, rest) = flat.split_at_mut(capacity);
-    let (labels, rest) = rest.split_at_mut(capacity);
-    let (positions, seq_idx) = rest.split_at_mut(capacity);
+    let [ids, labels, positions, seq_idx] = slot_rows(&mut array)?;
+    let capacity = ids.len();
     let out = PackedBuffers {
         input_ids: ids,
         labels,
