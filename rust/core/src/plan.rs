@@ -5,6 +5,7 @@
 //! samples in two allocations and let the Python binding hand them to numpy without copying.
 
 use crate::error::{ErrorKind, Result};
+use crate::order::to_usize;
 
 /// Figures that describe a plan. Token counts use the padded length of each batch:
 /// `rows × round_up(longest row, pad_to_multiple_of)`.
@@ -144,11 +145,6 @@ impl Plan {
     pub fn into_parts(self) -> (Vec<u64>, Vec<u32>, Stats) {
         (self.offsets, self.indices, self.stats)
     }
-}
-
-/// Offsets index a `Vec` in memory, so they always fit in `usize`.
-fn to_usize(v: u64) -> usize {
-    usize::try_from(v).unwrap_or(usize::MAX)
 }
 
 #[cfg(test)]

@@ -78,16 +78,21 @@ fn errors_name_the_buffer_and_the_capacity() {
         }
     );
     assert!(err.to_string().contains("capacity 4"), "{err}");
-    let (mut ids, mut labels, mut positions) = (vec![0i64; 8], vec![0i64; 8], vec![0i64; 3]);
-    let mut cu = vec![0i32; 3];
-    let out = PackedBuffers {
-        input_ids: &mut ids,
-        labels: &mut labels,
-        position_ids: &mut positions,
-        cu_seqlens: &mut cu,
-        seq_idx: None,
+    // Buffers of 8 except `position_ids` and `cu_seqlens` as given: the short one is named.
+    let too_small = |positions: usize, cu: usize| {
+        let (mut ids, mut labels, mut positions) =
+            (vec![0i64; 8], vec![0i64; 8], vec![0i64; positions]);
+        let mut cu = vec![0i32; cu];
+        let out = PackedBuffers {
+            input_ids: &mut ids,
+            labels: &mut labels,
+            position_ids: &mut positions,
+            cu_seqlens: &mut cu,
+            seq_idx: None,
+        };
+        collate_packed(&store, &[0i64, 1], 8, &Padding::default(), out).unwrap_err()
     };
-    let err = collate_packed(&store, &[0i64, 1], 8, &Padding::default(), out).unwrap_err();
+    let err = too_small(3, 3);
     assert!(
         matches!(
             err.kind(),
@@ -99,16 +104,7 @@ fn errors_name_the_buffer_and_the_capacity() {
         ),
         "{err}"
     );
-    let (mut ids, mut labels, mut positions) = (vec![0i64; 8], vec![0i64; 8], vec![0i64; 8]);
-    let mut short = vec![0i32; 2];
-    let out = PackedBuffers {
-        input_ids: &mut ids,
-        labels: &mut labels,
-        position_ids: &mut positions,
-        cu_seqlens: &mut short,
-        seq_idx: None,
-    };
-    let err = collate_packed(&store, &[0i64, 1], 8, &Padding::default(), out).unwrap_err();
+    let err = too_small(8, 2);
     assert!(
         matches!(
             err.kind(),
