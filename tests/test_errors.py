@@ -128,9 +128,18 @@ def test_max_tokens_below_shortest_sample():
 
 def test_oversize_with_error_names_row_and_length():
     with pytest.raises(
-        db.PlanError, match="length 9 at row 1 exceeds max_tokens 8; raise max_tokens or pass oversize='skip'"
+        db.PlanError,
+        match="length 9 at row 1 exceeds max_tokens 8 \\(the longest row that fits is 8 tokens\\); raise max_tokens or pass oversize='skip'",
     ):
         db.BucketSampler(OK, max_tokens=8)
+
+
+def test_oversize_under_a_cost_model_says_which_length_fits():
+    # a·L + b·L² ≤ 100 with a = 1, b = 1 admits rows of up to 9 tokens: 9 + 81 = 90, 10 + 100 > 100.
+    with pytest.raises(
+        db.PlanError, match="length 12 at row 0 exceeds max_tokens 100 \\(the longest row that fits is 9"
+    ):
+        db.BucketSampler([12, 3, 4], max_tokens=100, cost=(1.0, 1.0))
 
 
 def test_oversize_unknown_policy():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import threading
 
@@ -227,10 +228,20 @@ def test_resume_at_end_of_epoch_yields_nothing():
 def test_load_state_dict_rejects_other_data_or_config():
     lengths = seed_lengths(1_000)
     state = db.BucketSampler(lengths, batch_size=8, seed=1).state_dict()
-    with pytest.raises(db.PlanError, match="different dataset or configuration"):
+    with pytest.raises(db.PlanError, match="different dataset or configuration.*seed 1 vs 2"):
         db.BucketSampler(lengths, batch_size=8, seed=2).load_state_dict(state)
-    with pytest.raises(db.PlanError, match="different dataset or configuration"):
+    with pytest.raises(db.PlanError, match="num_samples 1000 vs 999"):
         db.BucketSampler(lengths[:-1], batch_size=8, seed=1).load_state_dict(state)
+    with pytest.raises(db.PlanError, match="batch_size 8 vs None, max_tokens None vs 16384"):
+        db.BucketSampler(lengths, max_tokens=16384, seed=1).load_state_dict(state)
+    with pytest.raises(db.PlanError, match="same 1000 samples and settings, but different lengths"):
+        db.BucketSampler(lengths[::-1].copy(), batch_size=8, seed=1).load_state_dict(state)
+    # A state from JSON (tuples become lists) still names the setting.
+    attention = db.BucketSampler(lengths, max_tokens=1 << 20, cost=(1.0, 0.001), seed=1).state_dict()
+    with pytest.raises(db.PlanError, match=r"cost \[1.0, 0.001\] vs \[1.0, 0.002\]"):
+        db.BucketSampler(lengths, max_tokens=1 << 20, cost=(1.0, 0.002), seed=1).load_state_dict(
+            json.loads(json.dumps(attention))
+        )
     bad = dict(state, step=10**9)
     with pytest.raises(db.PlanError, match="outside epoch"):
         db.BucketSampler(lengths, batch_size=8, seed=1).load_state_dict(bad)

@@ -267,6 +267,8 @@ class BucketSampler:
             "num_samples": self.num_samples,
             "fingerprint": self._fingerprint(),
             "fingerprint_any_ranks": self._planner.fingerprint_any_ranks,
+            # Plain values (lists, not tuples), so a mismatched resume can name the setting that differs.
+            "settings": self._settings(),
         }
         if self._elastic is not None and self._elastic["epoch"] == self._epoch:
             # This epoch's plan is the re-planned rest of an epoch begun on other ranks.
@@ -305,9 +307,7 @@ class BucketSampler:
             )
         if state["fingerprint"] != self._fingerprint():
             raise PlanError(
-                "state was saved for a different dataset or configuration "
-                f"(num_samples {state.get('num_samples')} vs {self.num_samples}, seed {state.get('seed')} vs "
-                f"{self._config['seed']}, world_size {state.get('world_size')} vs {self.world_size}); "
+                f"state was saved for a different dataset or configuration ({self._differences(state)}); "
                 "resume with the sampler settings and lengths of the checkpointed run"
             )
         epoch, step = _epoch(state["epoch"]), operator.index(state["step"])
@@ -338,6 +338,31 @@ class BucketSampler:
         plan = self._planner.plan_subset(epoch, remaining)
         self._elastic = {"epoch": epoch, "plan": plan, "world_size": old_world, "step": step}
         self._consumed, self._resume = 0, (epoch, 0)
+
+    def _settings(self) -> dict[str, Any]:
+        """The configuration that shapes the plan, as plain values (a checkpoint may go through JSON)."""
+        return {
+            key: list(value) if isinstance(value, tuple) else value
+            for key, value in self._config.items()
+            if key not in ("threads", "world_size")
+        }
+
+    def _differences(self, state: dict[str, Any]) -> str:
+        """What differs between a checkpoint's plan and this sampler's, in words."""
+        mine = {"num_samples": self.num_samples, "world_size": self.world_size, **self._settings()}
+        theirs = {"num_samples": state.get("num_samples"), "world_size": state.get("world_size")}
+        theirs.update(state.get("settings") or {})
+        differing = [
+            f"{key} {theirs[key]!r} vs {mine[key]!r}" for key in mine if key in theirs and theirs[key] != mine[key]
+        ]
+        if differing:
+            return "checkpoint vs this sampler: " + ", ".join(differing)
+        if "settings" not in state:
+            return f"num_samples {self.num_samples}, seed and world_size match; the rest is not recorded in this state"
+        return (
+            f"the same {self.num_samples} samples and settings, but different lengths: another dataset, "
+            "or the same one tokenized differently"
+        )
 
     def _fingerprint(self) -> str:
         """Lengths and configuration (not the rank), hashed in Rust once: neither ever changes."""

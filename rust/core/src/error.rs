@@ -106,6 +106,8 @@ pub enum ErrorKind {
         length: u64,
         /// The budget.
         max_tokens: u64,
+        /// The longest length whose row fits the budget (under the cost model and padding).
+        longest: u32,
     },
     /// Not enough samples to give every rank at least one batch.
     TooFewSamplesForRanks {
@@ -250,10 +252,15 @@ impl fmt::Display for Error {
                 "max_tokens {max_tokens} is smaller than the shortest sample ({shortest} tokens at row \
                  {row}), so no batch can be formed; raise max_tokens"
             ),
-            K::Oversize { row, length, max_tokens } => write!(
+            K::Oversize {
+                row,
+                length,
+                max_tokens,
+                longest,
+            } => write!(
                 f,
-                "length {length} at row {row} exceeds max_tokens {max_tokens}; raise max_tokens or pass \
-                 oversize='skip'"
+                "length {length} at row {row} exceeds max_tokens {max_tokens} (the longest row that \
+                 fits is {longest} tokens); raise max_tokens or pass oversize='skip'"
             ),
             K::TooFewSamplesForRanks { samples, world_size } => write!(
                 f,
@@ -292,11 +299,13 @@ mod tests {
             row: 17,
             length: 9000,
             max_tokens: 8192,
+            longest: 8192,
         }
         .into();
         assert_eq!(
             e.to_string(),
-            "length 9000 at row 17 exceeds max_tokens 8192; raise max_tokens or pass oversize='skip'"
+            "length 9000 at row 17 exceeds max_tokens 8192 (the longest row that fits is 8192 tokens); \
+             raise max_tokens or pass oversize='skip'"
         );
         let e: Error = ErrorKind::EdgesDoNotCover {
             row: 3,

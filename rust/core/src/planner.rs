@@ -406,6 +406,7 @@ fn admission<L: Length>(lengths: &[L], config: &Config) -> Result<u32> {
                 row,
                 length,
                 max_tokens: budget,
+                longest: admit_max,
             }
             .into());
         }
