@@ -202,7 +202,7 @@ pub(crate) struct Epoch {
 
 impl Epoch {
     /// An empty epoch whose offsets hold `batches` plus the rank splits without reallocating.
-    fn with_room(batches: usize, world_size: u32) -> Self {
+    pub(crate) fn with_room(batches: usize, world_size: u32) -> Self {
         let mut offsets = Vec::with_capacity(batches + 1 + world_size as usize);
         offsets.push(0);
         Self {
@@ -214,7 +214,7 @@ impl Epoch {
 
     /// Appends a stream that wrote its batches at `start` of `order`: its main batches move up to
     /// close the gap left by earlier tails and skipped samples; its tail is set aside.
-    fn append(&mut self, order: &mut [u32], start: usize, part: Formed) {
+    pub(crate) fn append(&mut self, order: &mut [u32], start: usize, part: Formed) {
         let batches = part.offsets.len() - 1;
         let main_rows = part.offsets[part.main] as usize;
         self.tail_rows
@@ -251,7 +251,7 @@ impl Epoch {
     }
 
     /// Places the tail after every group's main batches.
-    fn finish(&mut self, order: &mut [u32]) {
+    pub(crate) fn finish(&mut self, order: &mut [u32]) {
         self.tail_start = self.offsets.len() - 1;
         let end = self.written + self.tail_rows.len();
         order[self.written..end].copy_from_slice(&self.tail_rows);
@@ -424,7 +424,16 @@ impl<L: Length> Former<'_, L> {
         group: u32,
     ) {
         let config = self.config;
-        let mut sequence = arrange(formed, complete, config.order, config.seed, epoch, group);
+        let batches = formed.offsets.len() - 1;
+        let mut sequence = arrange(
+            &formed.mean,
+            batches,
+            complete,
+            config.order,
+            config.seed,
+            epoch,
+            group,
+        );
         formed.main = sequence.len() / config.window() * config.window();
         // Cost classes regroup the whole epoch later and need the stratified order as it is: any
         // stretch of it mixes well, where a window matched here mixes well only as a whole.

@@ -47,6 +47,7 @@
 
 pub mod arrow;
 mod balance;
+mod by_bucket;
 pub mod buckets;
 pub mod collate;
 pub mod collate_packed;

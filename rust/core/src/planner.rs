@@ -20,6 +20,7 @@
 
 use crate::balance::{balance_classes, match_windows, stream, Unit};
 use crate::buckets::Buckets;
+use crate::by_bucket::ByBucket;
 pub use crate::config::{
     Batching, Boundaries, Config, CostModel, Mode, Order, Oversize, DEFAULT_TARGET_EFFICIENCY_PPM,
 };
@@ -56,6 +57,9 @@ pub struct Planner {
     shortest: u32,
     companion_min: usize,
     general_only: bool,
+    /// Admitted rows by bucket, for shuffled padded epochs up to `ARRANGE_MAX_SAMPLES`
+    /// (`by_bucket.rs`); `None` streams the epoch instead (`form.rs`).
+    by_bucket: Option<ByBucket>,
     pool: PrivatePool,
 }
 
@@ -67,6 +71,13 @@ impl Planner {
         config.validate()?;
         let prepared = with_lengths!(&lengths, v => prepare(v, &config))?;
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+        let by_bucket = (config.shuffle
+            && config.mode == Mode::Padded
+            && lengths.len() <= ARRANGE_MAX_SAMPLES)
+            .then(|| {
+                let buckets = prepared.buckets.count();
+                with_lengths!(&lengths, v => ByBucket::new(v, &prepared.rules, buckets))
+            });
         Ok(Self {
             lengths,
             config,
@@ -79,6 +90,7 @@ impl Planner {
             shortest: prepared.shortest,
             companion_min: COMPANION_MIN_SAMPLES,
             general_only: false,
+            by_bucket,
             pool: PrivatePool::new(threads),
         })
     }
@@ -91,11 +103,22 @@ impl Planner {
     }
 
     /// Forms every epoch with the general loop instead of the table-driven one (a speed trade that
-    /// never changes the plan; exposed so tests can prove that).
+    /// never changes the plan; exposed so tests can prove that). Only streamed epochs have the choice:
+    /// see [`Planner::with_streamed_epochs`].
     #[doc(hidden)]
     #[must_use]
     pub fn with_general_stream(mut self) -> Self {
         self.general_only = true;
+        self
+    }
+
+    /// Streams shuffled epochs (`form.rs`), as epochs past `ARRANGE_MAX_SAMPLES` samples always
+    /// do, instead of forming them bucket by bucket (`by_bucket.rs`): exposed so tests can check the
+    /// stream's loops on small inputs.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_streamed_epochs(mut self) -> Self {
+        self.by_bucket = None;
         self
     }
 
@@ -182,7 +205,9 @@ impl Planner {
             general_only: self.general_only,
             shortest: self.shortest,
         };
-        let (mut order, mut formed) = if self.config.shuffle {
+        let (mut order, mut formed) = if let Some(by_bucket) = &self.by_bucket {
+            former.form_by_bucket(by_bucket, epoch, self.pool.get().as_deref())
+        } else if self.config.shuffle {
             former.form_shuffled(epoch, self.pool.get().as_deref())
         } else {
             let mut order = sorted_by_length(lengths);

@@ -29,6 +29,8 @@ pub enum Stream {
     Order(u32),
     /// Which rank and step each batch takes inside the mixing windows of block `b` (`balance.rs`).
     Balance(u32),
+    /// The Fisher–Yates of bucket `b`'s rows (`by_bucket.rs`).
+    Bucket(u32),
 }
 
 impl Stream {
@@ -40,6 +42,7 @@ impl Stream {
             Stream::Workload => (1 << 63) + 2,
             Stream::Order(g) => (1 << 63) | (3 << 32) | u64::from(g),
             Stream::Balance(b) => (1 << 63) | (4 << 32) | u64::from(b),
+            Stream::Bucket(b) => (1 << 63) | (5 << 32) | u64::from(b),
         }
     }
 }
@@ -125,6 +128,44 @@ impl Pcg64 {
 /// Lemire's method on a 64-bit product: half the generator work and no 128-bit multiply.
 pub fn shuffle<T>(rng: &mut Pcg64, items: &mut [T]) {
     fisher_yates(rng, items.len(), |i, j| items.swap(i, j));
+}
+
+/// Writes a uniformly random permutation of `src` into `dst` (the "inside-out" Fisher–Yates: item `i`
+/// lands at a uniform `j ≤ i`, displacing what was there to `i`): the distribution of copying and
+/// then [`shuffle`], without the copy. `dst` must be as long as `src`; its old contents are ignored.
+pub fn shuffle_into<T: Copy>(rng: &mut Pcg64, src: &[T], dst: &mut [T]) {
+    assert_eq!(src.len(), dst.len(), "shuffle_into needs equal lengths");
+    let mut place = |i: usize, j: usize| {
+        dst[i] = dst[j];
+        dst[j] = src[i];
+    };
+    let n = src.len();
+    if u32::try_from(n).is_err() {
+        for i in 0..n {
+            // `below(i + 1) ≤ i`, so the cast back to usize is lossless.
+            #[allow(clippy::cast_possible_truncation)]
+            let j = rng.below(i as u64 + 1) as usize;
+            place(i, j);
+        }
+        return;
+    }
+    // Two placements per 64-bit draw, as in `fisher_yates`.
+    let mut i = 0;
+    while i + 1 < n {
+        let x = rng.next_u64();
+        // i + 2 ≤ n < 2^32; the halves are exactly the low and high 32 bits.
+        #[allow(clippy::cast_possible_truncation)]
+        let (k, low, high) = (i as u32, x as u32, (x >> 32) as u32);
+        place(i, bounded(rng, low, k + 1) as usize);
+        place(i + 1, bounded(rng, high, k + 2) as usize);
+        i += 2;
+    }
+    if i < n {
+        // As above: i < n < 2^32; the low 32 bits of a fresh draw.
+        #[allow(clippy::cast_possible_truncation)]
+        let (k, low) = (i as u32, rng.next_u64() as u32);
+        place(i, bounded(rng, low, k + 1) as usize);
+    }
 }
 
 /// The same Fisher–Yates applied to two slices of equal length in lockstep: `b` ends up permuted
@@ -254,6 +295,28 @@ mod tests {
         }
         for c in counts {
             assert!((9_000..11_000).contains(&c), "counts {counts:?}");
+        }
+    }
+
+    #[test]
+    fn shuffle_into_is_a_uniform_permutation() {
+        // Every one of the 24 orders of 4 items about equally often (expected 5,000 each).
+        let mut counts = std::collections::HashMap::new();
+        let mut rng = Pcg64::new(5, 6, Stream::Bucket(0));
+        let mut dst = [0u8; 4];
+        for _ in 0..120_000 {
+            shuffle_into(&mut rng, &[0u8, 1, 2, 3], &mut dst);
+            *counts.entry(dst).or_insert(0u32) += 1;
+        }
+        assert_eq!(counts.len(), 24);
+        assert!(counts.values().all(|&c| (4_600..5_400).contains(&c)), "{counts:?}");
+        // Odd and even lengths, and the empty slice, give permutations.
+        for n in [0usize, 1, 2, 7, 1000] {
+            let src: Vec<u32> = (0..n as u32).collect();
+            let mut dst = vec![u32::MAX; n];
+            shuffle_into(&mut rng, &src, &mut dst);
+            dst.sort_unstable();
+            assert_eq!(dst, src);
         }
     }
 

@@ -353,7 +353,8 @@ fn errors_name_the_row_and_value() {
         &ErrorKind::Oversize {
             row: 1,
             length: 90,
-            max_tokens: 64
+            max_tokens: 64,
+            longest: 64,
         }
     );
     let e = Planner::new(vec![40u32, 90], config(Batching::Tokens(16))).unwrap_err();

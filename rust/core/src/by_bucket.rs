@@ -1,0 +1,379 @@
+//! Forming a shuffled padded epoch bucket by bucket: the default path up to
+//! `form::ARRANGE_MAX_SAMPLES` samples.
+//!
+//! The planner keeps the admitted rows grouped by bucket ([`ByBucket`], built once). Each epoch:
+//!
+//! 1. **Shuffle and cut, per bucket** (parallel over buckets): the bucket's rows are copied into the
+//!    epoch buffer and shuffled with the bucket's own stream `(seed, epoch, bucket)`, then cut into
+//!    batches front to back by the batching rule, in place. Only the last batch of a bucket can be
+//!    partial. Every batch is a contiguous run of the buffer; nothing is copied per batch.
+//! 2. **Arrange, balance and place, per group** (parallel over groups): group `g` of `G` takes the
+//!    `g`-th `G`-th of every bucket's complete batches — a stratified random sample of the epoch, so
+//!    its length mix is the dataset's — orders them (`stratify.rs`), matches the ranks of its whole
+//!    mixing windows (`balance.rs`), and writes their rows, in that order, into its region of the
+//!    plan's buffer. The group's remainder of a window joins the epoch's tail (`form::Epoch`).
+//! 3. The buckets' partial batches go to the tail too, in a seeded order.
+//!
+//! The batches are exactly those of streaming a shuffled bucket through the rule, as the general
+//! stream (`form.rs`) does; the difference is the work. The stream draws a global permutation
+//! (a scatter into cache-sized chunks, then a Fisher–Yates per chunk), looks up every sample's
+//! bucket, keeps an open batch per bucket and copies each closed batch back, then moves every row
+//! once more to order the group: ~206 instructions a sample on the seed workload (callgrind). Here
+//! there is one Fisher–Yates per sample, a sequential cut with no per-batch copy, and one move into
+//! place. Large epochs keep the stream: this path holds two more `u32` a sample (the grouping and a
+//! second buffer), which past 16.7M samples would break the 1 GB budget at 100M.
+
+use std::sync::Mutex;
+
+use crate::balance::{match_windows, stream, Unit};
+use crate::config::{Config, Mode};
+use crate::form::{mean_length, Epoch, Former, Formed};
+use crate::lengths::Length;
+use crate::permute::{run, split_chunks};
+use crate::rng::{shuffle, shuffle_into, Pcg64, Stream};
+use crate::rules::Rules;
+use crate::stratify::arrange;
+
+/// Rows per forming group, about: enough windows per group that few batches go to the tail, small
+/// enough that a group's rows (≤ 256 KB) stay in cache while they are ordered and moved.
+const GROUP_ROWS: usize = 1 << 16;
+
+/// Most groups: enough for 16 threads.
+const MAX_GROUPS: usize = 16;
+
+/// The admitted rows grouped by bucket, ascending inside each: what every epoch shuffles. Each
+/// carries its length (`row << 32 | length`), so cutting reads lengths in order where looking each
+/// up would be a cache miss (a fifth of the cut's time, measured).
+#[derive(Debug)]
+pub(crate) struct ByBucket {
+    pairs: Vec<u64>,
+    /// Bucket `b`'s rows are `pairs[starts[b]..starts[b + 1]]`.
+    starts: Vec<usize>,
+    /// The epoch buffer of the last plan, for the next (concurrent plans each take their own).
+    spare: Mutex<Vec<u64>>,
+}
+
+/// The row of a pair.
+#[inline]
+fn row_of(pair: u64) -> u32 {
+    // The high half is the row.
+    #[allow(clippy::cast_possible_truncation)]
+    let row = (pair >> 32) as u32;
+    row
+}
+
+/// The length of a pair.
+#[inline]
+fn length_of(pair: u64) -> u32 {
+    // The low half is the length.
+    #[allow(clippy::cast_possible_truncation)]
+    let length = pair as u32;
+    length
+}
+
+impl ByBucket {
+    /// Groups the rows of `lengths` that `rules` admits by bucket (a counting sort, O(n)).
+    pub(crate) fn new<L: Length>(lengths: &[L], rules: &Rules, buckets: usize) -> Self {
+        let mut starts = vec![0usize; buckets + 1];
+        for &l in lengths {
+            if let Some((b, _)) = rules.get(l.into()) {
+                starts[b + 1] += 1;
+            }
+        }
+        for b in 0..buckets {
+            starts[b + 1] += starts[b];
+        }
+        let mut next = starts.clone();
+        let mut pairs = vec![0u64; starts[buckets]];
+        for (row, &l) in lengths.iter().enumerate() {
+            let length: u32 = l.into();
+            if let Some((b, _)) = rules.get(length) {
+                pairs[next[b]] = (row as u64) << 32 | u64::from(length);
+                next[b] += 1;
+            }
+        }
+        Self {
+            pairs,
+            starts,
+            spare: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// An epoch buffer as long as `pairs`: the spare one, or a new one. Its contents are garbage.
+    fn take_buffer(&self) -> Vec<u64> {
+        let spare = self.spare.lock().map(|mut s| std::mem::take(&mut *s));
+        match spare {
+            Ok(buffer) if buffer.len() == self.pairs.len() => buffer,
+            _ => vec![0; self.pairs.len()],
+        }
+    }
+
+    /// Keeps `buffer` for the next epoch.
+    fn give_back(&self, buffer: Vec<u64>) {
+        if let Ok(mut spare) = self.spare.lock() {
+            *spare = buffer;
+        }
+    }
+
+    /// Admitted rows.
+    pub(crate) fn len(&self) -> usize {
+        self.pairs.len()
+    }
+}
+
+/// Batches after shuffling and cutting: batch `j` spans `start(j)..ends[j]` of the epoch buffer.
+/// One bucket's (then consecutive batches share bounds), or a group's, gathered from its buckets.
+#[derive(Default)]
+struct Batches {
+    starts: Vec<u32>,
+    ends: Vec<u32>,
+    /// Mean row length (`stratify.rs` ranks batches by it).
+    mean: Vec<u32>,
+    /// Padded tokens.
+    padded: Vec<u64>,
+    /// Cost for rank balance (`Config::batch_cost`); `f32` suffices to match costs.
+    cost: Vec<f32>,
+    /// Batches closed by the rule; a last, partial one may follow (a bucket's).
+    complete: usize,
+}
+
+impl Batches {
+    fn with_capacity(room: usize) -> Self {
+        Self {
+            starts: Vec::with_capacity(room),
+            ends: Vec::with_capacity(room),
+            mean: Vec::with_capacity(room),
+            padded: Vec::with_capacity(room),
+            cost: Vec::with_capacity(room),
+            complete: 0,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Rows of batches `range`, which are contiguous in a bucket.
+    fn rows(&self, range: std::ops::Range<usize>) -> usize {
+        if range.is_empty() {
+            0
+        } else {
+            (self.ends[range.end - 1] - self.starts[range.start]) as usize
+        }
+    }
+
+    /// Records a batch over `start..end` whose longest row has `longest` tokens, `tokens` in all.
+    fn close(&mut self, (start, end): (usize, usize), longest: u32, tokens: u64, config: &Config) {
+        let rows = (end - start) as u64;
+        let padded = rows * config.padded(longest);
+        // Bounds are below the admitted count, a u32; the mean is at most the longest length;
+        // costs are matched, not summed, so f32 precision is plenty.
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_precision_loss
+        )]
+        {
+            self.starts.push(start as u32);
+            self.ends.push(end as u32);
+            self.mean.push(mean_length(tokens, rows) as u32);
+            self.cost.push(if config.cost.is_tokens() {
+                padded as f32
+            } else {
+                config.batch_cost(rows, longest) as f32
+            });
+        }
+        self.padded.push(padded);
+    }
+
+    /// Appends `other`'s batches `range`.
+    fn extend(&mut self, other: &Batches, range: std::ops::Range<usize>) {
+        self.starts.extend_from_slice(&other.starts[range.clone()]);
+        self.ends.extend_from_slice(&other.ends[range.clone()]);
+        self.mean.extend_from_slice(&other.mean[range.clone()]);
+        self.padded.extend_from_slice(&other.padded[range.clone()]);
+        self.cost.extend_from_slice(&other.cost[range]);
+    }
+}
+
+impl<L: Length> Former<'_, L> {
+    /// Forms a shuffled padded epoch from `by_bucket`, as the module docs describe.
+    pub(crate) fn form_by_bucket(
+        &self,
+        by_bucket: &ByBucket,
+        epoch: u64,
+        pool: Option<&rayon::ThreadPool>,
+    ) -> (Vec<u32>, Epoch) {
+        debug_assert!(matches!(self.config.mode, Mode::Padded));
+        let n = by_bucket.len();
+        // Reused across epochs: zeroing a fresh one cost as much as a tenth of the epoch (measured).
+        let mut shuffled = by_bucket.take_buffer();
+        let tasks: Vec<_> = split_chunks(&mut shuffled, &by_bucket.starts)
+            .into_iter()
+            .enumerate()
+            .collect();
+        let cuts: Vec<Batches> = run(pool, tasks, |(b, rows)| {
+            let first = by_bucket.starts[b];
+            // Bucket counts fit in u32 (the planner caps them at 65,535).
+            #[allow(clippy::cast_possible_truncation)]
+            let mut rng = Pcg64::new(self.config.seed, epoch, Stream::Bucket(b as u32));
+            shuffle_into(&mut rng, &by_bucket.pairs[first..by_bucket.starts[b + 1]], rows);
+            self.cut(rows, first)
+        });
+
+        let groups = (n / GROUP_ROWS).clamp(1, MAX_GROUPS);
+        let share = |cut: &Batches, g: usize| {
+            (g * cut.complete / groups)..((g + 1) * cut.complete / groups)
+        };
+        // Each group's region of the plan buffer, then the partial batches'.
+        let mut region_starts = vec![0usize];
+        for g in 0..groups {
+            let rows: usize = cuts
+                .iter()
+                .map(|c| c.rows(share(c, g)))
+                .sum();
+            region_starts.push(region_starts[g] + rows);
+        }
+        region_starts.push(n);
+        let mut order = vec![0u32; n];
+        let mut regions = split_chunks(&mut order, &region_starts);
+        let partial_region = regions.pop().unwrap_or_default();
+        let partials = self.place_partials(&cuts, &shuffled, partial_region, epoch);
+        let tasks: Vec<_> = regions.into_iter().enumerate().collect();
+        let parts = run(pool, tasks, |(g, out)| {
+            let mut batches = Batches::with_capacity(cuts.iter().map(|c| share(c, g).len()).sum());
+            for cut in &cuts {
+                batches.extend(cut, share(cut, g));
+            }
+            // Groups number at most MAX_GROUPS.
+            #[allow(clippy::cast_possible_truncation)]
+            self.place_group(&batches, &shuffled, out, epoch, g as u32)
+        });
+
+        let batches: usize = cuts.iter().map(Batches::len).sum();
+        let mut total = Epoch::with_room(batches, self.config.world_size);
+        for (g, part) in parts.into_iter().enumerate() {
+            total.append(&mut order, region_starts[g], part);
+        }
+        total.append(&mut order, region_starts[groups], partials);
+        total.finish(&mut order);
+        by_bucket.give_back(shuffled);
+        (order, total)
+    }
+
+    /// Cuts one shuffled bucket, `rows` at `first` of the epoch buffer, into batches front to back:
+    /// a batch closes when the next row would break the rule, or when it is full (no row of the
+    /// bucket could join), exactly as the general stream closes it.
+    fn cut(&self, pairs: &[u64], first: usize) -> Batches {
+        // Every closed batch but the last holds at least two rows in the common case (and at least
+        // one always): room for that many saves most reallocation.
+        let room = pairs.len() / 2 + 1;
+        let mut cut = Batches::with_capacity(room);
+        let config = self.config;
+        let mut start = first;
+        let (mut len, mut capacity, mut longest, mut tokens) = (0u32, u32::MAX, 0u32, 0u64);
+        for (k, &pair) in pairs.iter().enumerate() {
+            let length = length_of(pair);
+            // Every row of a bucket is admitted; `u32::MAX` never closes a batch.
+            let fits = self.rules.get(length).map_or(u32::MAX, |(_, c)| c);
+            let at = first + k;
+            let limit = capacity.min(fits);
+            if len >= limit {
+                cut.close((start, at), longest, tokens, config);
+                (len, capacity, longest, tokens, start) = (0, fits, 0, 0, at);
+            } else {
+                capacity = limit;
+            }
+            len += 1;
+            longest = longest.max(length);
+            tokens += u64::from(length);
+            if len >= capacity {
+                cut.close((start, at + 1), longest, tokens, config);
+                (len, capacity, longest, tokens, start) = (0, u32::MAX, 0, 0, at + 1);
+            }
+        }
+        cut.complete = cut.len();
+        if len > 0 {
+            cut.close((start, first + pairs.len()), longest, tokens, config);
+        }
+        cut
+    }
+
+    /// Orders one group's `batches` (in the epoch buffer `shuffled`), matches the ranks of its whole
+    /// windows, and writes their rows in that order into `out`.
+    fn place_group(
+        &self,
+        batches: &Batches,
+        shuffled: &[u64],
+        out: &mut [u32],
+        epoch: u64,
+        group: u32,
+    ) -> Formed {
+        let config = self.config;
+        let m = batches.len();
+        let mut sequence = arrange(&batches.mean, m, m, config.order, config.seed, epoch, group);
+        let main = m / config.window() * config.window();
+        // Cost classes regroup the whole epoch later (see `form.rs`).
+        if config.balance_tolerance_ppm.is_none() {
+            let mut rng = Pcg64::new(config.seed, epoch, stream(Unit::Group(group)));
+            match_windows(&mut sequence[..main], &batches.cost, config, &mut rng);
+        }
+        let mut formed = Formed::new(true);
+        formed.offsets.reserve(m);
+        formed.cost.reserve(m);
+        // Where each batch goes; then the rows move in formation order, reading the buffer front to
+        // back and writing at random, which does not stall as random reads would (measured).
+        let mut dest = vec![0u32; m];
+        let mut at = 0;
+        for &id in &sequence {
+            let id = id as usize;
+            // A group's rows fit in u32 (the plan's do).
+            #[allow(clippy::cast_possible_truncation)]
+            {
+                dest[id] = at as u32;
+            }
+            at += (batches.ends[id] - batches.starts[id]) as usize;
+            formed.record(at, batches.padded[id], 0, || batches.cost[id]);
+        }
+        for ((&s, &e), &d) in batches.starts.iter().zip(&batches.ends).zip(&dest) {
+            let (s, e, d) = (s as usize, e as usize, d as usize);
+            for (slot, &pair) in out[d..d + e - s].iter_mut().zip(&shuffled[s..e]) {
+                *slot = row_of(pair);
+            }
+        }
+        formed.main = main;
+        formed.mean = Vec::new();
+        formed
+    }
+
+    /// The buckets' partial batches, in a seeded order, written into `out`: all of them go to the
+    /// epoch's tail.
+    fn place_partials(
+        &self,
+        cuts: &[Batches],
+        shuffled: &[u64],
+        out: &mut [u32],
+        epoch: u64,
+    ) -> Formed {
+        let mut partial: Vec<usize> = (0..cuts.len())
+            .filter(|&b| cuts[b].len() > cuts[b].complete)
+            .collect();
+        shuffle(
+            &mut Pcg64::new(self.config.seed, epoch, Stream::Flush(u32::MAX)),
+            &mut partial,
+        );
+        let mut formed = Formed::new(true);
+        let mut at = 0;
+        for b in partial {
+            let (cut, j) = (&cuts[b], cuts[b].complete);
+            let (s, e) = (cut.starts[j] as usize, cut.ends[j] as usize);
+            for (slot, &pair) in out[at..at + e - s].iter_mut().zip(&shuffled[s..e]) {
+                *slot = row_of(pair);
+            }
+            at += e - s;
+            formed.record(at, cut.padded[j], 0, || cut.cost[j]);
+        }
+        formed.main = 0;
+        formed.mean = Vec::new();
+        formed
+    }
+}
