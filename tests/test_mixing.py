@@ -160,7 +160,8 @@ def test_stratified_order_mixes_better_than_random_and_keeps_every_sample():
         assert np.array_equal(np.sort(plan.indices), np.arange(len(lengths)))
         figures[order] = plan.stats()
     assert figures["stratified"]["window_tv"] < 0.1 < figures["random"]["window_tv"]
-    assert figures["stratified"]["efficiency"] == pytest.approx(figures["random"]["efficiency"], abs=1e-9)
+    # The same batches are formed; only which tail batches are split for the ranks may differ.
+    assert figures["stratified"]["efficiency"] == pytest.approx(figures["random"]["efficiency"], abs=1e-5)
 
 
 def test_order_is_validated():

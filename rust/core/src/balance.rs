@@ -100,7 +100,7 @@ pub(crate) fn balance_classes(
 }
 
 /// One window's batch numbers in balanced order: sorted by cost (ties by number) and cut into
-/// steps; then the steps rotated by a random amount, and each step's ranks too, so no step slot or
+/// steps (unless the window is one step); then the steps rotated by a random amount, and each step's ranks too, so no step slot or
 /// rank is always the light one. Sorting `cost bits << 32 | number` as plain integers (positive
 /// floats order like their bit patterns) took half the instructions of a comparator on floats, and
 /// fewer than selecting each step boundary (measured). The rotations are applied while writing the
@@ -118,8 +118,11 @@ fn match_window(
         ids.iter()
             .map(|&id| u64::from(costs[id as usize].to_bits()) << 32 | u64::from(id)),
     );
-    sorter.sort_unstable();
     let steps = ids.len() / world;
+    // A window of one step keeps its batches whatever their order: only the ranks turn.
+    if steps > 1 {
+        sorter.sort_unstable();
+    }
     if steps == 0 {
         for (slot, &packed) in ids.iter_mut().zip(sorter.iter()) {
             // The low half is the number.
@@ -139,7 +142,11 @@ fn match_window(
         // Step `step` takes sorted step `step + shift`, its ranks turned by `turn` (both cyclic).
         let from = &sorter[(step + shift) % steps * world..][..world];
         for (k, slot) in slots.iter_mut().enumerate() {
-            let at = if k + turn < world { k + turn } else { k + turn - world };
+            let at = if k + turn < world {
+                k + turn
+            } else {
+                k + turn - world
+            };
             // The low half is the number.
             #[allow(clippy::cast_possible_truncation)]
             {

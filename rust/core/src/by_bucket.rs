@@ -27,11 +27,11 @@ use std::sync::Mutex;
 
 use crate::balance::{match_windows, stream, Unit};
 use crate::config::{Config, Mode};
-use crate::form::{mean_length, Epoch, Former, Formed};
+use crate::form::{mean_length, Epoch, Formed, Former};
 use crate::lengths::Length;
-use crate::permute::{run, split_chunks};
+use crate::permute::{run, run_largest_first, split_chunks};
 use crate::rng::{shuffle, shuffle_into, Pcg64, Stream};
-use crate::rules::Rules;
+use crate::rules::{table_entry_parts, Rules};
 use crate::stratify::arrange;
 
 /// Rows per forming group, about: enough windows per group that few batches go to the tail, small
@@ -121,18 +121,17 @@ impl ByBucket {
     }
 }
 
-/// Batches after shuffling and cutting: batch `j` spans `start(j)..ends[j]` of the epoch buffer.
-/// One bucket's (then consecutive batches share bounds), or a group's, gathered from its buckets.
+/// Batches after shuffling and cutting, as the cut records them: batch `j` spans
+/// `start(j)..ends[j]` of the epoch buffer. One bucket's (consecutive batches share bounds), or a
+/// group's, gathered from its buckets. The cut records only what it must, three numbers a batch;
+/// the rest is derived per group in bulk ([`Derived`]): a mean, a cost and padded tokens computed in
+/// the cut's loop made every batch wait for a float division (a third of the cut, measured).
 #[derive(Default)]
 struct Batches {
     starts: Vec<u32>,
     ends: Vec<u32>,
-    /// Mean row length (`stratify.rs` ranks batches by it).
-    mean: Vec<u32>,
-    /// Padded tokens.
-    padded: Vec<u64>,
-    /// Cost for rank balance (`Config::batch_cost`); `f32` suffices to match costs.
-    cost: Vec<f32>,
+    longest: Vec<u32>,
+    tokens: Vec<u64>,
     /// Batches closed by the rule; a last, partial one may follow (a bucket's).
     complete: usize,
 }
@@ -142,9 +141,8 @@ impl Batches {
         Self {
             starts: Vec::with_capacity(room),
             ends: Vec::with_capacity(room),
-            mean: Vec::with_capacity(room),
-            padded: Vec::with_capacity(room),
-            cost: Vec::with_capacity(room),
+            longest: Vec::with_capacity(room),
+            tokens: Vec::with_capacity(room),
             complete: 0,
         }
     }
@@ -163,35 +161,71 @@ impl Batches {
     }
 
     /// Records a batch over `start..end` whose longest row has `longest` tokens, `tokens` in all.
-    fn close(&mut self, (start, end): (usize, usize), longest: u32, tokens: u64, config: &Config) {
-        let rows = (end - start) as u64;
-        let padded = rows * config.padded(longest);
-        // Bounds are below the admitted count, a u32; the mean is at most the longest length;
-        // costs are matched, not summed, so f32 precision is plenty.
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_precision_loss
-        )]
+    #[inline]
+    fn close(&mut self, (start, end): (usize, usize), longest: u32, tokens: u64) {
+        // Bounds are below the admitted count, a u32.
+        #[allow(clippy::cast_possible_truncation)]
         {
             self.starts.push(start as u32);
             self.ends.push(end as u32);
-            self.mean.push(mean_length(tokens, rows) as u32);
-            self.cost.push(if config.cost.is_tokens() {
-                padded as f32
-            } else {
-                config.batch_cost(rows, longest) as f32
-            });
         }
-        self.padded.push(padded);
+        self.longest.push(longest);
+        self.tokens.push(tokens);
     }
 
     /// Appends `other`'s batches `range`.
     fn extend(&mut self, other: &Batches, range: std::ops::Range<usize>) {
         self.starts.extend_from_slice(&other.starts[range.clone()]);
         self.ends.extend_from_slice(&other.ends[range.clone()]);
-        self.mean.extend_from_slice(&other.mean[range.clone()]);
-        self.padded.extend_from_slice(&other.padded[range.clone()]);
-        self.cost.extend_from_slice(&other.cost[range]);
+        self.longest
+            .extend_from_slice(&other.longest[range.clone()]);
+        self.tokens.extend_from_slice(&other.tokens[range]);
+    }
+}
+
+/// What ordering and balance need of a group's batches, derived in bulk from [`Batches`].
+struct Derived {
+    /// Mean row length (`stratify.rs` ranks batches by it).
+    mean: Vec<u32>,
+    /// Padded tokens.
+    padded: Vec<u64>,
+    /// Cost for rank balance (`Config::batch_cost`); `f32` suffices to match costs.
+    cost: Vec<f32>,
+}
+
+impl Derived {
+    fn new(batches: &Batches, config: &Config) -> Self {
+        let rows = || {
+            batches
+                .starts
+                .iter()
+                .zip(&batches.ends)
+                .map(|(&s, &e)| u64::from(e - s))
+        };
+        let mean = rows()
+            .zip(&batches.tokens)
+            // The mean is at most the longest length, a u32.
+            .map(|(r, &t)| {
+                #[allow(clippy::cast_possible_truncation)]
+                let mean = mean_length(t, r) as u32;
+                mean
+            })
+            .collect();
+        let padded: Vec<u64> = rows()
+            .zip(&batches.longest)
+            .map(|(r, &l)| r * config.padded(l))
+            .collect();
+        // Costs are matched, not summed: f32 precision is plenty.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+        let cost = if config.cost.is_tokens() {
+            padded.iter().map(|&p| p as f32).collect()
+        } else {
+            rows()
+                .zip(&batches.longest)
+                .map(|(r, &l)| config.batch_cost(r, l) as f32)
+                .collect()
+        };
+        Self { mean, padded, cost }
     }
 }
 
@@ -211,14 +245,23 @@ impl<L: Length> Former<'_, L> {
             .into_iter()
             .enumerate()
             .collect();
-        let cuts: Vec<Batches> = run(pool, tasks, |(b, rows)| {
-            let first = by_bucket.starts[b];
-            // Bucket counts fit in u32 (the planner caps them at 65,535).
-            #[allow(clippy::cast_possible_truncation)]
-            let mut rng = Pcg64::new(self.config.seed, epoch, Stream::Bucket(b as u32));
-            shuffle_into(&mut rng, &by_bucket.pairs[first..by_bucket.starts[b + 1]], rows);
-            self.cut(rows, first)
-        });
+        let cuts: Vec<Batches> = run_largest_first(
+            pool,
+            tasks,
+            |(_, rows)| rows.len(),
+            |(b, rows)| {
+                let first = by_bucket.starts[b];
+                // Bucket counts fit in u32 (the planner caps them at 65,535).
+                #[allow(clippy::cast_possible_truncation)]
+                let mut rng = Pcg64::new(self.config.seed, epoch, Stream::Bucket(b as u32));
+                shuffle_into(
+                    &mut rng,
+                    &by_bucket.pairs[first..by_bucket.starts[b + 1]],
+                    rows,
+                );
+                self.cut(rows, first)
+            },
+        );
 
         let groups = (n / GROUP_ROWS).clamp(1, MAX_GROUPS);
         let share = |cut: &Batches, g: usize| {
@@ -227,10 +270,7 @@ impl<L: Length> Former<'_, L> {
         // Each group's region of the plan buffer, then the partial batches'.
         let mut region_starts = vec![0usize];
         for g in 0..groups {
-            let rows: usize = cuts
-                .iter()
-                .map(|c| c.rows(share(c, g)))
-                .sum();
+            let rows: usize = cuts.iter().map(|c| c.rows(share(c, g))).sum();
             region_starts.push(region_starts[g] + rows);
         }
         region_starts.push(n);
@@ -264,21 +304,36 @@ impl<L: Length> Former<'_, L> {
     /// a batch closes when the next row would break the rule, or when it is full (no row of the
     /// bucket could join), exactly as the general stream closes it.
     fn cut(&self, pairs: &[u64], first: usize) -> Batches {
+        match self.rules.table.as_deref() {
+            // Every row of a bucket is admitted, so its entry holds its capacity.
+            Some(table) => self.cut_with(pairs, first, |length| {
+                table
+                    .get(length as usize)
+                    .map_or(u32::MAX, |&e| table_entry_parts(e).1)
+            }),
+            None => self.cut_with(pairs, first, |length| {
+                self.rules.get(length).map_or(u32::MAX, |(_, c)| c)
+            }),
+        }
+    }
+
+    /// [`Self::cut`] with `fits(length)`: the most rows a batch holding that length may have
+    /// (`u32::MAX` never closes a batch).
+    #[inline]
+    fn cut_with(&self, pairs: &[u64], first: usize, fits: impl Fn(u32) -> u32) -> Batches {
         // Every closed batch but the last holds at least two rows in the common case (and at least
         // one always): room for that many saves most reallocation.
         let room = pairs.len() / 2 + 1;
         let mut cut = Batches::with_capacity(room);
-        let config = self.config;
         let mut start = first;
         let (mut len, mut capacity, mut longest, mut tokens) = (0u32, u32::MAX, 0u32, 0u64);
         for (k, &pair) in pairs.iter().enumerate() {
             let length = length_of(pair);
-            // Every row of a bucket is admitted; `u32::MAX` never closes a batch.
-            let fits = self.rules.get(length).map_or(u32::MAX, |(_, c)| c);
+            let fits = fits(length);
             let at = first + k;
             let limit = capacity.min(fits);
             if len >= limit {
-                cut.close((start, at), longest, tokens, config);
+                cut.close((start, at), longest, tokens);
                 (len, capacity, longest, tokens, start) = (0, fits, 0, 0, at);
             } else {
                 capacity = limit;
@@ -287,13 +342,13 @@ impl<L: Length> Former<'_, L> {
             longest = longest.max(length);
             tokens += u64::from(length);
             if len >= capacity {
-                cut.close((start, at + 1), longest, tokens, config);
+                cut.close((start, at + 1), longest, tokens);
                 (len, capacity, longest, tokens, start) = (0, u32::MAX, 0, 0, at + 1);
             }
         }
         cut.complete = cut.len();
         if len > 0 {
-            cut.close((start, first + pairs.len()), longest, tokens, config);
+            cut.close((start, first + pairs.len()), longest, tokens);
         }
         cut
     }
@@ -310,12 +365,13 @@ impl<L: Length> Former<'_, L> {
     ) -> Formed {
         let config = self.config;
         let m = batches.len();
-        let mut sequence = arrange(&batches.mean, m, m, config.order, config.seed, epoch, group);
+        let derived = Derived::new(batches, config);
+        let mut sequence = arrange(&derived.mean, m, m, config.order, config.seed, epoch, group);
         let main = m / config.window() * config.window();
         // Cost classes regroup the whole epoch later (see `form.rs`).
         if config.balance_tolerance_ppm.is_none() {
             let mut rng = Pcg64::new(config.seed, epoch, stream(Unit::Group(group)));
-            match_windows(&mut sequence[..main], &batches.cost, config, &mut rng);
+            match_windows(&mut sequence[..main], &derived.cost, config, &mut rng);
         }
         let mut formed = Formed::new(true);
         formed.offsets.reserve(m);
@@ -332,7 +388,7 @@ impl<L: Length> Former<'_, L> {
                 dest[id] = at as u32;
             }
             at += (batches.ends[id] - batches.starts[id]) as usize;
-            formed.record(at, batches.padded[id], 0, || batches.cost[id]);
+            formed.record(at, derived.padded[id], 0, || derived.cost[id]);
         }
         for ((&s, &e), &d) in batches.starts.iter().zip(&batches.ends).zip(&dest) {
             let (s, e, d) = (s as usize, e as usize, d as usize);
@@ -361,16 +417,20 @@ impl<L: Length> Former<'_, L> {
             &mut Pcg64::new(self.config.seed, epoch, Stream::Flush(u32::MAX)),
             &mut partial,
         );
+        let mut batches = Batches::default();
+        for &b in &partial {
+            batches.extend(&cuts[b], cuts[b].complete..cuts[b].len());
+        }
+        let derived = Derived::new(&batches, self.config);
         let mut formed = Formed::new(true);
         let mut at = 0;
-        for b in partial {
-            let (cut, j) = (&cuts[b], cuts[b].complete);
-            let (s, e) = (cut.starts[j] as usize, cut.ends[j] as usize);
+        for (j, (&s, &e)) in batches.starts.iter().zip(&batches.ends).enumerate() {
+            let (s, e) = (s as usize, e as usize);
             for (slot, &pair) in out[at..at + e - s].iter_mut().zip(&shuffled[s..e]) {
                 *slot = row_of(pair);
             }
             at += e - s;
-            formed.record(at, cut.padded[j], 0, || cut.cost[j]);
+            formed.record(at, derived.padded[j], 0, || derived.cost[j]);
         }
         formed.main = 0;
         formed.mean = Vec::new();

@@ -47,8 +47,8 @@
 
 pub mod arrow;
 mod balance;
-mod by_bucket;
 pub mod buckets;
+mod by_bucket;
 pub mod collate;
 pub mod collate_packed;
 pub mod column;

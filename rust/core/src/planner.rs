@@ -71,13 +71,12 @@ impl Planner {
         config.validate()?;
         let prepared = with_lengths!(&lengths, v => prepare(v, &config))?;
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
-        let by_bucket = (config.shuffle
-            && config.mode == Mode::Padded
-            && lengths.len() <= ARRANGE_MAX_SAMPLES)
-            .then(|| {
-                let buckets = prepared.buckets.count();
-                with_lengths!(&lengths, v => ByBucket::new(v, &prepared.rules, buckets))
-            });
+        let by_bucket =
+            (config.shuffle && config.mode == Mode::Padded && lengths.len() <= ARRANGE_MAX_SAMPLES)
+                .then(|| {
+                    let buckets = prepared.buckets.count();
+                    with_lengths!(&lengths, v => ByBucket::new(v, &prepared.rules, buckets))
+                });
         Ok(Self {
             lengths,
             config,

@@ -309,11 +309,14 @@ mod tests {
             *counts.entry(dst).or_insert(0u32) += 1;
         }
         assert_eq!(counts.len(), 24);
-        assert!(counts.values().all(|&c| (4_600..5_400).contains(&c)), "{counts:?}");
+        assert!(
+            counts.values().all(|&c| (4_600..5_400).contains(&c)),
+            "{counts:?}"
+        );
         // Odd and even lengths, and the empty slice, give permutations.
-        for n in [0usize, 1, 2, 7, 1000] {
-            let src: Vec<u32> = (0..n as u32).collect();
-            let mut dst = vec![u32::MAX; n];
+        for n in [0u32, 1, 2, 7, 1000] {
+            let src: Vec<u32> = (0..n).collect();
+            let mut dst = vec![u32::MAX; src.len()];
             shuffle_into(&mut rng, &src, &mut dst);
             dst.sort_unstable();
             assert_eq!(dst, src);

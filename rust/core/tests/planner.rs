@@ -283,10 +283,11 @@ fn golden_shuffled_plan() {
 
 /// Changed on purpose in session 2 (optimized edges, stratified batch order) and session 3 (rank
 /// balance: steps shuffled over their ranks; the rank split now takes a batch of the epoch's tail;
-/// batches ranked by mean length for the stratified order).
-const GOLDEN_OFFSETS: [u64; 11] = [0, 3, 6, 9, 12, 15, 18, 19, 22, 23, 24];
+/// batches ranked by mean length for the stratified order) and session 4 (epochs formed bucket by
+/// bucket, `by_bucket.rs`).
+const GOLDEN_OFFSETS: [u64; 11] = [0, 3, 6, 9, 12, 15, 18, 19, 21, 22, 24];
 const GOLDEN_INDICES: [u32; 24] = [
-    6, 15, 19, 12, 3, 16, 22, 7, 20, 14, 1, 10, 18, 11, 5, 17, 0, 4, 9, 23, 21, 8, 2, 13,
+    16, 23, 3, 17, 6, 13, 21, 1, 10, 9, 7, 5, 22, 20, 18, 15, 2, 0, 8, 12, 14, 11, 19, 4,
 ];
 
 /// FNV-1a over the plan's offsets and indices: pins a plan too large to spell out.
@@ -331,15 +332,28 @@ fn golden_large_plan() {
         let plan = planner.plan(2).unwrap();
         check_invariants(&lengths, &balanced, &planner, &plan);
         assert_eq!(plan_hash(&plan), GOLDEN_BALANCED_HASH, "threads {threads}");
+        // Epochs past 16.7M samples stream (`form.rs`): pinned here on a small one.
+        let planner = Planner::new(lengths.clone(), cfg.clone())
+            .unwrap()
+            .with_streamed_epochs()
+            .with_threads(threads);
+        let plan = planner.plan(2).unwrap();
+        check_invariants(&lengths, &cfg, &planner, &plan);
+        assert_eq!(plan_hash(&plan), GOLDEN_STREAMED_HASH, "threads {threads}");
     }
 }
 
-/// Session 3: accumulation 4 and cost classes of 10% (`balance.rs`).
-const GOLDEN_BALANCED_HASH: u64 = 12_388_106_138_587_633_397;
+/// Session 3: accumulation 4 and cost classes of 10% (`balance.rs`). Session 4: bucket-by-bucket
+/// forming.
+const GOLDEN_BALANCED_HASH: u64 = 9_911_645_515_073_206_738;
 
-/// Changed on purpose in session 2 (`Auto` edges from the boundary optimizer, stratified order) and
-/// session 3 (rank balance inside mixing windows).
-const GOLDEN_LARGE_HASH: u64 = 1_992_983_853_203_635_733;
+/// Changed on purpose in session 2 (`Auto` edges from the boundary optimizer, stratified order),
+/// session 3 (rank balance inside mixing windows) and session 4 (epochs formed bucket by bucket,
+/// `by_bucket.rs`; stratified times in fixed point; one-step windows not sorted by cost).
+const GOLDEN_LARGE_HASH: u64 = 15_563_905_350_398_706_058;
+
+/// The streamed path: session 4 (stratified times in fixed point; one-step windows not sorted).
+const GOLDEN_STREAMED_HASH: u64 = 9_406_760_024_986_784_802;
 
 #[test]
 fn errors_name_the_row_and_value() {
@@ -460,9 +474,11 @@ fn companion_lengths_give_the_same_plan() {
     };
     let gather = Planner::new(lengths.clone(), cfg.clone())
         .unwrap()
+        .with_streamed_epochs()
         .with_companion_threshold(usize::MAX);
     let carry = Planner::new(lengths, cfg)
         .unwrap()
+        .with_streamed_epochs()
         .with_companion_threshold(0);
     for epoch in 0..3 {
         assert_eq!(gather.plan(epoch).unwrap(), carry.plan(epoch).unwrap());
@@ -496,9 +512,13 @@ proptest! {
             ..config(batching)
         };
         let threshold = if carry { 0 } else { usize::MAX };
-        let fast = Planner::new(lengths.clone(), cfg.clone()).unwrap().with_companion_threshold(threshold);
+        let fast = Planner::new(lengths.clone(), cfg.clone())
+            .unwrap()
+            .with_streamed_epochs()
+            .with_companion_threshold(threshold);
         let general = Planner::new(lengths, cfg)
             .unwrap()
+            .with_streamed_epochs()
             .with_general_stream()
             .with_companion_threshold(threshold);
         let plan = match fast.plan(epoch) {
