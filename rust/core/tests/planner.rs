@@ -191,6 +191,19 @@ fn large_plans_are_deterministic_across_threads_and_differ_across_epochs() {
     let p1 = one.plan(1).unwrap();
     assert_ne!(p0.indices(), p1.indices());
     assert!(p0.stats().efficiency() > 0.9, "{:?}", p0.stats());
+    // Plans made at once on one planner (they share its spare epoch buffer) are the same plans.
+    let together: Vec<Plan> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..4u64)
+            .map(|k| {
+                let four = &four;
+                scope.spawn(move || four.plan(k % 2).unwrap())
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (k, plan) in together.iter().enumerate() {
+        assert_eq!(plan, if k % 2 == 0 { &p0 } else { &p1 }, "plan {k}");
+    }
 }
 
 #[test]
