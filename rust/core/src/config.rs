@@ -117,7 +117,7 @@ pub enum Mode {
 pub enum Oversize {
     /// Fail, naming the first such sample.
     Error,
-    /// Leave them out of every plan and count them in [`Stats::skipped`].
+    /// Leave them out of every plan and count them in [`crate::plan::Stats::skipped`].
     Skip,
 }
 

@@ -6,7 +6,7 @@
 //!    result never depends on the thread count) and counting-sort the elements by chunk id into the
 //!    output. Ids come `64 / bits` at a time from one 64-bit draw; with `C` a power of two, taking the
 //!    top bits is exactly uniform. The elements are cut into fixed segments, each with its own stream,
-//!    so counting and scattering run in parallel (see [`scatter`]).
+//!    so counting and scattering run in parallel (see [`scatter_into_chunks`]).
 //! 2. Fisher–Yates every chunk with its own stream, in parallel. Chunks hold ~16K elements, so each
 //!    shuffle runs in L2 instead of jumping across the whole array.
 //!
