@@ -127,10 +127,11 @@ def test_max_tokens_below_shortest_sample():
 
 
 def test_oversize_with_error_names_row_and_length():
-    with pytest.raises(
-        db.PlanError,
-        match="length 9 at row 1 exceeds max_tokens 8 \\(the longest row that fits is 8 tokens\\); raise max_tokens or pass oversize='skip'",
-    ):
+    message = (
+        r"length 9 at row 1 exceeds max_tokens 8 \(the longest row that fits is 8 tokens\); "
+        r"raise max_tokens or pass oversize='skip'"
+    )
+    with pytest.raises(db.PlanError, match=message):
         db.BucketSampler(OK, max_tokens=8)
 
 
@@ -143,8 +144,8 @@ def test_oversize_under_a_cost_model_says_which_length_fits():
 
 
 def test_oversize_unknown_policy():
-    with pytest.raises(db.PlanError, match="oversize='truncate' is invalid"):
-        make(oversize="truncate")
+    with pytest.raises(db.PlanError, match="oversize='clip' is invalid; use 'error', 'skip' or 'truncate'"):
+        make(oversize="clip")
 
 
 def test_rank_not_below_world_size():

@@ -201,3 +201,175 @@ def test_packed_loss_equals_per_sample_loss(store):
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     # No loss crosses a sample boundary: the first token of each sample is never a target.
     assert all(int(labels[int(cu[s])]) == -100 for s in range(len(pick)))
+
+
+# -- oversize="truncate": long samples split into capacity-sized pieces -------------------------------
+
+
+def windows_of(sampler: db.BucketSampler, plan: db.Plan) -> list[tuple[int, int, int]]:
+    """(row, start, length) of every entry of every batch."""
+    out = []
+    for batch in plan:
+        rows, starts, lengths = sampler.pieces(batch)
+        out.extend(zip(rows.tolist(), starts.tolist(), lengths.tolist(), strict=True))
+    return out
+
+
+def assert_tiles_every_sample(lengths, windows, capacity):
+    """Each sample's windows tile [0, L) exactly: every token once, no window over the capacity."""
+    by_row: dict[int, list[tuple[int, int]]] = {}
+    for row, start, length in windows:
+        assert 0 < length <= capacity
+        by_row.setdefault(row, []).append((start, length))
+    assert sorted(by_row) == list(range(len(lengths)))
+    for row, pieces in by_row.items():
+        pieces.sort()
+        at = 0
+        for start, length in pieces:
+            assert start == at, f"row {row}: pieces {pieces}"
+            at += length
+        assert at == lengths[row]
+        assert len(pieces) == -(-lengths[row] // capacity)
+
+
+def test_truncate_splits_long_samples_into_capacity_pieces_exactly():
+    lengths = np.array([5, 20, 3, 9, 33, 8])
+    sampler = db.BucketSampler(lengths, max_tokens=10, mode="packed", oversize="truncate", seed=1)
+    assert (sampler.num_samples, sampler.truncated) == (6, 2)
+    plan = sampler.plan(0)
+    # 6 first pieces + 1 more of row 1 (20 = 10 + 10) + 3 more of row 4 (33 = 10 + 10 + 10 + 3).
+    assert len(plan.indices) == 10 and sorted(plan.indices.tolist()) == list(range(10))
+    windows = windows_of(sampler, plan)
+    assert sorted(w for w in windows if w[0] in (1, 4)) == [
+        (1, 0, 10), (1, 10, 10), (4, 0, 10), (4, 10, 10), (4, 20, 10), (4, 30, 3),
+    ]  # fmt: skip
+    assert_tiles_every_sample(lengths, windows, 10)
+    assert plan.stats()["real_tokens"] == lengths.sum()
+    # Nothing long: no pieces, the plan of oversize="error".
+    short = db.BucketSampler([5, 6, 7], max_tokens=10, mode="packed", oversize="truncate")
+    assert short.truncated == 0 and short.num_samples == 3
+    rows, starts, lengths_ = short.pieces(np.array([2, 0]))
+    assert rows.tolist() == [2, 0] and starts.tolist() == [0, 0] and lengths_.tolist() == [7, 5]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 3000), min_size=1, max_size=200),
+    capacity=st.integers(64, 1000),
+    world=st.integers(1, 3),
+    seed=st.integers(0, 2**32),
+    bucketed=st.booleans(),
+)
+def test_truncate_keeps_every_token_once_within_capacity(lengths, capacity, world, seed, bucketed):
+    lengths = np.array(lengths)
+    world = min(world, len(lengths))  # every rank needs a batch (no sample is repeated)
+    sampler = db.BucketSampler(
+        lengths,
+        max_tokens=capacity,
+        mode="packed",
+        oversize="truncate",
+        world_size=world,
+        seed=seed,
+        bucketed=bucketed,
+    )
+    try:
+        plan = sampler.plan(1)
+    except db.PlanError as e:  # fewer packed rows than ranks, each of one piece: nothing to split
+        assert world > 1 and "cannot give each of world_size" in str(e)
+        return
+    assert_tiles_every_sample(lengths, windows_of(sampler, plan), capacity)
+    for batch in plan:
+        assert sampler.pieces(batch)[2].sum() <= capacity
+    assert sampler.truncated == int((lengths > capacity).sum())
+
+
+def test_truncate_settings_and_pieces_are_checked():
+    with pytest.raises(db.PlanError, match=r"oversize='truncate' splits long samples .* pass mode='packed'"):
+        db.BucketSampler([5, 70], max_tokens=64, oversize="truncate")
+    with pytest.raises(db.PlanError, match="oversize='cut' is invalid; use 'error', 'skip' or 'truncate'"):
+        db.BucketSampler([5, 70], max_tokens=64, mode="packed", oversize="cut")
+    sampler = db.BucketSampler([5, 70], max_tokens=64, mode="packed", oversize="truncate")
+    with pytest.raises(db.PlanError, match=r"0 ≤ entry < 3"):
+        sampler.pieces([3])
+    with pytest.raises(db.PlanError, match="1-D array"):
+        sampler.pieces([[0]])
+    # A checkpoint of a truncating sampler names the setting when loaded into a skipping one.
+    state = sampler.state_dict()
+    with pytest.raises(db.PlanError, match="truncate True vs False"):
+        db.BucketSampler([5, 70], max_tokens=64, mode="packed", oversize="skip").load_state_dict(state)
+
+
+def test_truncating_sampler_pickles_with_its_pieces():
+    import pickle
+
+    lengths = np.array([50, 300, 7, 129, 64])
+    sampler = db.BucketSampler(lengths, max_tokens=64, mode="packed", oversize="truncate", seed=3)
+    again = pickle.loads(pickle.dumps(sampler))
+    assert (again.num_samples, again.truncated) == (5, 2)
+    np.testing.assert_array_equal(again.plan(2).indices, sampler.plan(2).indices)
+    assert windows_of(again, again.plan(2)) == windows_of(sampler, sampler.plan(2))
+
+
+LONG_ROWS = token_rows(40, seed=9, longest=150)
+LONG_LENGTHS = np.array([len(r) for r in LONG_ROWS])
+
+
+@pytest.fixture(scope="module")
+def long_store(tmp_path_factory):
+    return db.TokenStore(write_ipc(tmp_path_factory.mktemp("long") / "t.arrow", token_table(LONG_ROWS)))
+
+
+def in_memory(rows):
+    datasets = pytest.importorskip("datasets")
+    return db.TokenStore(datasets.Dataset.from_dict({"input_ids": [r.tolist() for r in rows]}))
+
+
+@pytest.mark.parametrize("mapped", [True, False])
+def test_collate_packed_with_windows_matches_numpy(long_store, mapped):
+    store = long_store if mapped else in_memory(LONG_ROWS)
+    rows, starts, lengths = [3, 0, 3], [0, 5, 40], [40, 7, 1000]  # the last runs to the sample's end
+    got = db.collate_packed(store, rows, capacity=300, starts=starts, lengths=lengths)
+    pieces = [LONG_ROWS[r][s : s + n] for r, s, n in zip(rows, starts, lengths, strict=True)]
+    ids, labels, positions, seq, cu = reference(pieces, 300)
+    keys = ("input_ids", "labels", "position_ids", "seq_idx")
+    for key, expected in zip(keys, (ids, labels, positions, seq), strict=True):
+        np.testing.assert_array_equal(got[key][0], expected, err_msg=key)
+    np.testing.assert_array_equal(got["cu_seqlens"], cu)
+    assert got["max_seqlen"] == max(len(p) for p in pieces)
+
+
+@pytest.mark.parametrize("mapped", [True, False])
+def test_collate_packed_window_errors(long_store, mapped):
+    store = long_store if mapped else in_memory(LONG_ROWS)
+    end = int(LONG_LENGTHS[2])
+    with pytest.raises(ValueError, match=f"entry 0 starts at token {end}, past the end of its sample"):
+        db.collate_packed(store, [2], capacity=300, starts=[end], lengths=[4])
+    with pytest.raises(ValueError, match="pass both starts and lengths"):
+        db.collate_packed(store, [2], capacity=300, starts=[0])
+    with pytest.raises(ValueError, match="starts must be 2 integers, one per index"):
+        db.collate_packed(store, [2, 1], capacity=300, starts=[0], lengths=[1, 1])
+    with pytest.raises(ValueError, match="lengths must be token counts"):
+        db.collate_packed(store, [2], capacity=300, starts=[0], lengths=[-1])
+
+
+def test_loader_packs_the_pieces_of_long_samples(long_store):
+    pytest.importorskip("torch")
+    sampler = db.BucketSampler(LONG_LENGTHS, max_tokens=64, mode="packed", oversize="truncate", seed=2)
+    assert sampler.truncated == int((LONG_LENGTHS > 64).sum()) > 0
+    # Every sample's tokens come back exactly once, piece by piece (positions restart per piece).
+    seen: dict[int, list[tuple[int, np.ndarray]]] = {}
+    with db.Loader(long_store, sampler, prefetch=2) as loader:
+        for batch, entries in zip(loader, sampler.plan(), strict=True):
+            rows, starts, _ = sampler.pieces(entries)
+            cu = batch["cu_seqlens"].numpy()
+            ids, positions = batch["input_ids"].numpy()[0], batch["position_ids"].numpy()[0]
+            labels = batch["labels"].numpy()[0]
+            for s, (row, start) in enumerate(zip(rows.tolist(), starts.tolist(), strict=True)):
+                piece = ids[cu[s] : cu[s + 1]]
+                np.testing.assert_array_equal(positions[cu[s] : cu[s + 1]], np.arange(len(piece)))
+                assert labels[cu[s]] == -100
+                seen.setdefault(row, []).append((start, piece.copy()))
+    assert sorted(seen) == list(range(len(LONG_ROWS)))
+    for row, pieces in seen.items():
+        joined = np.concatenate([p for _, p in sorted(pieces, key=lambda x: x[0])])
+        np.testing.assert_array_equal(joined, LONG_ROWS[row])

@@ -228,7 +228,7 @@ def test_resume_at_end_of_epoch_yields_nothing():
 def test_load_state_dict_rejects_other_data_or_config():
     lengths = seed_lengths(1_000)
     state = db.BucketSampler(lengths, batch_size=8, seed=1).state_dict()
-    with pytest.raises(db.PlanError, match="different dataset or configuration.*seed 1 vs 2"):
+    with pytest.raises(db.PlanError, match=r"different dataset or configuration.*seed 1 vs 2"):
         db.BucketSampler(lengths, batch_size=8, seed=2).load_state_dict(state)
     with pytest.raises(db.PlanError, match="num_samples 1000 vs 999"):
         db.BucketSampler(lengths[:-1], batch_size=8, seed=1).load_state_dict(state)

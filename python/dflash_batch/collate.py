@@ -125,6 +125,8 @@ def collate_packed(
     pad_id: int = 0,
     label_pad_id: int = -100,
     dtype: Any = "int64",
+    starts: Any = None,
+    lengths: Any = None,
 ) -> dict[str, Any]:
     """The packed batch of ``indices``: its samples end to end in one row of ``capacity`` tokens.
 
@@ -134,6 +136,10 @@ def collate_packed(
     ``label_pad_id`` at each sample's first token, so no sample learns to predict from the previous
     one; ``seq_idx`` numbers the samples, -1 on padding. Raises ``ValueError`` when the samples hold
     more than ``capacity`` tokens (plan with ``mode="packed", max_tokens=capacity``).
+
+    ``starts`` and ``lengths`` (one per index, or neither) make entry ``s`` the tokens
+    ``starts[s] : starts[s] + lengths[s]`` of row ``indices[s]``: the pieces of a sampler with
+    ``oversize="truncate"``, as ``rows, starts, lengths = sampler.pieces(batch)`` gives them.
     """
     if not isinstance(store, TokenStore):
         raise TypeError(f"store must be a dflash_batch.TokenStore, got {type(store).__name__}")
@@ -141,21 +147,53 @@ def collate_packed(
         raise ValueError(f"capacity={capacity!r} is invalid; pass the row length in tokens (max_tokens of the plan)")
     if not (isinstance(indices, np.ndarray) and indices.dtype in _INDEX_DTYPES and indices.ndim == 1):
         indices = _index_array(indices)
+    windows = _windows(starts, lengths, len(indices))
     slot = np.empty((len(PACKED_KEYS), int(capacity)), dtype=output_dtype(dtype))
     cu_seqlens = np.empty(len(indices) + 1, dtype=np.int32)
-    samples, _, max_seqlen = _pack_into(store, indices, slot, cu_seqlens, int(pad_id), int(label_pad_id))
+    samples, _, max_seqlen = _pack_into(
+        store, indices, slot, cu_seqlens, int(pad_id), int(label_pad_id), windows=windows
+    )
     result: dict[str, Any] = {key: slot[k : k + 1] for k, key in enumerate(PACKED_KEYS)}
     result["cu_seqlens"] = cu_seqlens[: samples + 1]
     result["max_seqlen"] = max_seqlen
     return result
 
 
-def _pack_into(store: TokenStore, indices, slot, cu_seqlens, pad_id, label_pad_id) -> tuple[int, int, int]:
-    """Packs into a ``[4, capacity]`` slot and ``cu_seqlens``: Rust for mapped stores, numpy otherwise."""
+def _windows(starts: Any, lengths: Any, entries: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """``starts`` and ``lengths`` as uint32 arrays of one entry per index, or ``None`` for whole samples."""
+    if starts is None and lengths is None:
+        return None
+    if starts is None or lengths is None:
+        raise ValueError("pass both starts and lengths (rows, starts, lengths = sampler.pieces(batch)), or neither")
+    arrays = []
+    for name, values in (("starts", starts), ("lengths", lengths)):
+        array = np.asarray(values)
+        if array.ndim != 1 or len(array) != entries or (array.size and array.dtype.kind not in "iu"):
+            raise ValueError(f"{name} must be {entries} integers, one per index; got {array.shape} of {array.dtype}")
+        if array.size and (array.min() < 0 or array.max() >= 2**32):
+            raise ValueError(f"{name} must be token counts (0 ≤ value < 2**32)")
+        arrays.append(np.ascontiguousarray(array, dtype=np.uint32))
+    return arrays[0], arrays[1]
+
+
+def _pack_into(
+    store: TokenStore, indices, slot, cu_seqlens, pad_id, label_pad_id, windows=None
+) -> tuple[int, int, int]:
+    """Packs into a ``[4, capacity]`` slot and ``cu_seqlens``: Rust for mapped stores, numpy otherwise.
+    ``windows``: ``(starts, lengths)`` of every entry within its sample (see :func:`collate_packed`)."""
     inner = store._inner
     if isinstance(inner, _core.TokenStore):
-        return _core.collate_packed_slot(inner, indices, slot, cu_seqlens, pad_id, label_pad_id)
+        starts, lengths = windows if windows is not None else (None, None)
+        return _core.collate_packed_slot(inner, indices, slot, cu_seqlens, pad_id, label_pad_id, starts, lengths)
     rows = [np.asarray(inner[int(i)]) for i in indices]
+    if windows is not None:
+        for s, (row, start) in enumerate(zip(rows, windows[0], strict=True)):
+            if start > 0 and start >= len(row):
+                raise ValueError(
+                    f"entry {s} starts at token {start}, past the end of its sample ({len(row)} tokens); pass the "
+                    "starts and lengths that sampler.pieces(batch) returns for the batch"
+                )
+        rows = [row[start : start + length] for row, start, length in zip(rows, *windows, strict=True)]
     capacity = slot.shape[1]
     total = sum(len(r) for r in rows)
     if total > capacity:

@@ -146,7 +146,13 @@ class Loader:
         inner, settings = self.store._inner, self._settings
         if self._packed:  # one row of max_tokens: (1, C, samples, max_seqlen)
             pad_id, label_pad_id = settings["pad_id"], settings["label_pad_id"]
-            samples, _, longest = _pack_into(self.store, batch, slot["numpy"], slot["cu_seqlens"], pad_id, label_pad_id)
+            windows = None
+            if self.sampler.truncated:  # entries may be later pieces of long samples
+                batch, starts, lengths = self.sampler.pieces(batch)
+                windows = (starts, lengths)
+            samples, _, longest = _pack_into(
+                self.store, batch, slot["numpy"], slot["cu_seqlens"], pad_id, label_pad_id, windows=windows
+            )
             return 1, slot["numpy"].shape[1], samples, longest
         if isinstance(inner, _core.TokenStore):  # straight to Rust: this runs once per batch
             return _core.collate_slot(inner, batch, slot["numpy"], *settings.values())

@@ -9,6 +9,7 @@ DataLoader workers and spawned processes rebuild the planner instead of copying 
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import os
 import sys
@@ -47,7 +48,10 @@ class BucketSampler:
         world_size, rank: default to ``torch.distributed`` when it is initialized, else 1 and 0.
         drop_last: drop the last ``batches mod world_size`` batches instead of splitting batches so that
             every rank gets the same number of steps.
-        oversize: ``"error"`` (default) or ``"skip"`` for samples longer than ``max_tokens``.
+        oversize: for samples longer than ``max_tokens``: ``"error"`` (default) raises naming the row,
+            ``"skip"`` leaves them out (counted in ``plan.stats()["skipped"]``), and ``"truncate"``
+            (``mode="packed"``) splits each into ``max_tokens``-token pieces packed as separate
+            sequences — see :meth:`pieces`; ``sampler.truncated`` counts the samples split.
         pad_to_multiple_of: padded lengths are rounded up to a multiple of this.
         threads: planner threads (default: up to 8). The plan is identical for any value.
         column: the column that holds the lengths when ``lengths`` is a dataset: an integer column, or a
@@ -115,8 +119,8 @@ class BucketSampler:
         check_ranks: bool = True,
     ) -> None:
         world_size, rank = _resolve_ranks(world_size, rank)
-        if oversize not in ("error", "skip"):
-            raise PlanError(f"oversize={oversize!r} is invalid; use 'error' or 'skip'")
+        if oversize not in ("error", "skip", "truncate"):
+            raise PlanError(f"oversize={oversize!r} is invalid; use 'error', 'skip' or 'truncate'")
         self._config = {
             "batch_size": _optional_int("batch_size", batch_size),
             "max_tokens": _optional_int("max_tokens", max_tokens),
@@ -135,7 +139,14 @@ class BucketSampler:
             "balance_tolerance": _tolerance(balance_tolerance),
             "mode": _choice("mode", mode, ("padded", "packed")),
             "bucketed": _bool("bucketed", bucketed),
+            # Python-side: long samples become pieces before the Rust planner sees the lengths.
+            "truncate": oversize == "truncate",
         }
+        if self._config["truncate"] and self._config["mode"] != "packed":
+            raise PlanError(
+                "oversize='truncate' splits long samples into max_tokens pieces for packed rows; pass "
+                "mode='packed', or oversize='skip' to leave long samples out"
+            )
         self._rank = rank
         self._check_ranks = _bool("check_ranks", check_ranks)
         self._checked_epoch: int | None = None
@@ -148,12 +159,22 @@ class BucketSampler:
         # The Rust planner keeps the only copy of the lengths; nothing here holds on to the input.
         if is_source(lengths):
             lengths = read_lengths(lengths, column)
-        self._build(_length_chunks(lengths))
+        chunks = _length_chunks(lengths)
+        # oversize="truncate": the planner plans pieces (see `pieces`); None when nothing is split.
+        self._pieces: _Pieces | None = None
+        if self._config["truncate"] and self._config["max_tokens"] is not None:
+            chunks, self._pieces = _split_long(chunks, self._config["max_tokens"])
+        self._build(chunks)
 
     def _build(self, chunks: list[np.ndarray]) -> None:
-        self._planner = _core.Planner(chunks, **self._config)
+        self._planner = _core.Planner(chunks, **self._rust_config())
         self._plan: Plan | None = None
         self._fingerprint_cache: str | None = None
+        self._lengths_cache: np.ndarray | None = None
+
+    def _rust_config(self, **changes: Any) -> dict[str, Any]:
+        """The settings the Rust planner takes."""
+        return {key: value for key, value in {**self._config, **changes}.items() if key != "truncate"}
 
     # -- the plan -------------------------------------------------------------------------------------
 
@@ -209,7 +230,44 @@ class BucketSampler:
 
     @property
     def num_samples(self) -> int:
-        return len(self._planner)
+        """Rows of the dataset (with ``oversize="truncate"``, not counting the extra pieces)."""
+        extra = 0 if self._pieces is None else len(self._pieces.rows)
+        return len(self._planner) - extra
+
+    @property
+    def truncated(self) -> int:
+        """Samples longer than ``max_tokens`` split into pieces (``oversize="truncate"``; else 0)."""
+        return 0 if self._pieces is None else self._pieces.split
+
+    def pieces(self, batch: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The token windows of a batch's entries: ``(rows, starts, lengths)`` as uint32 arrays, entry
+        ``s`` being tokens ``starts[s] : starts[s] + lengths[s]`` of dataset row ``rows[s]``.
+
+        With ``oversize="truncate"`` a sample of ``L > max_tokens`` tokens is planned as ``⌈L / max_tokens⌉``
+        pieces — ``[0, C)``, ``[C, 2C)``, … — each packed like a sample of its own (its own ``cu_seqlens``
+        entry, positions from 0, no attention across pieces). Its first piece keeps the row's index; the
+        others have entries ``num_samples, num_samples + 1, …`` in ``plan.indices`` and in the batches the
+        sampler yields, which is why a batch goes through this method (the :class:`Loader` and
+        :func:`collate_packed` with ``starts``/``lengths`` do it for you). Without pieces, ``rows`` is the
+        batch and every window is a whole sample.
+        """
+        entries = np.asarray(batch, dtype=np.int64)
+        if entries.ndim != 1 or (entries.size and (entries.min() < 0 or entries.max() >= len(self._planner))):
+            raise PlanError(
+                f"batch must be a 1-D array of entries of this sampler's plans (0 ≤ entry < {len(self._planner)})"
+            )
+        if self._lengths_cache is None:
+            self._lengths_cache = np.asarray(self._planner.lengths(), dtype=np.uint32)
+        lengths = self._lengths_cache[entries]
+        n = self.num_samples
+        if self._pieces is None:
+            return entries.astype(np.uint32), np.zeros(len(entries), dtype=np.uint32), lengths
+        later = entries >= n
+        rows = entries.astype(np.uint32)
+        starts = np.zeros(len(entries), dtype=np.uint32)
+        rows[later] = self._pieces.rows[entries[later] - n]
+        starts[later] = self._pieces.starts[entries[later] - n]
+        return rows, starts, lengths
 
     def __len__(self) -> int:
         """Steps (batches) this rank runs in the current epoch."""
@@ -322,7 +380,7 @@ class BucketSampler:
         """Resumes ``epoch`` after ``step`` steps on ``old_world`` ranks: the samples those steps did not
         reach are planned again across this sampler's ranks (same seed and epoch, so every rank computes
         the same plan); later epochs are planned as usual."""
-        old = _core.Planner([self._planner.lengths()], **{**self._config, "world_size": old_world})
+        old = _core.Planner([self._planner.lengths()], **self._rust_config(world_size=old_world))
         old_plan = old.plan(epoch)
         if not 0 <= step <= old_plan.steps:
             raise PlanError(f"step {step} is outside epoch {epoch}, which had {old_plan.steps} steps")
@@ -394,6 +452,35 @@ class BucketSampler:
 
 
 # -- input checking ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pieces:
+    """The pieces past the first of samples longer than the row capacity (``oversize="truncate"``):
+    piece ``k`` is tokens ``starts[k] : starts[k] + C`` (or to the sample's end) of row ``rows[k]``."""
+
+    rows: np.ndarray
+    starts: np.ndarray
+    split: int
+
+
+def _split_long(chunks: list[np.ndarray], capacity: int) -> tuple[list[np.ndarray], _Pieces | None]:
+    """The lengths the planner plans when long samples are split into ``capacity``-token pieces: every
+    row's first piece (``min(L, C)``) in row order, then the later pieces (see ``BucketSampler.pieces``)."""
+    lengths = np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
+    if capacity <= 0 or lengths.size == 0 or lengths.max() <= capacity:
+        return chunks, None  # nothing to split (bad values are the planner's to report)
+    wide = lengths.astype(np.int64)
+    long_rows = np.flatnonzero(wide > capacity)
+    later = (wide[long_rows] + capacity - 1) // capacity - 1  # pieces after the first, per long row
+    rows = np.repeat(long_rows, later)
+    # Piece number k = 1, 2, … within each row: position in `rows` minus where the row's run starts.
+    run_starts = np.repeat(np.cumsum(later) - later, later)
+    starts = (np.arange(len(rows)) - run_starts + 1) * capacity
+    piece_lengths = np.minimum(capacity, wide[rows] - starts)
+    planned = np.concatenate([np.minimum(wide, capacity), piece_lengths])
+    pieces = _Pieces(rows=rows.astype(np.uint32), starts=starts.astype(np.uint32), split=len(long_rows))
+    return [planned], pieces
 
 
 def _length_chunks(lengths: Any) -> list[np.ndarray]:

@@ -54,7 +54,54 @@ pub fn collate_packed<T: OutputToken, I: Copy + Into<i128>>(
     padding: &Padding,
     out: PackedBuffers<'_, T>,
 ) -> Result<Packed> {
-    let located = store.locate_all(indices)?;
+    collate_packed_windows(store, indices, None, capacity, padding, out)
+}
+
+/// Token windows of a packed batch's entries: entry `s` is tokens `starts[s] .. starts[s] +
+/// lengths[s]` of its sample (cut at the sample's end) — the pieces of over-long samples that
+/// `oversize="truncate"` plans separately.
+#[derive(Debug, Clone, Copy)]
+pub struct Windows<'a> {
+    /// First token of each entry within its sample.
+    pub starts: &'a [u32],
+    /// Most tokens of each entry.
+    pub lengths: &'a [u32],
+}
+
+/// [`collate_packed`] where each entry is a window of its sample (`None`: whole samples); every
+/// window must start inside its sample.
+pub fn collate_packed_windows<T: OutputToken, I: Copy + Into<i128>>(
+    store: &TokenStore,
+    indices: &[I],
+    windows: Option<Windows<'_>>,
+    capacity: usize,
+    padding: &Padding,
+    out: PackedBuffers<'_, T>,
+) -> Result<Packed> {
+    let mut located = store.locate_all(indices)?;
+    if let Some(w) = windows {
+        if w.starts.len() != indices.len() || w.lengths.len() != indices.len() {
+            let problem = format!(
+                "{} indices but {} starts and {} lengths",
+                indices.len(),
+                w.starts.len(),
+                w.lengths.len()
+            );
+            return Err(ErrorKind::BadWindow { problem }.into());
+        }
+        for (s, (_, range)) in located.iter_mut().enumerate() {
+            let (start, length) = (w.starts[s] as usize, w.lengths[s] as usize);
+            if start > 0 && start >= range.len() {
+                let problem = format!(
+                    "entry {s} starts at token {start}, past the end of its sample ({} tokens)",
+                    range.len()
+                );
+                return Err(ErrorKind::BadWindow { problem }.into());
+            }
+            let end = (range.start + start + length).min(range.end);
+            *range = range.start + start..end;
+        }
+    }
     let tokens: usize = located.iter().map(|(_, r)| r.len()).sum();
     if tokens > capacity || i32::try_from(capacity).is_err() {
         return Err(ErrorKind::PackedRowTooLong { tokens, capacity }.into());

@@ -59,6 +59,12 @@ pub enum ErrorKind {
         /// The row's capacity.
         capacity: usize,
     },
+    /// A token window (`collate_packed_windows`) starts past its sample's end, or the windows do not
+    /// match the indices one to one.
+    BadWindow {
+        /// What is wrong, in words.
+        problem: String,
+    },
     /// A setting that packed batches cannot honour.
     PackedSetting {
         /// What is wrong, as the rest of a sentence after "mode='packed'".
@@ -220,6 +226,10 @@ impl fmt::Display for Error {
                 f,
                 "the samples hold {tokens} tokens, more than the packed row's capacity {capacity}; \
                  pass the capacity of the plan (its max_tokens) or plan with mode='packed'"
+            ),
+            K::BadWindow { problem } => write!(
+                f,
+                "{problem}; pass the starts and lengths that sampler.pieces(batch) returns for the batch"
             ),
             K::PackedSetting { problem } => write!(f, "mode='packed' {problem}"),
             K::TooFewEdges { count } => write!(

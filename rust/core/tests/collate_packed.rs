@@ -12,7 +12,9 @@ mod common;
 
 use common::{batch, tokens_column, write_ipc};
 use dflash_batch_core::collate::Padding;
-use dflash_batch_core::collate_packed::{collate_packed, Packed, PackedBuffers};
+use dflash_batch_core::collate_packed::{
+    collate_packed, collate_packed_windows, Packed, PackedBuffers, Windows,
+};
 use dflash_batch_core::{ErrorKind, TokenStore};
 use proptest::prelude::*;
 
@@ -63,6 +65,91 @@ fn exact_small_row() {
             tokens: 6,
             max_seqlen: 3
         }
+    );
+}
+
+/// Pieces of long samples (`oversize="truncate"`): windows of their tokens, each its own sequence.
+#[test]
+fn windows_take_pieces_of_samples() {
+    let store = store_of(&[vec![1, 2, 3, 4, 5, 6, 7], vec![8, 9]]);
+    let (mut ids, mut labels, mut positions, mut seq) =
+        (vec![0i64; 8], vec![0; 8], vec![0; 8], vec![0; 8]);
+    let mut cu = vec![0; 4];
+    let out = PackedBuffers {
+        input_ids: &mut ids,
+        labels: &mut labels,
+        position_ids: &mut positions,
+        cu_seqlens: &mut cu,
+        seq_idx: Some(&mut seq),
+    };
+    // Tokens 3.. of row 0 (cut at its end: 3 of the 4 asked), all of row 1, tokens 0..2 of row 0.
+    let windows = Windows {
+        starts: &[4, 0, 0],
+        lengths: &[4, 2, 2],
+    };
+    let got = collate_packed_windows(
+        &store,
+        &[0i64, 1, 0],
+        Some(windows),
+        8,
+        &Padding::default(),
+        out,
+    )
+    .unwrap();
+    assert_eq!(ids, [5, 6, 7, 8, 9, 1, 2, 0]);
+    assert_eq!(labels, [-100, 6, 7, -100, 9, -100, 2, -100]);
+    assert_eq!(positions, [0, 1, 2, 0, 1, 0, 1, 0]);
+    assert_eq!(seq, [0, 0, 0, 1, 1, 2, 2, -1]);
+    assert_eq!(cu, [0, 3, 5, 7]);
+    assert_eq!(
+        got,
+        Packed {
+            samples: 3,
+            tokens: 7,
+            max_seqlen: 3
+        }
+    );
+}
+
+#[test]
+fn windows_must_start_inside_their_sample_and_match_the_indices() {
+    let store = store_of(&[vec![1, 2, 3], vec![8, 9]]);
+    let run = |starts: &[u32], lengths: &[u32]| {
+        let (mut ids, mut labels, mut positions) = (vec![0i64; 8], vec![0; 8], vec![0; 8]);
+        let mut cu = vec![0; 3];
+        let out = PackedBuffers {
+            input_ids: &mut ids,
+            labels: &mut labels,
+            position_ids: &mut positions,
+            cu_seqlens: &mut cu,
+            seq_idx: None,
+        };
+        let windows = Windows { starts, lengths };
+        collate_packed_windows(
+            &store,
+            &[0i64, 1],
+            Some(windows),
+            8,
+            &Padding::default(),
+            out,
+        )
+    };
+    let e = run(&[0, 2], &[1, 1]).unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::BadWindow { .. })
+            && e.to_string()
+                .starts_with("entry 1 starts at token 2, past the end of its sample (2 tokens)"),
+        "{e}"
+    );
+    let e = run(&[0], &[1, 1]).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("2 indices but 1 starts and 2 lengths"),
+        "{e}"
+    );
+    assert!(
+        run(&[2, 1], &[9, 9]).is_ok(),
+        "a window may run past the end: it is cut there"
     );
 }
 

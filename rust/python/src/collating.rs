@@ -2,9 +2,11 @@
 //! `collate_new` (new arrays owned by Rust).
 
 use dflash_batch_core::collate::{collate_padded, Buffers, OutputToken, Padding};
-use dflash_batch_core::collate_packed::{collate_packed, Packed, PackedBuffers};
+use dflash_batch_core::collate_packed::{collate_packed_windows, Packed, PackedBuffers, Windows};
 use dflash_batch_core::error::Result as CoreResult;
-use numpy::{Element, PyArray1, PyArrayDyn, PyReadwriteArrayDyn, PyUntypedArrayMethods};
+use numpy::{
+    Element, PyArray1, PyArrayDyn, PyReadonlyArray1, PyReadwriteArrayDyn, PyUntypedArrayMethods,
+};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -251,8 +253,12 @@ fn shape_any(
 /// int32 array whose rows become `input_ids`, `labels`, `position_ids`, `seq_idx` — and its
 /// `cu_seqlens` into the int32 array `cu_seqlens` (at least `samples + 1` long); returns
 /// `(samples, real tokens, max_seqlen)`. Runs without the GIL.
+///
+/// `starts` and `lengths` (uint32, one per index, or both `None`) make entry `s` the token window
+/// `starts[s] .. starts[s] + lengths[s]` of its sample: the pieces of `oversize="truncate"`.
 #[pyfunction]
-#[pyo3(signature = (store, indices, slot, cu_seqlens, pad_id, label_pad_id))]
+#[pyo3(signature = (store, indices, slot, cu_seqlens, pad_id, label_pad_id, starts=None, lengths=None))]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn collate_packed_slot(
     py: Python<'_>,
     store: &TokenStore,
@@ -261,7 +267,25 @@ pub(crate) fn collate_packed_slot(
     cu_seqlens: &Bound<'_, PyAny>,
     pad_id: i64,
     label_pad_id: i64,
+    starts: Option<PyReadonlyArray1<'_, u32>>,
+    lengths: Option<PyReadonlyArray1<'_, u32>>,
 ) -> PyResult<(usize, usize, usize)> {
+    let windows = match (&starts, &lengths) {
+        (Some(s), Some(l)) => Some(Windows {
+            starts: s
+                .as_slice()
+                .map_err(|_| PyValueError::new_err("starts must be contiguous"))?,
+            lengths: l
+                .as_slice()
+                .map_err(|_| PyValueError::new_err("lengths must be contiguous"))?,
+        }),
+        (None, None) => None,
+        _ => {
+            return Err(PyValueError::new_err(
+                "pass both starts and lengths (sampler.pieces(batch)), or neither",
+            ))
+        }
+    };
     let padding = Padding {
         pad_id,
         label_pad_id,
@@ -273,10 +297,10 @@ pub(crate) fn collate_packed_slot(
     let cu = cu
         .as_slice_mut()
         .map_err(|_| PyValueError::new_err("cu_seqlens must be contiguous"))?;
-    if let Some(got) = packed_slot_typed::<i64>(py, store, indices, slot, cu, &padding)? {
+    if let Some(got) = packed_slot_typed::<i64>(py, store, indices, windows, slot, cu, &padding)? {
         return got.map_err(to_py);
     }
-    if let Some(got) = packed_slot_typed::<i32>(py, store, indices, slot, cu, &padding)? {
+    if let Some(got) = packed_slot_typed::<i32>(py, store, indices, windows, slot, cu, &padding)? {
         return got.map_err(to_py);
     }
     Err(PyTypeError::new_err(
@@ -288,6 +312,7 @@ fn packed_slot_typed<T: OutputToken + Element>(
     py: Python<'_>,
     store: &TokenStore,
     indices: &Bound<'_, PyAny>,
+    windows: Option<Windows<'_>>,
     slot: &Bound<'_, PyAny>,
     cu_seqlens: &mut [i32],
     padding: &Padding,
@@ -304,7 +329,7 @@ fn packed_slot_typed<T: OutputToken + Element>(
         cu_seqlens,
         seq_idx: Some(seq_idx),
     };
-    let got = packed_any(py, store, indices, capacity, padding, out)?;
+    let got = packed_any(py, store, indices, windows, capacity, padding, out)?;
     Ok(Some(got.map(|p| (p.samples, p.tokens, p.max_seqlen))))
 }
 
@@ -314,11 +339,12 @@ fn packed_any<T: OutputToken>(
     py: Python<'_>,
     store: &TokenStore,
     indices: &Bound<'_, PyAny>,
+    windows: Option<Windows<'_>>,
     capacity: usize,
     padding: &Padding,
     out: PackedBuffers<'_, T>,
 ) -> PyResult<CoreResult<Packed>> {
     with_index_slice!(indices, rows => py.detach(|| {
-        collate_packed(&store.store, rows, capacity, padding, out)
+        collate_packed_windows(&store.store, rows, windows, capacity, padding, out)
     }))
 }
