@@ -31,6 +31,17 @@ fn packed(
     indices: &[i64],
     capacity: usize,
 ) -> dflash_batch_core::Result<(Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>, Vec<i32>, Packed)> {
+    packed_windows(store, indices, None, capacity)
+}
+
+/// [`packed`] with token windows.
+#[allow(clippy::type_complexity)]
+fn packed_windows(
+    store: &TokenStore,
+    indices: &[i64],
+    windows: Option<Windows<'_>>,
+    capacity: usize,
+) -> dflash_batch_core::Result<(Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>, Vec<i32>, Packed)> {
     let (mut ids, mut labels, mut positions, mut seq) = (
         vec![7; capacity],
         vec![7; capacity],
@@ -45,7 +56,7 @@ fn packed(
         cu_seqlens: &mut cu,
         seq_idx: Some(&mut seq),
     };
-    let got = collate_packed(store, indices, capacity, &Padding::default(), out)?;
+    let got = collate_packed_windows(store, indices, windows, capacity, &Padding::default(), out)?;
     Ok((ids, labels, positions, seq, cu, got))
 }
 
@@ -72,30 +83,13 @@ fn exact_small_row() {
 #[test]
 fn windows_take_pieces_of_samples() {
     let store = store_of(&[vec![1, 2, 3, 4, 5, 6, 7], vec![8, 9]]);
-    let (mut ids, mut labels, mut positions, mut seq) =
-        (vec![0i64; 8], vec![0; 8], vec![0; 8], vec![0; 8]);
-    let mut cu = vec![0; 4];
-    let out = PackedBuffers {
-        input_ids: &mut ids,
-        labels: &mut labels,
-        position_ids: &mut positions,
-        cu_seqlens: &mut cu,
-        seq_idx: Some(&mut seq),
-    };
     // Tokens 3.. of row 0 (cut at its end: 3 of the 4 asked), all of row 1, tokens 0..2 of row 0.
     let windows = Windows {
         starts: &[4, 0, 0],
         lengths: &[4, 2, 2],
     };
-    let got = collate_packed_windows(
-        &store,
-        &[0i64, 1, 0],
-        Some(windows),
-        8,
-        &Padding::default(),
-        out,
-    )
-    .unwrap();
+    let (ids, labels, positions, seq, cu, got) =
+        packed_windows(&store, &[0, 1, 0], Some(windows), 8).unwrap();
     assert_eq!(ids, [5, 6, 7, 8, 9, 1, 2, 0]);
     assert_eq!(labels, [-100, 6, 7, -100, 9, -100, 2, -100]);
     assert_eq!(positions, [0, 1, 2, 0, 1, 0, 1, 0]);
@@ -115,24 +109,7 @@ fn windows_take_pieces_of_samples() {
 fn windows_must_start_inside_their_sample_and_match_the_indices() {
     let store = store_of(&[vec![1, 2, 3], vec![8, 9]]);
     let run = |starts: &[u32], lengths: &[u32]| {
-        let (mut ids, mut labels, mut positions) = (vec![0i64; 8], vec![0; 8], vec![0; 8]);
-        let mut cu = vec![0; 3];
-        let out = PackedBuffers {
-            input_ids: &mut ids,
-            labels: &mut labels,
-            position_ids: &mut positions,
-            cu_seqlens: &mut cu,
-            seq_idx: None,
-        };
-        let windows = Windows { starts, lengths };
-        collate_packed_windows(
-            &store,
-            &[0i64, 1],
-            Some(windows),
-            8,
-            &Padding::default(),
-            out,
-        )
+        packed_windows(&store, &[0, 1], Some(Windows { starts, lengths }), 8)
     };
     let e = run(&[0, 2], &[1, 1]).unwrap_err();
     assert!(
