@@ -185,6 +185,8 @@ impl Batches {
 
 /// What ordering and balance need of a group's batches, derived in bulk from [`Batches`].
 struct Derived {
+    /// Rows.
+    rows: Vec<u32>,
     /// Mean row length (`stratify.rs` ranks batches by it).
     mean: Vec<u32>,
     /// Padded tokens.
@@ -195,13 +197,13 @@ struct Derived {
 
 impl Derived {
     fn new(batches: &Batches, config: &Config) -> Self {
-        let rows = || {
-            batches
-                .starts
-                .iter()
-                .zip(&batches.ends)
-                .map(|(&s, &e)| u64::from(e - s))
-        };
+        let counts: Vec<u32> = batches
+            .starts
+            .iter()
+            .zip(&batches.ends)
+            .map(|(&s, &e)| e - s)
+            .collect();
+        let rows = || counts.iter().map(|&r| u64::from(r));
         let mean = rows()
             .zip(&batches.tokens)
             // The mean is at most the longest length, a u32.
@@ -225,7 +227,12 @@ impl Derived {
                 .map(|(r, &l)| config.batch_cost(r, l) as f32)
                 .collect()
         };
-        Self { mean, padded, cost }
+        Self {
+            rows: counts,
+            mean,
+            padded,
+            cost,
+        }
     }
 }
 
@@ -373,31 +380,28 @@ impl<L: Length> Former<'_, L> {
             let mut rng = Pcg64::new(config.seed, epoch, stream(Unit::Group(group)));
             match_windows(&mut sequence[..main], &derived.cost, config, &mut rng);
         }
-        let mut formed = Formed::new(true);
-        formed.offsets.reserve(m);
-        formed.cost.reserve(m);
         // Where each batch goes; then the rows move in formation order, reading the buffer front to
         // back and writing at random, which does not stall as random reads would (measured).
         let mut dest = vec![0u32; m];
-        let mut at = 0;
+        let mut offsets = Vec::with_capacity(m + 1);
+        offsets.push(0u32);
+        let mut at = 0u32;
         for &id in &sequence {
-            let id = id as usize;
-            // A group's rows fit in u32 (the plan's do).
-            #[allow(clippy::cast_possible_truncation)]
-            {
-                dest[id] = at as u32;
-            }
-            at += (batches.ends[id] - batches.starts[id]) as usize;
-            formed.record(at, derived.padded[id], 0, || derived.cost[id]);
+            dest[id as usize] = at;
+            at += derived.rows[id as usize];
+            offsets.push(at);
         }
+        let cost = sequence
+            .iter()
+            .map(|&id| derived.cost[id as usize])
+            .collect();
+        let formed = Formed::placed(offsets, cost, derived.padded.iter().sum(), main);
         for ((&s, &e), &d) in batches.starts.iter().zip(&batches.ends).zip(&dest) {
             let (s, e, d) = (s as usize, e as usize, d as usize);
             for (slot, &pair) in out[d..d + e - s].iter_mut().zip(&shuffled[s..e]) {
                 *slot = row_of(pair);
             }
         }
-        formed.main = main;
-        formed.mean = Vec::new();
         formed
     }
 

@@ -149,6 +149,26 @@ impl Formed {
 }
 
 impl Formed {
+    /// Batches placed by `by_bucket.rs`: ends `offsets` (from 0), one cost each, `main` of them
+    /// staying in place.
+    pub(crate) fn placed(
+        offsets: Vec<u32>,
+        cost: Vec<f32>,
+        padded_tokens: u64,
+        main: usize,
+    ) -> Self {
+        Self {
+            written: offsets.last().map_or(0, |&o| o as usize),
+            offsets,
+            padded_tokens,
+            mean: Vec::new(),
+            cost,
+            main,
+            ranked: true,
+            leftover: Vec::new(),
+        }
+    }
+
     /// An empty stream; `ranked`: record each batch's mean length and cost, which only ordering and
     /// rank balance use (skipped past `ARRANGE_MAX_SAMPLES`: at 100M samples the two arrays would add
     /// ~120 MB to the plan's peak, measured).
