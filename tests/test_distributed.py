@@ -52,6 +52,9 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str, bad_seed_rank: 
             result["error"] = str(e)
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
     finally:
+        # Every rank's last collective has completed on every rank before any tears the group down:
+        # a rank that destroyed it while a peer's send was in flight aborted in gloo (seen once in CI).
+        dist.barrier()
         dist.destroy_process_group()
 
 
