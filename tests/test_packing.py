@@ -283,6 +283,19 @@ def test_truncate_keeps_every_token_once_within_capacity(lengths, capacity, worl
     assert sampler.truncated == int((lengths > capacity).sum())
 
 
+def test_iterating_a_truncating_sampler_warns_that_entries_are_pieces():
+    sampler = db.BucketSampler([5, 70, 9], max_tokens=64, mode="packed", oversize="truncate")
+    with pytest.warns(UserWarning, match=r"split 1 long sample\(s\) into pieces: batch entries ≥ 3"):
+        entries = sorted(i for batch in sampler for i in batch.tolist())
+    assert entries == [0, 1, 2, 3]
+    # Nothing split: nothing to say.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        list(db.BucketSampler([5, 9], max_tokens=64, mode="packed", oversize="truncate"))
+
+
 def test_truncate_settings_and_pieces_are_checked():
     with pytest.raises(db.PlanError, match=r"oversize='truncate' splits long samples .* pass mode='packed'"):
         db.BucketSampler([5, 70], max_tokens=64, oversize="truncate")

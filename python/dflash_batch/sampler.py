@@ -13,6 +13,7 @@ import dataclasses
 import operator
 import os
 import sys
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -277,8 +278,17 @@ class BucketSampler:
         """This rank's batches of the current epoch as read-only uint32 index arrays.
 
         A batch counts as consumed once it is handed out; after ``load_state_dict`` the next iteration
-        resumes at the first step not consumed.
+        resumes at the first step not consumed. With ``oversize="truncate"`` and samples split, entries
+        from ``num_samples`` on are pieces, not dataset rows: a warning says so (map a batch with
+        :meth:`pieces`, or let the :class:`Loader` do it).
         """
+        if self.truncated:
+            warnings.warn(
+                f"this sampler split {self.truncated} long sample(s) into pieces: batch entries ≥ "
+                f"{self.num_samples} are pieces, not dataset rows; map a batch with sampler.pieces(batch) "
+                "(rows, token starts, lengths) or iterate a dflash_batch.Loader, which does it",
+                stacklevel=2,
+            )
         plan, start = self._begin()
         world, rank = self.world_size, self._rank
         for step in range(start, plan.steps):
