@@ -15,7 +15,7 @@
 //!
 //! Shuffled *padded* epochs of up to [`ARRANGE_MAX_SAMPLES`] samples do not stream: `by_bucket.rs`
 //! forms them with a third of the work (6.4 against 16.5 ms an epoch on the seed workload, 2
-//! threads, measured), at two more `u32` a sample. The stream stays for larger epochs, where that
+//! threads, measured), at 16 more bytes a sample. The stream stays for larger epochs, where that
 //! memory matters, and for packed ones.
 
 use crate::balance::{match_windows, stream, Unit};
