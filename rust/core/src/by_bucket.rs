@@ -21,7 +21,7 @@
 //! bucket, keeps an open batch per bucket and copies each closed batch back, then moves every row
 //! once more to order the group: ~206 instructions a sample on the seed workload (callgrind). Here
 //! there is one Fisher–Yates per sample, a sequential cut with no per-batch copy, and one move into
-//! place: ~133 (6 buckets, one thread). Large epochs keep the stream: this path holds 16 more bytes
+//! place: ~139 (6 buckets, one thread). Large epochs keep the stream: this path holds 16 more bytes
 //! a sample (the grouping and the epoch buffer, a row and a length each), which past 16.7M samples
 //! would break the 1 GB budget at 100M.
 
