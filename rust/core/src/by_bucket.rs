@@ -123,6 +123,41 @@ impl ByBucket {
     }
 }
 
+/// Writes `batches` (in the epoch buffer `shuffled`) into `out` in `sequence` order, the first
+/// `main` of them staying in place: where each batch goes is computed first, then the rows move in
+/// formation order, reading the buffer front to back and writing at random, which does not stall as
+/// random reads would (measured).
+fn place(
+    batches: &Batches,
+    derived: &Derived,
+    sequence: &[u32],
+    shuffled: &[u64],
+    out: &mut [u32],
+    main: usize,
+) -> Formed {
+    let mut dest = vec![0u32; batches.len()];
+    let mut offsets = Vec::with_capacity(sequence.len() + 1);
+    offsets.push(0u32);
+    let mut at = 0u32;
+    for &id in sequence {
+        dest[id as usize] = at;
+        at += derived.rows[id as usize];
+        offsets.push(at);
+    }
+    let cost = sequence
+        .iter()
+        .map(|&id| derived.cost[id as usize])
+        .collect();
+    let formed = Formed::placed(offsets, cost, derived.padded.iter().sum(), main);
+    for ((&s, &e), &d) in batches.starts.iter().zip(&batches.ends).zip(&dest) {
+        let (s, e, d) = (s as usize, e as usize, d as usize);
+        for (slot, &pair) in out[d..d + e - s].iter_mut().zip(&shuffled[s..e]) {
+            *slot = row_of(pair);
+        }
+    }
+    formed
+}
+
 /// Batches after shuffling and cutting, as the cut records them: batch `j` spans
 /// `start(j)..ends[j]` of the epoch buffer. One bucket's (consecutive batches share bounds), or a
 /// group's, gathered from its buckets. The cut records only what it must, three numbers a batch;
@@ -382,29 +417,7 @@ impl<L: Length> Former<'_, L> {
             let mut rng = Pcg64::new(config.seed, epoch, stream(Unit::Group(group)));
             match_windows(&mut sequence[..main], &derived.cost, config, &mut rng);
         }
-        // Where each batch goes; then the rows move in formation order, reading the buffer front to
-        // back and writing at random, which does not stall as random reads would (measured).
-        let mut dest = vec![0u32; m];
-        let mut offsets = Vec::with_capacity(m + 1);
-        offsets.push(0u32);
-        let mut at = 0u32;
-        for &id in &sequence {
-            dest[id as usize] = at;
-            at += derived.rows[id as usize];
-            offsets.push(at);
-        }
-        let cost = sequence
-            .iter()
-            .map(|&id| derived.cost[id as usize])
-            .collect();
-        let formed = Formed::placed(offsets, cost, derived.padded.iter().sum(), main);
-        for ((&s, &e), &d) in batches.starts.iter().zip(&batches.ends).zip(&dest) {
-            let (s, e, d) = (s as usize, e as usize, d as usize);
-            for (slot, &pair) in out[d..d + e - s].iter_mut().zip(&shuffled[s..e]) {
-                *slot = row_of(pair);
-            }
-        }
-        formed
+        place(batches, &derived, &sequence, shuffled, out, main)
     }
 
     /// The buckets' partial batches, in a seeded order, written into `out`: all of them go to the
@@ -428,19 +441,10 @@ impl<L: Length> Former<'_, L> {
             batches.extend(&cuts[b], cuts[b].complete..cuts[b].len());
         }
         let derived = Derived::new(&batches, self.config);
-        let mut formed = Formed::new(true);
-        let mut at = 0;
-        for (j, (&s, &e)) in batches.starts.iter().zip(&batches.ends).enumerate() {
-            let (s, e) = (s as usize, e as usize);
-            for (slot, &pair) in out[at..at + e - s].iter_mut().zip(&shuffled[s..e]) {
-                *slot = row_of(pair);
-            }
-            at += e - s;
-            formed.record(at, derived.padded[j], 0, || derived.cost[j]);
-        }
-        formed.main = 0;
-        formed.mean = Vec::new();
-        formed
+        // Batch numbers fit in u32 (at most one per bucket).
+        #[allow(clippy::cast_possible_truncation)]
+        let in_order: Vec<u32> = (0..batches.len() as u32).collect();
+        place(&batches, &derived, &in_order, shuffled, out, 0)
     }
 }
 
