@@ -3,13 +3,15 @@
 //!
 //! A stream of samples in the epoch's random order is packed **best-fit over a bounded window**:
 //! each sample goes into the open row (of at most [`WINDOW`], per length bucket when `bucketed`)
-//! whose free room fits it most tightly (to within a room class); when none has room, a new row
-//! opens, and when the window is full the fullest open row is closed to make room. A row with no room for even the shortest sample closes at once. Which samples share a row
+//! whose free room fits it most tightly (to within a room class of 4 tokens at C = 16,384); when
+//! none has room, a new row opens, and when the window is full the fullest open row is closed to
+//! make room. A row with no room for even the shortest sample closes at once. Which samples share a row
 //! is therefore random every epoch — no sorting by decreasing length, which would make rows (and
 //! consecutive batches) correlate with length — while the window keeps rows nearly full: on the seed
 //! workload (C = 16,384) 0.9938 of every row is real tokens, against 0.9932 for a Python first-fit
 //! over 64 rows (`benchmarks/packing.py`). First-fit by scanning the window cost ~300 instructions a
-//! sample, search trees over the slots ~280; room classes with linked lists ~130 (measured).
+//! sample, search trees over the slots ~280, room classes with doubly linked lists ~170; stacks of
+//! byte-sized slots per class, inlined into the stream, ~125 with the stream's own work (callgrind).
 //! Closed rows are written back into the stream's own buffer behind the read cursor (every row
 //! written was read already), as `form.rs` does for padded batches, so packing needs no extra
 //! epoch-sized memory. The rows are then ordered and rank-balanced like padded batches (by mean
@@ -24,11 +26,19 @@ use crate::lengths::Length;
 use crate::rng::{shuffle, Pcg64, Stream};
 use crate::rules::Rules;
 
-/// Open rows per bucket. Rows are indexed by their free room, so a placement costs the same for
-/// any window (tens of instructions); the window only trades fill for the rows left open at the
+/// Open rows per bucket (one less than a byte's values: see [`Slot`]). Rows are indexed by their
+/// free room, so a placement costs the same for any window (tens of instructions); the window only
+/// trades fill for the rows left open at the
 /// end of the epoch. Rows left open when a forming group ends are packed again together at the end
 /// of the epoch (`leftovers`), so 16 groups do not leave 16 windows of half-full rows.
-pub(crate) const WINDOW: usize = 256;
+pub(crate) const WINDOW: usize = 255;
+
+/// A slot of the window. Slots are bytes and the per-slot arrays have 256 entries, so indexing
+/// them needs no bounds check; 255 is no slot.
+type Slot = u8;
+
+/// Entries of the per-slot arrays: every slot, and `NONE`.
+const SLOTS: usize = 256;
 
 /// One open row.
 #[derive(Debug, Default)]
@@ -38,74 +48,82 @@ struct Row {
     squares: f64,
 }
 
-/// Room classes: a row with `room` free tokens is in class `room >> shift`, at most this many.
-const CLASSES: usize = 1024;
+/// Room classes: a row with `room` free tokens is in class `room >> shift`, at most this many (for
+/// rows of up to 16,384 tokens, classes of 4 tokens). A class of 2^shift tokens keeps the bitmap at
+/// two levels; its price is that a sample takes a row of the lowest class whose *every* row fits,
+/// so it may pass over a row of its own class with up to 2^shift − 1 tokens less room.
+const CLASSES: usize = 4096;
 
-/// Rows of the sample's own class looked at for the tightest fit before taking one of the next
-/// class: nearly full rows crowd the low classes, and walking all of them cost more than the rest
-/// of a placement (measured).
-const OWN_CLASS_LOOK: usize = 8;
+/// Words of the class bitmap.
+const WORDS: usize = CLASSES / 64;
 
 // `Window::summary` has a bit per word of the class bitmap.
-const _: () = assert!(CLASSES / 64 <= 64);
+const _: () = assert!(WORDS <= 64);
 
-/// No slot (end of a class list, or a free slot's class).
-const NONE: u16 = u16::MAX;
+/// No slot (end of a class's stack, or an empty class).
+const NONE: Slot = Slot::MAX;
 
-/// A bucket's open rows in fixed slots, indexed by free room: each class is a doubly linked list of
-/// the slots whose room is in `[c << shift, (c + 1) << shift)` (fixed arrays, no allocation per
-/// sample), and a bitmap marks the classes that hold any.
+/// The class of a slot in no stack.
+const NO_CLASS: u16 = u16::MAX;
+
+// Every slot is below `NONE`; classes fit u16.
+const _: () = assert!(WINDOW == NONE as usize && CLASSES < NO_CLASS as usize);
+
+/// A bucket's open rows in fixed slots, indexed by free room: each class is a stack of the slots
+/// whose room is in `[c << shift, (c + 1) << shift)` (a singly linked list in fixed arrays, no
+/// allocation per sample), and a bitmap marks the classes that hold any.
+///
+/// A row only ever leaves its class from the top of the stack — the best fit and the fullest row
+/// are both the top of a class — so no list needs unlinking from the middle. Doubly linked lists
+/// with a walk of the own class cost about 170 instructions a placement, stacks about 125 (callgrind,
+/// seed workload; utilization 0.9938 either way).
 struct Window {
-    rows: Vec<Row>,
-    room: [u32; WINDOW],
-    head: [u16; CLASSES],
-    next: [u16; WINDOW],
-    prev: [u16; WINDOW],
-    /// The class of each open slot; `NONE` for a free slot.
-    class_of: [u16; WINDOW],
-    nonempty: [u64; CLASSES / 64],
+    rows: [Row; SLOTS],
+    head: [Slot; CLASSES],
+    next: [Slot; SLOTS],
+    /// The class of each slot in a stack; `NO_CLASS` for a free slot (or the one being filled).
+    class_of: [u16; SLOTS],
+    nonempty: [u64; WORDS],
     /// Bit `w` set when word `w` of `nonempty` is: finding the next class takes two bit scans, where
     /// walking the words was a quarter of a placement (measured).
     summary: u64,
-    free: Vec<u16>,
+    free: Vec<Slot>,
     shift: u32,
+    /// `(1 << shift) - 1`: a length rounded up by it to a class fits every row of that class.
+    round: u32,
 }
 
 impl Window {
     fn new(capacity: u32) -> Self {
-        // The smallest shift that maps every room up to `capacity` below CLASSES.
+        // The smallest shift that maps every room (below `capacity`: a row is indexed after it
+        // takes a sample) below CLASSES.
         let shift = (0..32)
-            .find(|&s| ((capacity >> s) as usize) < CLASSES)
+            .find(|&s| ((capacity.saturating_sub(1) >> s) as usize) < CLASSES)
             .unwrap_or(31);
         Self {
-            rows: (0..WINDOW).map(|_| Row::default()).collect(),
-            room: [0; WINDOW],
+            rows: std::array::from_fn(|_| Row::default()),
             head: [NONE; CLASSES],
-            next: [NONE; WINDOW],
-            prev: [NONE; WINDOW],
-            class_of: [NONE; WINDOW],
-            nonempty: [0; CLASSES / 64],
+            next: [NONE; SLOTS],
+            class_of: [NO_CLASS; SLOTS],
+            nonempty: [0; WORDS],
             summary: 0,
-            // Slots fit in u16 (WINDOW < 65535); the lowest is taken first.
-            #[allow(clippy::cast_possible_truncation)]
-            free: (0..WINDOW as u16).rev().collect(),
+            // The lowest slot is taken first.
+            free: (0..NONE).rev().collect(),
             shift,
+            round: (1 << shift) - 1,
         }
     }
 
-    fn class(&self, room: u32) -> usize {
-        (room >> self.shift) as usize
-    }
-
     /// The first nonempty class at or above `from`.
+    #[inline]
     fn next_class(&self, from: usize) -> Option<usize> {
         let word = from / 64;
         let bits = self.nonempty.get(word)? & (u64::MAX << (from % 64));
         if bits != 0 {
             return Some(word * 64 + bits.trailing_zeros() as usize);
         }
-        // Words above `word` that hold a class (`word + 1` ≤ 16 < 64, so the shift is in range).
-        let later = self.summary & (u64::MAX << (word + 1));
+        // Words above `word` that hold a class (`word` < WORDS ≤ 64, so both shifts are in range).
+        let later = self.summary & ((u64::MAX << word) << 1);
         if later == 0 {
             return None;
         }
@@ -113,83 +131,58 @@ impl Window {
         Some(word * 64 + self.nonempty[word].trailing_zeros() as usize)
     }
 
-    /// Best fit (to within a class): the tightest fitting row of the class of `length` itself, else
-    /// a row of the lowest class above it (which surely fits).
+    /// The best fit to within a class: the class of the rows with the least room of those whose
+    /// every row fits `length` (`length` rounded up to a class).
+    #[inline]
     fn best_fit(&self, length: u32) -> Option<usize> {
-        let own = self.class(length);
-        let mut best: Option<usize> = None;
-        let mut at = self.head.get(own).copied().unwrap_or(NONE);
-        for _ in 0..OWN_CLASS_LOOK {
-            if at == NONE {
-                break;
-            }
-            let slot = usize::from(at);
-            let room = self.room[slot];
-            if room >= length && best.is_none_or(|b| room < self.room[b]) {
-                best = Some(slot);
-            }
-            at = self.next[slot];
-        }
-        best.or_else(|| {
-            let c = self.next_class(own + 1)?;
-            Some(usize::from(self.head[c]))
-        })
+        self.next_class(((length + self.round) >> self.shift) as usize)
     }
 
-    /// An open row with the least room (the head of the lowest nonempty class).
+    /// The class of the open rows with the least room.
     fn fullest(&self) -> Option<usize> {
-        let c = self.next_class(0)?;
-        Some(usize::from(self.head[c]))
+        self.next_class(0)
     }
 
     /// Whether `slot` holds an open row.
     fn is_open(&self, slot: usize) -> bool {
-        self.class_of[slot] != NONE
+        self.class_of[slot] != NO_CLASS
     }
 
-    /// Removes `slot` from its class.
-    fn unindex(&mut self, slot: usize) {
-        let class = self.class_of[slot];
-        if class == NONE {
-            return;
-        }
-        let c = usize::from(class);
-        let (before, after) = (self.prev[slot], self.next[slot]);
-        if before == NONE {
-            self.head[c] = after;
-        } else {
-            self.next[usize::from(before)] = after;
-        }
-        if after != NONE {
-            self.prev[usize::from(after)] = before;
-        }
-        if self.head[c] == NONE {
-            self.nonempty[c / 64] &= !(1 << (c % 64));
-            if self.nonempty[c / 64] == 0 {
-                self.summary &= !(1 << (c / 64));
+    /// Takes the top slot of the nonempty class `class` off its stack.
+    #[inline]
+    fn pop(&mut self, class: usize) -> Slot {
+        // Classes are below CLASSES (a power of two): the mask only spares the bounds checks.
+        let class = class & (CLASSES - 1);
+        let slot = self.head[class];
+        let rest = self.next[usize::from(slot)];
+        self.head[class] = rest;
+        if rest == NONE {
+            let word = class / 64;
+            self.nonempty[word] &= !(1 << (class % 64));
+            if self.nonempty[word] == 0 {
+                self.summary &= !(1 << word);
             }
         }
-        self.class_of[slot] = NONE;
+        self.class_of[usize::from(slot)] = NO_CLASS;
+        slot
     }
 
-    /// Indexes `slot` with `room` free tokens (at the head of its class).
-    fn index(&mut self, slot: usize, room: u32) {
-        self.room[slot] = room;
-        let c = self.class(room);
-        let first = self.head[c];
-        // Slots and classes fit in u16 (WINDOW, CLASSES < 65535).
+    /// Puts `slot`, with `room` free tokens, on top of its class's stack.
+    #[inline]
+    fn push(&mut self, slot: Slot, room: u32) {
+        // Rooms are below the capacity, so classes below CLASSES: the mask only spares the
+        // bounds checks.
+        let class = (room >> self.shift) as usize & (CLASSES - 1);
+        self.next[usize::from(slot)] = self.head[class];
+        self.head[class] = slot;
+        // Classes fit u16 (asserted).
         #[allow(clippy::cast_possible_truncation)]
         {
-            self.next[slot] = first;
-            self.prev[slot] = NONE;
-            if first != NONE {
-                self.prev[usize::from(first)] = slot as u16;
-            }
-            self.head[c] = slot as u16;
-            self.class_of[slot] = c as u16;
+            self.class_of[usize::from(slot)] = class as u16;
         }
-        self.nonempty[c / 64] |= 1 << (c % 64);
-        self.summary |= 1 << (c / 64);
+        let word = class / 64;
+        self.nonempty[word] |= 1 << (class % 64);
+        self.summary |= 1 << word;
     }
 }
 
@@ -200,7 +193,9 @@ pub(crate) struct Packer<'a> {
     capacity: u32,
     /// The shortest admitted length: a row with less room than this is full.
     shortest: u32,
-    open: Vec<Option<Window>>,
+    /// Each bucket's window, made when its first sample comes (boxed: a window is ~20 KB, and
+    /// making one inline put a stack probe of that size into every placement).
+    open: Vec<Option<Box<Window>>>,
 }
 
 impl<'a> Packer<'a> {
@@ -250,51 +245,17 @@ impl<'a> Packer<'a> {
                         None => continue,
                     }
                 };
-                self.place(order, formed, bucket, sample, length);
+                let fit = (self.config, self.capacity, self.shortest);
+                place(fit, self.window(bucket), order, formed, sample, length);
             }
         }
     }
 
-    /// Best fit in `bucket`'s window; else a new row in a free slot; else the fullest row closes
-    /// and a new one takes its slot.
-    fn place(
-        &mut self,
-        order: &mut [u32],
-        formed: &mut Formed,
-        bucket: usize,
-        sample: u32,
-        length: u32,
-    ) {
-        let (config, capacity, shortest) = (self.config, self.capacity, self.shortest);
-        let window = self.open[bucket].get_or_insert_with(|| Window::new(capacity));
-        let slot = match window.best_fit(length) {
-            Some(slot) => {
-                window.unindex(slot);
-                slot
-            }
-            None => match window.free.pop() {
-                Some(slot) => usize::from(slot),
-                None => {
-                    let fullest = window.fullest().unwrap_or(0);
-                    window.unindex(fullest);
-                    emit(config, capacity, order, formed, &mut window.rows[fullest]);
-                    fullest
-                }
-            },
-        };
-        let row = &mut window.rows[slot];
-        row.samples.push(sample);
-        row.used += length;
-        row.squares += f64::from(length) * f64::from(length);
-        let room = capacity - row.used;
-        if room < shortest {
-            emit(config, capacity, order, formed, &mut window.rows[slot]);
-            // Slots fit in u16.
-            #[allow(clippy::cast_possible_truncation)]
-            window.free.push(slot as u16);
-        } else {
-            window.index(slot, room);
-        }
+    /// `bucket`'s window, made if it has none yet.
+    #[inline]
+    fn window(&mut self, bucket: usize) -> &mut Window {
+        let capacity = self.capacity;
+        self.open[bucket].get_or_insert_with(|| new_window(capacity))
     }
 
     /// The samples of every open row, emptying the window (at the end of a forming group: they are
@@ -351,6 +312,57 @@ impl<'a> Packer<'a> {
     }
 }
 
+/// A window for rows of `capacity` tokens (out of line: see [`Packer::open`]).
+#[cold]
+#[inline(never)]
+fn new_window(capacity: u32) -> Box<Window> {
+    Box::new(Window::new(capacity))
+}
+
+/// Best fit in the window; else a new row in a free slot; else the fullest row closes and a new
+/// one takes its slot.
+#[inline(always)]
+fn place(
+    (config, capacity, shortest): (&Config, u32, u32),
+    window: &mut Window,
+    order: &mut [u32],
+    formed: &mut Formed,
+    sample: u32,
+    length: u32,
+) {
+    let slot = match window.best_fit(length) {
+        Some(class) => window.pop(class),
+        None => match window.free.pop() {
+            Some(slot) => slot,
+            None => {
+                // No slot is free, so every slot is in a class and `fullest` finds one.
+                let class = window.fullest();
+                debug_assert!(class.is_some());
+                let fullest = window.pop(class.unwrap_or(0));
+                emit(
+                    config,
+                    capacity,
+                    order,
+                    formed,
+                    &mut window.rows[usize::from(fullest)],
+                );
+                fullest
+            }
+        },
+    };
+    let row = &mut window.rows[usize::from(slot)];
+    row.samples.push(sample);
+    row.used += length;
+    row.squares += f64::from(length) * f64::from(length);
+    let room = capacity - row.used;
+    if room < shortest {
+        emit(config, capacity, order, formed, row);
+        window.free.push(slot);
+    } else {
+        window.push(slot, room);
+    }
+}
+
 /// Writes `row` at the write cursor and closes it, leaving it empty (its buffer kept): it occupies
 /// `capacity` tokens, its mean is `Σl / samples` and its cost `a·Σl + b·Σl²`.
 fn emit(config: &Config, capacity: u32, order: &mut [u32], formed: &mut Formed, row: &mut Row) {
@@ -375,23 +387,90 @@ fn emit(config: &Config, capacity: u32, order: &mut [u32], formed: &mut Formed, 
 mod tests {
     use super::*;
 
-    /// The two-level bitmap finds the same class as scanning every class would.
+    /// Random stack operations: a free slot is pushed with a room in `[low, low + spread)`, or the
+    /// top of a random nonempty class is popped. `rooms` mirrors each open slot's room.
+    fn churn(
+        window: &mut Window,
+        rooms: &mut [Option<u32>],
+        rng: &mut Pcg64,
+        low: u32,
+        spread: u32,
+    ) {
+        if rng.below(2) == 0 {
+            if let Some(slot) = window.free.pop() {
+                // Rooms fit u32 (below the capacity).
+                #[allow(clippy::cast_possible_truncation)]
+                let room = low + rng.below(u64::from(spread)) as u32;
+                window.push(slot, room);
+                rooms[usize::from(slot)] = Some(room);
+                return;
+            }
+        }
+        // Classes fit usize.
+        #[allow(clippy::cast_possible_truncation)]
+        let from = rng.below(CLASSES as u64) as usize;
+        if let Some(class) = window.next_class(from).or_else(|| window.fullest()) {
+            let slot = window.pop(class);
+            let at = usize::from(slot);
+            assert_eq!(rooms[at].map(|r| (r >> window.shift) as usize), Some(class));
+            rooms[at] = None;
+            window.free.push(slot);
+        }
+    }
+
+    /// The two-level bitmap finds the same class as scanning every class would, for rooms spread
+    /// over all classes and crowded into a few words.
     #[test]
     fn next_class_is_the_first_nonempty_class_at_or_above() {
-        let mut window = Window::new(16_384);
-        let mut rng = Pcg64::new(1, 2, Stream::Workload);
-        for _ in 0..2_000 {
-            // Slots and rooms fit their types (WINDOW slots, rooms below the capacity).
-            #[allow(clippy::cast_possible_truncation)]
-            let (slot, room) = (rng.below(WINDOW as u64) as usize, rng.below(16_384) as u32);
-            if window.is_open(slot) {
-                window.unindex(slot);
-            } else {
-                window.index(slot, room);
+        for (low, spread) in [(0, 16_384), (4_000, 300), (0, 70), (16_200, 184)] {
+            let mut window = Window::new(16_384);
+            assert_eq!(window.shift, 2);
+            let mut rooms = vec![None; WINDOW];
+            let mut rng = Pcg64::new(1, u64::from(low), Stream::Workload);
+            for _ in 0..3_000 {
+                churn(&mut window, &mut rooms, &mut rng, low, spread);
+                let naive = |from: usize| (from..CLASSES).find(|&c| window.head[c] != NONE);
+                for from in [0, 1, 63, 64, 65, 300, 1_000, 4_031, 4_032, 4_095, 4_096] {
+                    assert_eq!(window.next_class(from), naive(from), "from {from}");
+                }
             }
-            let naive = |from: usize| (from..CLASSES).find(|&c| window.head[c] != NONE);
-            for from in [0, 1, 63, 64, 65, 300, 511, 512, 1000, 1023] {
-                assert_eq!(window.next_class(from), naive(from), "from {from}");
+        }
+    }
+
+    /// The best fit's class holds only rows that fit, and no lower class does; exact when a class
+    /// is one token wide.
+    #[test]
+    fn best_fit_is_the_lowest_class_whose_rows_all_fit() {
+        for capacity in [16_384, 4_000, 100_000] {
+            let mut window = Window::new(capacity);
+            let mut rooms = vec![None; WINDOW];
+            let mut rng = Pcg64::new(3, u64::from(capacity), Stream::Workload);
+            for _ in 0..3_000 {
+                churn(&mut window, &mut rooms, &mut rng, 1, capacity - 1);
+                // Lengths fit u32 (at most the capacity).
+                #[allow(clippy::cast_possible_truncation)]
+                let length = 1 + rng.below(u64::from(capacity)) as u32;
+                let shift = window.shift;
+                let whole = |room: u32| ((room >> shift) << shift) >= length;
+                let expected = rooms
+                    .iter()
+                    .flatten()
+                    .filter(|&&r| whole(r))
+                    .map(|&r| (r >> shift) as usize)
+                    .min();
+                let found = window.best_fit(length);
+                assert_eq!(found, expected, "capacity {capacity}, length {length}");
+                if let Some(class) = found {
+                    let fits = rooms
+                        .iter()
+                        .flatten()
+                        .filter(|&&r| (r >> shift) as usize == class);
+                    assert!(fits.clone().count() > 0 && fits.into_iter().all(|&r| r >= length));
+                }
+                if shift == 0 {
+                    let tightest = rooms.iter().flatten().filter(|&&r| r >= length).min();
+                    assert_eq!(found, tightest.map(|&r| r as usize));
+                }
             }
         }
     }
