@@ -9,10 +9,12 @@ Readers, each over the same first ``--batches`` batches of one epoch's plan (max
   (a) collation alone into reused int32 buffers: ``db.collate`` (a first pass pays the page faults of a
       fresh mapping, a second runs on mapped pages), the Loader's own call (one ``[4, capacity]`` slot,
       mapped pages), and memcpy of the same output bytes between reused buffers;
-  (b) ``db.Loader`` → dicts of int64 torch tensors (prefetch=2);
+  (b) ``db.Loader`` → dicts of int64 torch tensors (prefetch=2), on a fresh mapping (a first epoch: every
+      page read faults in) and again on mapped pages (every later epoch);
   (c) ``datasets`` + torch ``DataLoader`` with per-sample ``__getitem__`` and a padding collate_fn
-      (num_workers 0 and 2);
-  (d) ``datasets`` batched ``ds[indices]`` + numpy padding → torch tensors.
+      (num_workers 0 and 2), on mapped pages (it runs after (d), which read the same rows);
+  (d) ``datasets`` batched ``ds[indices]`` + numpy padding → torch tensors, fresh and mapped.
+Each ratio compares like with like: fresh with fresh, mapped with mapped.
 Correctness first: every reader's first batches equal (b)'s. Targets (issue 4): collation ≥ 1 G real
 tokens/s with int32 output; the Loader ≥ 10× (d) and ≥ 50× (c).
 """
@@ -119,33 +121,45 @@ def main() -> None:
 
     memcpy_rate = statistics.median(memcpy_pass() for _ in range(5))
 
-    # (b) the Loader on a fresh store (its own mapping, like the datasets readers): plan, collate, prefetch
-    loader = db.Loader(db.TokenStore(directory), sampler, prefetch=2)
-    start = time.perf_counter()
-    iterator = iter(loader)
-    first = next(iterator)
-    epoch_start = time.perf_counter() - start
-    reference = [{k: v.clone() for k, v in first.items()}]
+    # (b) the Loader: first on a fresh store (its own mapping: every page it reads faults in, as in a
+    # first epoch), then a second Loader on the same store (mapped pages, as in every later epoch).
+    # Page faults cost ~4 us each on this VM (measured), about half of a first pass.
+    def run_loader(store_for_loader) -> tuple[float, float, list, int]:
+        loader = db.Loader(store_for_loader, sampler, prefetch=2)
+        start = time.perf_counter()
+        iterator = iter(loader)
+        first = next(iterator)
+        started = time.perf_counter() - start
+        kept = [{k: v.clone() for k, v in first.items()}]
 
-    def loader_batches():
-        for i, batch in enumerate(iterator, start=1):
-            if i == len(batches):
-                break
-            yield batch
+        def loader_batches():
+            for i, batch in enumerate(iterator, start=1):
+                if i == len(batches):
+                    break
+                yield batch
 
-    loader_rate, more = throughput(loader_batches(), real - int(lengths[batches[0]].sum()))
-    reference += more
-    ring = loader.memory_bytes
-    loader.close()
+        rate, more = throughput(loader_batches(), real - int(lengths[batches[0]].sum()))
+        ring_bytes = loader.memory_bytes
+        loader.close()
+        return rate, started, kept + more, ring_bytes
 
-    # (d) datasets batched ds[indices] + numpy padding
+    loader_store = db.TokenStore(directory)
+    loader_cold, epoch_start, reference, ring = run_loader(loader_store)
+    loader_rate, _, again, _ = run_loader(loader_store)
+    for got, want in zip(again, reference, strict=True):
+        assert all(torch.equal(got[k], want[k]) for k in KEYS), "a second Loader differs from the first"
+
+    # (d) datasets batched ds[indices] + numpy padding: first pass on datasets' fresh mapping, second on
+    # its mapped pages
     def batched():
         for b in batches:
             yield pad_numpy(ds[b.tolist()]["input_ids"])
 
-    batched_rate, first_d = throughput(batched(), real)
+    batched_cold, first_d = throughput(batched(), real)
+    batched_rate, _ = throughput(batched(), real)
 
-    # (c) datasets + torch DataLoader, per-sample __getitem__ and a padding collate_fn
+    # (c) datasets + torch DataLoader, per-sample __getitem__ and a padding collate_fn, on datasets'
+    # mapped pages ((d) read the same rows)
     per_sample = {}
     subset = batches[: max(20, len(batches) // 4)]  # slow: fewer batches, rate per real token is what counts
     subset_real = int(sum(int(lengths[b].sum()) for b in subset))
@@ -161,18 +175,22 @@ def main() -> None:
 
     collate_rate = core_rate
     rows = [
-        ("(a) db.collate, int32, reused buffers, 1st pass", passes[0]),
-        ("(a) db.collate, int32, reused buffers, 2nd pass", passes[1]),
-        ("(a) Loader's collation call, int32, median of 5", core_rate),
-        ("    memcpy of the same output bytes, median of 5", memcpy_rate),
-        ("(b) db.Loader → torch int64 tensors", loader_rate),
-        ("(c) datasets + DataLoader, per sample, 0 workers", per_sample[0]),
-        ("(c) datasets + DataLoader, per sample, 2 workers", per_sample[2]),
-        ("(d) datasets ds[indices] + numpy padding", batched_rate),
+        ("(a) db.collate, int32, reused buffers, 1st pass", passes[0], None),
+        ("(a) db.collate, int32, reused buffers, 2nd pass", passes[1], None),
+        ("(a) Loader's collation call, int32, median of 5", core_rate, None),
+        ("    memcpy of the same output bytes, median of 5", memcpy_rate, None),
+        ("(b) db.Loader → torch int64, fresh mapping", loader_cold, None),
+        ("(b) db.Loader → torch int64, mapped pages", loader_rate, None),
+        ("(c) datasets + DataLoader, per sample, 0 workers", per_sample[0], loader_rate),
+        ("(c) datasets + DataLoader, per sample, 2 workers", per_sample[2], loader_rate),
+        ("(d) datasets ds[indices] + numpy padding, fresh", batched_cold, loader_cold),
+        ("(d) datasets ds[indices] + numpy padding, mapped", batched_rate, loader_rate),
     ]
     print(f"\n{'reader':52} {'M real tok/s':>13} {'Loader ×':>9}")
-    for name, rate in rows:
-        print(f"{name:52} {rate / 1e6:13.1f} {loader_rate / rate:9.1f}")
+    for name, rate, against in rows:
+        ratio = f"{against / rate:9.1f}" if against else f"{'':>9}"
+        print(f"{name:52} {rate / 1e6:13.1f} {ratio}")
+    print("(Loader × compares like with like: fresh mapping with fresh, mapped pages with mapped)")
     print(f"\nLoader epoch start (plan, ring, first batch): {epoch_start * 1e3:.1f} ms, not in its rate above")
     print(f"prefetch ring (3 slots × 4 arrays × {MAX_TOKENS} int64): {ring / 2**20:.2f} MiB")
     best_c = max(per_sample.values())
@@ -181,13 +199,14 @@ def main() -> None:
         f"  collation ≥ 1 G real tok/s (int32): {collate_rate / 1e9:.2f} G/s, "
         f"{collate_rate / memcpy_rate:.0%} of memcpy speed  {'met' if collate_rate >= 1e9 else 'MISSED'}"
     )
+    tenfold = min(loader_cold / batched_cold, loader_rate / batched_rate)
     print(
-        f"  Loader ≥ 10× (d):                   {loader_rate / batched_rate:.0f}×  "
-        f"{'met' if loader_rate >= 10 * batched_rate else 'MISSED'}"
+        f"  Loader ≥ 10× (d):                   {loader_cold / batched_cold:.0f}× fresh, "
+        f"{loader_rate / batched_rate:.0f}× mapped  {'met' if tenfold >= 10 else 'MISSED'}"
     )
     print(
-        f"  Loader ≥ 50× (c):                   {loader_rate / best_c:.0f}× (against the faster of 0/2 workers)  "
-        f"{'met' if loader_rate >= 50 * best_c else 'MISSED'}"
+        f"  Loader ≥ 50× (c):                   {loader_rate / best_c:.0f}× (mapped pages; against the faster of "
+        f"0/2 workers)  {'met' if loader_rate >= 50 * best_c else 'MISSED'}"
     )
 
 

@@ -46,4 +46,5 @@ def test_loader_benchmark(tmp_path):
     pytest.importorskip("datasets")
     pytest.importorskip("torch")
     out = run("loader.py", "--rows", "3000", "--cache-dir", str(tmp_path), "--batches", "20")
-    assert "(b) db.Loader → torch int64 tensors" in out and "prefetch ring" in out
+    assert "(b) db.Loader → torch int64, fresh mapping" in out and "prefetch ring" in out
+    assert "(b) db.Loader → torch int64, mapped pages" in out and "Loader ≥ 50× (c)" in out
