@@ -77,7 +77,7 @@ class BucketSampler:
         mode: ``"padded"`` (default): rows padded to the batch's longest. ``"packed"``: samples
             concatenated into rows of ``max_tokens`` tokens for varlen attention (FlashAttention
             ``cu_seqlens``, SDPA document masks): each epoch the shuffled samples are packed best-fit
-            over a window of 256 open rows, so which samples share a row is random and rows are
+            over a window of 255 open rows, so which samples share a row is random and rows are
             ~99% real tokens; a batch is one row. ``plan.stats()["utilization"]`` is real tokens /
             (rows × max_tokens). Collate with :func:`collate_packed` or the :class:`Loader`.
         bucketed: with ``mode="packed"``, pack only samples of one length bucket together
