@@ -1,5 +1,6 @@
 //! Times padded collation of planned batches from Arrow files, without Python:
-//! `cargo run --release --example time_collate -- DIR/*.arrow`.
+//! `cargo run --release --example time_collate -- DIR/*.arrow` (env `THREADS`, default 1; `PASSES`,
+//! default 3: the first pays the fresh mapping's page faults).
 #![allow(
     clippy::expect_used,
     missing_docs,
@@ -32,7 +33,11 @@ fn main() {
         .unwrap_or(1);
     let pool = (threads > 1).then(|| dflash_batch_core::pool::PrivatePool::new(threads));
     let mut bufs: [Vec<i32>; 4] = std::array::from_fn(|_| vec![0; 16_384]);
-    for pass in 0..3 {
+    let passes: usize = std::env::var("PASSES")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(3);
+    for pass in 0..passes {
         let start = Instant::now();
         for b in &batches {
             let [a, m, l, p] = &mut bufs;
