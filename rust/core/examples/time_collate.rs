@@ -1,13 +1,14 @@
 //! Times padded collation of planned batches from Arrow files, without Python:
 //! `cargo run --release --example time_collate -- DIR/*.arrow` (env `THREADS`, default 1; `PASSES`,
-//! default 3: the first pays the fresh mapping's page faults).
+//! default 3: the first pays the fresh mapping's page faults; `DTYPE=int64` for int64 output, default
+//! int32).
 #![allow(
     clippy::expect_used,
     missing_docs,
     clippy::print_stdout,
     clippy::cast_precision_loss
 )]
-use dflash_batch_core::collate::{collate_padded, Buffers, Padding};
+use dflash_batch_core::collate::{collate_padded, Buffers, OutputToken, Padding};
 use dflash_batch_core::planner::{Batching, Config, Planner};
 use dflash_batch_core::TokenStore;
 use std::time::Instant;
@@ -32,28 +33,55 @@ fn main() {
         .and_then(|t| t.parse().ok())
         .unwrap_or(1);
     let pool = (threads > 1).then(|| dflash_batch_core::pool::PrivatePool::new(threads));
-    let mut bufs: [Vec<i32>; 4] = std::array::from_fn(|_| vec![0; 16_384]);
     let passes: usize = std::env::var("PASSES")
         .ok()
         .and_then(|t| t.parse().ok())
         .unwrap_or(3);
-    for pass in 0..passes {
-        let start = Instant::now();
-        for b in &batches {
-            let [a, m, l, p] = &mut bufs;
-            let out = Buffers {
-                input_ids: a,
-                attention_mask: m,
-                labels: l,
-                position_ids: p,
-            };
-            collate_padded(&store, b, &Padding::default(), out, pool.as_ref()).expect("collate");
+    let run = Run {
+        store: &store,
+        batches: &batches,
+        real,
+        pool: pool.as_ref(),
+        passes,
+    };
+    if std::env::var("DTYPE").as_deref() == Ok("int64") {
+        run.time::<i64>();
+    } else {
+        run.time::<i32>();
+    }
+}
+
+/// One timing run: `passes` passes over `batches`.
+struct Run<'a> {
+    store: &'a TokenStore,
+    batches: &'a [&'a [u32]],
+    real: u64,
+    pool: Option<&'a dflash_batch_core::pool::PrivatePool>,
+    passes: usize,
+}
+
+impl Run<'_> {
+    fn time<T: OutputToken + Default>(&self) {
+        let mut bufs: [Vec<T>; 4] = std::array::from_fn(|_| vec![T::default(); 16_384]);
+        for pass in 0..self.passes {
+            let start = Instant::now();
+            for b in self.batches {
+                let [a, m, l, p] = &mut bufs;
+                let out = Buffers {
+                    input_ids: a,
+                    attention_mask: m,
+                    labels: l,
+                    position_ids: p,
+                };
+                collate_padded(self.store, b, &Padding::default(), out, self.pool)
+                    .expect("collate");
+            }
+            let s = start.elapsed().as_secs_f64();
+            println!(
+                "pass {pass}: {:.0} M tok/s, {:.1} us/batch",
+                self.real as f64 / s / 1e6,
+                s / self.batches.len() as f64 * 1e6
+            );
         }
-        let s = start.elapsed().as_secs_f64();
-        println!(
-            "pass {pass}: {:.0} M tok/s, {:.1} us/batch",
-            real as f64 / s / 1e6,
-            s / 300.0 * 1e6
-        );
     }
 }
