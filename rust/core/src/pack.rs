@@ -143,7 +143,11 @@ impl Window {
     /// every row fits `length` (`length` rounded up to a class).
     #[inline]
     fn best_fit(&self, length: u32) -> Option<usize> {
-        self.next_class(((length + self.round) >> self.shift) as usize)
+        // In u64: a length near u32::MAX rounded up must not wrap into a low class.
+        let class = (u64::from(length) + u64::from(self.round)) >> self.shift;
+        // Past the last class `next_class` finds none; the cast only loses that on 16-bit targets.
+        #[allow(clippy::cast_possible_truncation)]
+        self.next_class(class as usize)
     }
 
     /// The class of the open rows with the least room.
@@ -449,7 +453,7 @@ mod tests {
     /// is one token wide.
     #[test]
     fn best_fit_is_the_lowest_class_whose_rows_all_fit() {
-        for capacity in [16_384, 4_000, 100_000] {
+        for capacity in [16_384, 4_000, 100_000, u32::MAX] {
             let mut window = Window::new(capacity);
             let mut rooms = vec![None; WINDOW];
             let mut rng = Pcg64::new(3, u64::from(capacity), Stream::Workload);

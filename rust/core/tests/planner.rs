@@ -751,3 +751,16 @@ fn subset_plans_cover_exactly_the_subset_and_fingerprints_ignore_ranks() {
     );
     assert_ne!(planner.fingerprint(), other.fingerprint());
 }
+
+/// Rows of u32::MAX tokens: rounding a length up to its room class must not wrap (it did once).
+#[test]
+fn packed_rows_near_u32_max_do_not_overflow() {
+    let cfg = Config {
+        mode: Mode::Packed { bucketed: false },
+        ..config(Batching::Tokens(u64::from(u32::MAX)))
+    };
+    let lengths = vec![u32::MAX - 5, 3, u32::MAX - 2_000_000, 7, 1_000_000];
+    let planner = Planner::new(lengths.clone(), cfg.clone()).unwrap();
+    let plan = planner.plan(0).unwrap();
+    check_packed(&lengths, &cfg, &planner, &plan);
+}
