@@ -560,6 +560,9 @@ fn arb_packed() -> impl Strategy<Value = (Vec<u32>, Config)> {
         any::<bool>(),
         1u32..4,
         prop::option::of(1000u32..500_000),
+        // Scaled by 1 the rows fit one-token room classes; by 40 (rows up to 120K tokens) the
+        // packer's classes are 2^5 tokens wide.
+        prop_oneof![Just(1u32), Just(40u32)],
     )
         .prop_map(
             |(
@@ -572,7 +575,10 @@ fn arb_packed() -> impl Strategy<Value = (Vec<u32>, Config)> {
                 drop_last,
                 accumulation,
                 tol,
+                scale,
             )| {
+                let lengths: Vec<u32> = lengths.into_iter().map(|l| l * scale).collect();
+                let capacity = capacity * u64::from(scale);
                 let cfg = Config {
                     seed,
                     shuffle,
