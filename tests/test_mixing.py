@@ -139,6 +139,25 @@ def test_metrics_of_any_csr_agree_with_plan_stats():
     )
 
 
+def test_window_tv_of_lengths_near_the_u32_limit():
+    """Two samples of ~2^32 tokens hold nearly all the mass, in deciles 2 and 7 (the middles of their
+    token mass fall at ~25% and ~75%); the short ones are in decile 0. Deciles were a table over every
+    length up to the longest: 36 GB here, an abort."""
+    from dflash_batch import metrics
+
+    lengths = np.array([2**32 - 6, 3, 2**32 - 2_000_000, 7, 10**6], dtype=np.uint32)
+    share = lengths.astype(np.float64) / lengths.astype(np.float64).sum()
+    # Window 1 of batches {0, 1} and {2, 3, 4}: batch 1 holds deciles 7 and 0, batch 2 deciles 2 and 0.
+    deciles = np.array([7, 0, 2, 0, 0])
+    q, p1, p2 = np.zeros(10), np.zeros(10), np.zeros(10)
+    np.add.at(q, deciles, share)
+    np.add.at(p1, deciles[:2], share[:2] / share[:2].sum())
+    np.add.at(p2, deciles[2:], share[2:] / share[2:].sum())
+    expected = (0.5 * np.abs(p1 - q).sum() + 0.5 * np.abs(p2 - q).sum()) / 2
+    got = metrics.window_tv(lengths, np.arange(5, dtype=np.uint32), np.array([0, 2, 5], dtype=np.uint64), 1)
+    assert got == pytest.approx(expected)
+
+
 def test_metrics_refuse_malformed_csr():
     from dflash_batch import metrics
 

@@ -88,6 +88,19 @@ def test_packed_settings_are_checked():
         db.BucketSampler([5, 6], max_tokens=64, bucketed=True)
     with pytest.raises(db.PlanError, match="length 70 at row 1 exceeds max_tokens 64"):
         db.BucketSampler([5, 70], max_tokens=64, mode="packed")
+    with pytest.raises(db.PlanError, match=r"max_tokens=4294967296 is invalid; .* packed mode"):
+        db.BucketSampler([5, 6], max_tokens=2**32, mode="packed")
+
+
+def test_packed_rows_near_the_u32_limit_plan_and_report():
+    """Lengths near 2^32 with max_tokens = 2^32 - 1: no overflow in the packer, no table of every length
+    up to the longest in stats() (which once aborted the process asking for 36 GB)."""
+    lengths = np.array([2**32 - 6, 3, 2**32 - 2_000_000, 7, 10**6], dtype=np.uint32)
+    plan = db.BucketSampler(lengths, max_tokens=2**32 - 1, mode="packed", seed=1).plan(0)
+    assert sorted(plan.indices.tolist()) == [0, 1, 2, 3, 4]
+    stats = plan.stats()
+    assert stats["real_tokens"] == int(lengths.astype(np.int64).sum())
+    assert stats["padded_tokens"] == len(plan) * (2**32 - 1)
     s = db.BucketSampler([5, 70, 9], max_tokens=64, mode="packed", oversize="skip")
     assert s.plan(0).stats()["skipped"] == 1 and len(s.plan(0)) == 1
 

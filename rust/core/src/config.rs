@@ -243,6 +243,19 @@ impl Config {
                 }
                 .into());
             }
+            // A packed row is one tensor of max_tokens tokens, and the packer counts its room in
+            // u32: a larger capacity was clipped there, so stats disagreed with the rows.
+            if let Batching::Tokens(capacity) = self.batching {
+                if capacity > u64::from(u32::MAX) {
+                    return Err(ErrorKind::InvalidSetting {
+                        name: "max_tokens",
+                        value: i128::from(capacity),
+                        expected: "≤ 4294967295 (2^32 - 1) in packed mode: a row is one tensor of \
+                                   max_tokens tokens",
+                    }
+                    .into());
+                }
+            }
         }
         match self.batching {
             Batching::Rows(0) => Err(setting("batch_size", 0, "≥ 1")),
@@ -296,6 +309,21 @@ mod tests {
         );
         assert_eq!(check(|c| c.balance_tolerance_ppm = Some(1000)), None);
         assert_eq!(name(check(|c| c.world_size = 0)), "world_size");
+        let packed_over = |c: &mut Config| {
+            c.mode = Mode::Packed { bucketed: false };
+            c.batching = Batching::Tokens(1 << 32);
+        };
+        assert_eq!(name(check(packed_over)), "max_tokens");
+        let message = crate::error::Error::from(check(packed_over).unwrap()).to_string();
+        assert!(
+            message.contains("max_tokens=4294967296") && message.contains("packed mode"),
+            "{message}"
+        );
+        let packed_max = |c: &mut Config| {
+            c.mode = Mode::Packed { bucketed: false };
+            c.batching = Batching::Tokens(u64::from(u32::MAX));
+        };
+        assert_eq!(check(packed_max), None);
     }
 
     #[test]

@@ -17,43 +17,70 @@
 
 use crate::lengths::Length;
 
-/// Deciles of the token mass over lengths: `decile[l]` for every length up to the longest.
+/// Deciles of the token mass over lengths. Decile boundaries rise with length, so nine thresholds
+/// describe them whatever the longest length: a table with an entry per length up to the longest
+/// took 9 bytes per possible length, 36 GB (an abort) for a length near u32::MAX.
 #[derive(Debug, Clone)]
 pub struct Deciles {
-    of_length: Vec<u8>,
+    /// `first[d - 1]`: the shortest length in decile `d` or above, for `d` in 1..=9 (`u64::MAX`
+    /// when no length is).
+    first: [u64; 9],
     /// The whole epoch's share of tokens per decile (the `q` of the module docs).
     pub share: [f64; 10],
 }
+
+/// Longest length up to which the token mass is counted in a table (8 bytes a length); past it,
+/// over a sorted copy of the lengths.
+const TABLE_MAX: usize = 1 << 22;
 
 impl Deciles {
     /// Deciles of `lengths` (every sample counted; samples of length 0 carry no tokens).
     pub fn new<L: Length>(lengths: &[L]) -> Self {
         let longest = lengths.iter().map(|&l| l.into()).max().unwrap_or(0) as usize;
-        let mut tokens_at = vec![0u64; longest + 1];
-        for &l in lengths {
-            let l: u32 = l.into();
-            tokens_at[l as usize] += u64::from(l);
-        }
-        let total: u64 = tokens_at.iter().sum();
-        let mut of_length = vec![0u8; longest + 1];
-        let (mut below, mut mass) = (0u64, [0u64; 10]);
-        for (l, &tokens) in tokens_at.iter().enumerate() {
+        // The token mass of every length present, shortest first.
+        let masses: Vec<(u32, u64)> = if longest <= TABLE_MAX.max(4 * lengths.len()) {
+            let mut tokens_at = vec![0u64; longest + 1];
+            for &l in lengths {
+                let l: u32 = l.into();
+                tokens_at[l as usize] += u64::from(l);
+            }
+            // Lengths index a table of at most `longest + 1` ≤ u32::MAX + 1 entries.
+            #[allow(clippy::cast_possible_truncation)]
+            tokens_at
+                .iter()
+                .enumerate()
+                .filter(|&(_, &t)| t > 0)
+                .map(|(l, &t)| (l as u32, t))
+                .collect()
+        } else {
+            let mut sorted: Vec<u32> = lengths.iter().map(|&l| l.into()).collect();
+            sorted.sort_unstable();
+            let mut masses: Vec<(u32, u64)> = Vec::new();
+            for l in sorted.into_iter().filter(|&l| l > 0) {
+                match masses.last_mut() {
+                    Some((last, tokens)) if *last == l => *tokens += u64::from(l),
+                    _ => masses.push((l, u64::from(l))),
+                }
+            }
+            masses
+        };
+        let total: u64 = masses.iter().map(|&(_, t)| t).sum();
+        let (mut below, mut mass, mut first) = (0u64, [0u64; 10], [u64::MAX; 9]);
+        for (l, tokens) in masses {
             // The middle of this length's token mass, as a fraction of all tokens, picks its decile.
-            let middle = 2 * below + tokens;
-            let decile = if total == 0 {
-                0
-            } else {
-                (10 * u128::from(middle) / (2 * u128::from(total))).min(9)
-            };
+            let middle = 2 * u128::from(below) + u128::from(tokens);
+            let decile = (10 * middle / (2 * u128::from(total))).min(9);
             // decile ≤ 9 by the `min`.
             #[allow(clippy::cast_possible_truncation)]
-            let decile = decile as u8;
-            of_length[l] = decile;
-            mass[usize::from(decile)] += tokens;
+            let decile = decile as usize;
+            for threshold in &mut first[..decile] {
+                *threshold = (*threshold).min(u64::from(l));
+            }
+            mass[decile] += tokens;
             below += tokens;
         }
         Self {
-            of_length,
+            first,
             share: mass.map(|m| fraction(m, total)),
         }
     }
@@ -63,9 +90,12 @@ impl Deciles {
         crate::with_lengths!(lengths, v => Self::new(v))
     }
 
-    /// The decile of a length (lengths past the longest seen count in the last decile).
+    /// The decile of a length: that of the longest length seen at or below it (lengths past the
+    /// longest seen count in its decile). Counting the thresholds passed has no branch to mispredict.
+    #[inline]
     pub fn of(&self, length: u32) -> usize {
-        usize::from(self.of_length.get(length as usize).copied().unwrap_or(9))
+        let length = u64::from(length);
+        self.first.iter().filter(|&&t| t <= length).count()
     }
 }
 
@@ -233,6 +263,76 @@ mod tests {
         assert_eq!(deciles.of(1), 0);
         assert_eq!(deciles.of(1000), 9);
         assert_eq!(deciles.of(5000), 9);
+    }
+
+    /// The oracle: a table over every length up to the longest, each present length in the decile
+    /// where the middle of its token mass falls.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+    fn naive(lengths: &[u32]) -> (Vec<usize>, [f64; 10]) {
+        let longest = lengths.iter().copied().max().unwrap_or(0) as usize;
+        let mut tokens_at = vec![0u64; longest + 1];
+        for &l in lengths {
+            tokens_at[l as usize] += u64::from(l);
+        }
+        let total: u64 = tokens_at.iter().sum();
+        let (mut below, mut mass, mut decile_of) = (0u64, [0u64; 10], vec![0usize; longest + 1]);
+        for (l, &tokens) in tokens_at.iter().enumerate() {
+            let decile = if total == 0 {
+                0
+            } else {
+                ((10 * (2 * below + tokens) / (2 * total)) as usize).min(9)
+            };
+            decile_of[l] = decile;
+            mass[decile] += tokens;
+            below += tokens;
+        }
+        let share = mass.map(|m| m as f64 / total.max(1) as f64);
+        (decile_of, share)
+    }
+
+    /// Thresholds give every present length the table's decile and the same shares, counted by
+    /// table or by sorting (lengths far longer than the sample count).
+    #[test]
+    fn deciles_match_the_table_oracle() {
+        let mut rng = crate::rng::Pcg64::new(5, 0, crate::rng::Stream::Workload);
+        for (n, top) in [(1, 10), (50, 8), (500, 3_000), (2_000, 5_000_000), (300, 5)] {
+            for _ in 0..8 {
+                // Lengths fit u32 (below `top`).
+                #[allow(clippy::cast_possible_truncation)]
+                let lengths: Vec<u32> = (0..n).map(|_| rng.below(top) as u32).collect();
+                let deciles = Deciles::new(&lengths);
+                let (decile_of, share) = naive(&lengths);
+                for &l in &lengths {
+                    assert_eq!(
+                        deciles.of(l),
+                        decile_of[l as usize],
+                        "length {l} of {lengths:?}"
+                    );
+                }
+                for (got, want) in deciles.share.iter().zip(share) {
+                    assert!(
+                        (got - want).abs() < 1e-12,
+                        "{:?} vs {share:?}",
+                        deciles.share
+                    );
+                }
+            }
+        }
+    }
+
+    /// A length near u32::MAX costs nothing more than a short one (the table of every length up to
+    /// the longest was 36 GB here: an abort).
+    #[test]
+    fn deciles_of_lengths_near_u32_max() {
+        let lengths = [u32::MAX - 5, 3, 7, u32::MAX - 2_000_000, 1_000_000];
+        let deciles = Deciles::new(&lengths);
+        // Two lengths of ~2^32 hold nearly all the mass: the middles of theirs fall at ~25% and
+        // ~75%, so deciles 2 and 7; the short ones are in decile 0.
+        assert_eq!(deciles.of(3), 0);
+        assert_eq!(deciles.of(1_000_000), 0);
+        assert_eq!(deciles.of(u32::MAX - 2_000_000), 2);
+        assert_eq!(deciles.of(u32::MAX - 5), 7);
+        assert!((deciles.share.iter().sum::<f64>() - 1.0).abs() < 1e-12);
     }
 
     #[test]
