@@ -152,6 +152,10 @@ def test_bad_settings_and_indices(store, tmp_path):
         db.collate(store, [0], pad_id=2**40, dtype="int32")
     with pytest.raises(IndexError, match="row 40 is out of range"):
         db.collate(store, [0, 40])
+    # More than any machine holds (terabytes): a MemoryError naming the fix, not an aborted process.
+    for dtype in ("int64", "int32"):
+        with pytest.raises(MemoryError, match=f"40 rows padded to 4294967295 tokens .* {dtype} arrays; lower pad"):
+            db.collate(store, range(40), pad_to_multiple_of=2**32 - 1, dtype=dtype)
     with pytest.raises(TypeError, match="TokenStore"):
         db.collate(np.zeros(3), [0])
     import pyarrow as pa

@@ -164,6 +164,9 @@ def test_world_size_not_positive(value):
 def test_more_ranks_than_samples():
     with pytest.raises(db.PlanError, match="4 sample\\(s\\) cannot give each of world_size 8 ranks"):
         make(world_size=8, rank=0).plan(0)
+    # Refused before anything is sized by the world (a heap of 2^31 entries once aborted the process).
+    with pytest.raises(db.PlanError, match="cannot give each of world_size 2147483648 ranks"):
+        make(world_size=2**31, rank=0).plan(0)
 
 
 @pytest.mark.parametrize("seed", [1.5, "1", None, True])

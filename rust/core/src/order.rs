@@ -49,16 +49,19 @@ pub fn split_for_ranks(
     if needed == 0 {
         return Ok(Split::default());
     }
+    let too_few = || ErrorKind::TooFewSamplesForRanks {
+        samples: indices.len(),
+        world_size,
+    };
+    // Every batch keeps at least one row: without enough rows no split can work, and trying sized
+    // a heap by `needed` (34 GB for world_size = 2^31: an abort).
+    if batches + needed > indices.len() {
+        return Err(too_few().into());
+    }
     let rows = |i: usize| offsets[i + 1] - offsets[i];
     let parts = choose_parts(first.min(batches)..batches, needed, rows);
     let parts = parts.or_else(|| choose_parts(0..batches, needed, rows));
-    let parts = parts.ok_or_else(|| {
-        let samples = indices.len();
-        ErrorKind::TooFewSamplesForRanks {
-            samples,
-            world_size,
-        }
-    })?;
+    let parts = parts.ok_or_else(too_few)?;
     let members = |s: u64, e: u64| &indices[to_usize(s)..to_usize(e)];
     let (mut before, mut after) = (0, 0);
     for &(i, p) in &parts {
@@ -113,7 +116,8 @@ fn choose_parts(
     rows: impl Fn(usize) -> u64,
 ) -> Option<Vec<(usize, u64)>> {
     // Max-heap on the largest part; `Reverse(index)` breaks ties toward the earliest batch.
-    let mut top: BinaryHeap<Reverse<(u64, Reverse<usize>)>> = BinaryHeap::with_capacity(needed + 1);
+    let mut top: BinaryHeap<Reverse<(u64, Reverse<usize>)>> =
+        BinaryHeap::with_capacity(needed.min(batches.len()) + 1);
     for i in batches {
         let entry = Reverse((rows(i), Reverse(i)));
         // Most batches lose to the current `needed`-th largest: one comparison, no heap traffic.
@@ -383,6 +387,15 @@ mod tests {
                 world_size: 4
             }
         );
+        // A world far larger than the samples is refused before anything is sized by it.
+        let err = split_for_ranks(&mut vec![0, 2, 5], &[0, 1, 2, 3, 4], 1 << 31, 0, |m| {
+            m.len() as u64
+        })
+        .unwrap_err();
+        assert!(matches!(
+            err.kind(),
+            ErrorKind::TooFewSamplesForRanks { samples: 5, .. }
+        ));
     }
 
     #[test]

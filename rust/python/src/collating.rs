@@ -5,9 +5,10 @@ use dflash_batch_core::collate::{collate_padded, Buffers, OutputToken, Padding};
 use dflash_batch_core::collate_packed::{collate_packed_windows, Packed, PackedBuffers, Windows};
 use dflash_batch_core::error::Result as CoreResult;
 use numpy::{
-    Element, PyArray1, PyArrayDyn, PyReadonlyArray1, PyReadwriteArrayDyn, PyUntypedArrayMethods,
+    Element, PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArray1, PyReadwriteArrayDyn,
+    PyUntypedArrayMethods,
 };
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyMemoryError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
@@ -218,27 +219,61 @@ fn new_typed<'py, T: OutputToken + Element + Default>(
     padding: &Padding,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let shape = shape_any(store, indices, padding.pad_to_multiple_of)?.map_err(to_py)?;
-    let size = shape.0 * shape.1;
-    let mut columns: [Vec<T>; 4] = std::array::from_fn(|_| vec![T::default(); size]);
-    let [ids, mask, labels, positions] = &mut columns;
-    let out = Buffers {
-        input_ids: ids,
-        attention_mask: mask,
-        labels,
-        position_ids: positions,
+    let too_large = || {
+        PyMemoryError::new_err(format!(
+            "a batch of {} rows padded to {} tokens does not fit in memory as four {} arrays; lower \
+             pad_to_multiple_of or collate fewer rows",
+            shape.0,
+            shape.1,
+            T::NAME
+        ))
     };
-    collate_any(py, store, indices, padding, out)?.map_err(to_py)?;
-    let [ids, mask, labels, positions] = columns;
+    let size = shape.0.checked_mul(shape.1).ok_or_else(too_large)?;
+    let total = size.checked_mul(4).ok_or_else(too_large)?;
+    // More than the machine has is refused up front: where memory is overcommitted an allocation
+    // that size can succeed and then get the process killed as it is filled.
+    let bytes = total.saturating_mul(std::mem::size_of::<T>()) as u64;
+    if physical_memory().is_some_and(|memory| bytes > memory) {
+        return Err(too_large());
+    }
+    // One block for the four arrays, asked for fallibly: a refused allocation raises instead of
+    // aborting the process (a huge pad_to_multiple_of asked for 34 GB once), and one request for
+    // all of it is refused where four smaller ones could each pass and then exhaust memory.
+    let mut block: Vec<T> = Vec::new();
+    block.try_reserve_exact(total).map_err(|_| too_large())?;
+    block.resize(total, T::default());
+    {
+        let (ids, rest) = block.split_at_mut(size);
+        let (mask, rest) = rest.split_at_mut(size);
+        let (labels, positions) = rest.split_at_mut(size);
+        let out = Buffers {
+            input_ids: ids,
+            attention_mask: mask,
+            labels,
+            position_ids: positions,
+        };
+        collate_any(py, store, indices, padding, out)?.map_err(to_py)?;
+    }
+    // Row views of one `[4, size]` array, which owns the block.
+    let block = PyArray1::from_vec(py, block).reshape([4, size])?;
     PyTuple::new(
         py,
         [
-            PyArray1::from_vec(py, ids).into_any(),
-            PyArray1::from_vec(py, mask).into_any(),
-            PyArray1::from_vec(py, labels).into_any(),
-            PyArray1::from_vec(py, positions).into_any(),
+            block.get_item(0)?,
+            block.get_item(1)?,
+            block.get_item(2)?,
+            block.get_item(3)?,
             (shape.0, shape.1).into_pyobject(py)?.into_any(),
         ],
     )
+}
+
+/// Bytes of physical memory (`MemTotal` of `/proc/meminfo`), where the system says.
+fn physical_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 fn shape_any(
