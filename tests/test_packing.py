@@ -309,9 +309,29 @@ def test_iterating_a_truncating_sampler_warns_that_entries_are_pieces():
         list(db.BucketSampler([5, 9], max_tokens=64, mode="packed", oversize="truncate"))
 
 
+def test_truncate_pieces_near_the_u32_limit_are_exact():
+    """Starts near 2^32 come out exact (the pieces' arrays are uint32 running sums that wrap)."""
+    lengths = np.array([2**32 - 1, 5, 2**32 - 7], dtype=np.uint32)
+    sampler = db.BucketSampler(lengths, max_tokens=2**30, mode="packed", oversize="truncate", seed=3)
+    plan = sampler.plan(0)
+    windows = windows_of(sampler, plan)
+    c = 2**30
+    assert sorted(windows) == [
+        (0, 0, c), (0, c, c), (0, 2 * c, c), (0, 3 * c, c - 1), (1, 0, 5),
+        (2, 0, c), (2, c, c), (2, 2 * c, c), (2, 3 * c, c - 7),
+    ]  # fmt: skip
+
+
 def test_truncate_settings_and_pieces_are_checked():
     with pytest.raises(db.PlanError, match=r"oversize='truncate' splits long samples .* pass mode='packed'"):
         db.BucketSampler([5, 70], max_tokens=64, oversize="truncate")
+    # More pieces than a plan's uint32 entries hold: refused before any piece is made.
+    with pytest.raises(
+        db.PlanError, match=r"into 8,589,934,592 more pieces .* raise max_tokens or pass oversize='skip'"
+    ):
+        db.BucketSampler(
+            np.array([2**32 - 1, 2**32 - 1, 5], dtype=np.uint32), max_tokens=1, mode="packed", oversize="truncate"
+        )
     with pytest.raises(db.PlanError, match="oversize='cut' is invalid; use 'error', 'skip' or 'truncate'"):
         db.BucketSampler([5, 70], max_tokens=64, mode="packed", oversize="cut")
     sampler = db.BucketSampler([5, 70], max_tokens=64, mode="packed", oversize="truncate")
