@@ -66,6 +66,22 @@ def test_epochs_and_memory(store):
     assert all((a == b).all() for a, b in zip(second, again, strict=True)), "same epoch, same batches"
 
 
+def test_prefetch_past_the_epoch_makes_one_slot_per_step_and_a_ring_past_memory_is_refused(store, monkeypatch):
+    sampler = sampler_for(store)
+    steps = sampler.plan(0).steps
+    loader = db.Loader(store, sampler, prefetch=10**9)  # once: a billion slots, one at a time
+    got = [as_numpy(b)["input_ids"] for b in loader]
+    assert len(got) == steps
+    largest = max(a.size for a in got)
+    assert loader.memory_bytes == (steps + 1) * 4 * largest * 8
+    from dflash_batch import loader as loader_module
+
+    monkeypatch.setattr(loader_module, "_physical_memory", lambda: 1000)
+    with pytest.raises(MemoryError, match=r"prefetch=2 needs a ring of 3 slots .* lower prefetch"):
+        next(iter(db.Loader(store, sampler, prefetch=2)))
+    assert not workers()
+
+
 def test_resume_with_prefetch_in_flight(store):
     sampler = sampler_for(store)
     loader = db.Loader(store, sampler, prefetch=4)

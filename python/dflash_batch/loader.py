@@ -6,8 +6,9 @@ The pipeline, per batch::
         → CPU: torch views of the slot            → the trainer
         → CUDA: copy on a side stream + event     → the trainer's stream waits on the event
 
-A ring of ``prefetch + 1`` slots bounds memory: each slot holds the four arrays of the largest padded
-batch of the epoch (pinned when copying to a GPU). The worker fills free slots up to ``prefetch`` batches
+A ring of ``prefetch + 1`` slots (at most one more than the steps left) bounds memory: each slot holds
+the four arrays of the largest padded batch of the epoch (pinned when copying to a GPU); a ring larger
+than the machine's memory raises ``MemoryError`` before anything is allocated. The worker fills free slots up to ``prefetch`` batches
 ahead; the slot of the batch the trainer holds goes back to the ring when it asks for the next one, so on
 the CPU a batch's tensors are valid until then (clone them to keep them longer). On CUDA the device
 tensors are fresh per batch (torch's caching allocator makes that cheap) and are safe to keep; a host
@@ -22,6 +23,7 @@ collection and interpreter exit all stop the worker and wait for it.
 from __future__ import annotations
 
 import atexit
+import os
 import queue
 import threading
 import weakref
@@ -54,7 +56,7 @@ class Loader:
         sampler: the :class:`BucketSampler` that plans the epochs (its lengths must be the store's).
         pad_id, label_pad_id, pad_to_multiple_of: as for :func:`collate`.
         dtype: ``torch.int64`` (default) or ``torch.int32``.
-        prefetch: batches collated ahead of the trainer (≥ 1).
+        prefetch: batches collated ahead of the trainer (≥ 1; more than the epoch's steps buys nothing).
         device: where tensors go: ``None`` or ``"cpu"`` keeps them on the host; a CUDA device copies
             them on a side stream.
         pin_memory: pin the host slots (default: when ``device`` is CUDA). Needs CUDA.
@@ -128,7 +130,8 @@ class Loader:
         plan, start = self.sampler._begin()
         world, rank = self.sampler.world_size, self.sampler.rank
         self._consumed = start
-        slots = self._slots(self._capacity(plan, world, rank, start))
+        # More slots than steps left would never be filled.
+        slots = self._slots(self._capacity(plan, world, rank, start), max(plan.steps - start, 1))
         batches = (plan[step * world + rank] for step in range(start, plan.steps))  # read by the worker
         self._pipeline = _Pipeline(self._collate_into, batches, slots, self._transfer)
         return self._run(self._pipeline)
@@ -174,14 +177,23 @@ class Loader:
         padded = np.where(sizes == 0, 0, sizes * (-(-longest.astype(np.int64) // multiple) * multiple))
         return max(int(padded[steps].max()), 1)
 
-    def _slots(self, capacity: int) -> list[dict[str, Any]]:
-        """``prefetch + 1`` slots of ``capacity`` elements per array (pinned for CUDA)."""
+    def _slots(self, capacity: int, steps: int) -> list[dict[str, Any]]:
+        """``prefetch + 1`` slots of ``capacity`` elements per array (pinned for CUDA), at most one more
+        than the ``steps`` left to run; a ring larger than the machine's memory is refused up front."""
         import torch
 
         dtype = getattr(torch, self._dtype)
         keys = PACKED_KEYS if self._packed else KEYS
+        count = min(self.prefetch, steps) + 1
+        ring = count * len(keys) * capacity * np.dtype(self._dtype).itemsize
+        memory = _physical_memory()
+        if memory is not None and ring > memory:
+            raise MemoryError(
+                f"prefetch={self.prefetch} needs a ring of {count} slots of {capacity:,} tokens, "
+                f"{ring / 2**30:,.1f} GiB, more than this machine's {memory / 2**30:,.1f} GiB; lower prefetch"
+            )
         slots = []
-        for _ in range(self.prefetch + 1):
+        for _ in range(count):
             block = torch.empty((len(keys), capacity), dtype=dtype, pin_memory=self.pin_memory)
             tensors = dict(zip(keys, block.unbind(0), strict=True))  # flat rows of one block
             slot = {"torch": tensors, "numpy": block.numpy()}
@@ -189,7 +201,7 @@ class Loader:
                 cu = torch.empty(capacity + 1, dtype=torch.int32, pin_memory=self.pin_memory)
                 tensors["cu_seqlens"], slot["cu_seqlens"] = cu, cu.numpy()
             slots.append(slot)
-        self._slot_bytes = len(slots) * len(keys) * capacity * np.dtype(self._dtype).itemsize
+        self._slot_bytes = ring
         if self._packed:
             self._slot_bytes += len(slots) * (capacity + 1) * 4
         return slots
@@ -376,3 +388,11 @@ def _with_max_seqlen(batch: dict[str, Any], shape: tuple[int, ...]) -> dict[str,
     if len(shape) == 4:
         batch["max_seqlen"] = shape[3]
     return batch
+
+
+def _physical_memory() -> int | None:
+    """Bytes of physical memory, where the system says."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
