@@ -8,9 +8,10 @@ The pipeline, per batch::
 
 A ring of ``prefetch + 1`` slots (at most one more than the steps left) bounds memory: each slot holds
 the four arrays of the largest padded batch of the epoch (pinned when copying to a GPU); a ring larger
-than the machine's memory raises ``MemoryError`` before anything is allocated. The worker fills free slots up to ``prefetch`` batches
-ahead; the slot of the batch the trainer holds goes back to the ring when it asks for the next one, so on
-the CPU a batch's tensors are valid until then (clone them to keep them longer). On CUDA the device
+than the machine's memory raises ``MemoryError`` before anything is allocated. The worker fills free
+slots up to ``prefetch`` batches ahead; the slot of the batch the trainer holds goes back to the ring
+when it asks for the next one, so on the CPU a batch's tensors are valid until then (clone them to keep
+them longer). On CUDA the device
 tensors are fresh per batch (torch's caching allocator makes that cheap) and are safe to keep; a host
 slot is only rewritten after the copy out of it has completed (its event is synchronized first).
 
