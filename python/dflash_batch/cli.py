@@ -165,14 +165,22 @@ def _boundaries(text: str):
     return int(text)
 
 
+def _count(text: str) -> int:
+    """A positive integer argument, or argparse's error naming the option."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is invalid; pass an integer ≥ 1")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dflash-batch", description="Length-bucketed batch planning.")
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="plan the seed workload and compare with today's strategies")
-    d.add_argument("--samples", type=int, default=SEED_SAMPLES)
+    d.add_argument("--samples", type=_count, default=SEED_SAMPLES)
     d.add_argument("--max-tokens", type=int, default=16384)
     d.add_argument("--world-size", type=int, default=8)
-    d.add_argument("--epochs", type=int, default=9)
+    d.add_argument("--epochs", type=_count, default=9)
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--accumulation", type=int, default=4, help="micro-batches per optimizer step (mixing windows)")
     d.add_argument("--loader-rows", type=int, default=50_000, help="rows of the Loader demo (0 skips it)")
@@ -184,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     a.add_argument("source", nargs="?")
     a.add_argument("--demo", action="store_true", help="analyze the generated seed workload instead")
-    a.add_argument("--samples", type=int, default=SEED_SAMPLES, help="samples of --demo")
+    a.add_argument("--samples", type=_count, default=SEED_SAMPLES, help="samples of --demo")
     a.add_argument("--column", default="seq_len", help="lengths column, or a list column such as input_ids")
     a.add_argument("--max-tokens", type=int, default=16384)
     a.add_argument("--batch-size", type=int)
