@@ -339,6 +339,8 @@ def test_truncate_settings_and_pieces_are_checked():
         sampler.pieces([3])
     with pytest.raises(db.PlanError, match="1-D array"):
         sampler.pieces([[0]])
+    with pytest.raises(TypeError, match="integer entries, got dtype float64"):
+        sampler.pieces(np.array([0.5]))
     # A checkpoint of a truncating sampler names the setting when loaded into a skipping one.
     state = sampler.state_dict()
     with pytest.raises(db.PlanError, match="truncate True vs False"):

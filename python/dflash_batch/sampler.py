@@ -252,7 +252,10 @@ class BucketSampler:
         :func:`collate_packed` with ``starts``/``lengths`` do it for you). Without pieces, ``rows`` is the
         batch and every window is a whole sample.
         """
-        entries = np.asarray(batch, dtype=np.int64)
+        given = np.asarray(batch)
+        if given.size and given.dtype.kind not in "iu":  # 0.5 would have been read as entry 0
+            raise TypeError(f"batch must hold integer entries, got dtype {given.dtype}")
+        entries = given.astype(np.int64)
         if entries.ndim != 1 or (entries.size and (entries.min() < 0 or entries.max() >= len(self._planner))):
             raise PlanError(
                 f"batch must be a 1-D array of entries of this sampler's plans (0 ≤ entry < {len(self._planner)})"
