@@ -138,8 +138,9 @@ def collate_packed(
     more than ``capacity`` tokens (plan with ``mode="packed", max_tokens=capacity``).
 
     ``starts`` and ``lengths`` (one per index, or neither) make entry ``s`` the tokens
-    ``starts[s] : starts[s] + lengths[s]`` of row ``indices[s]``: the pieces of a sampler with
-    ``oversize="truncate"``, as ``rows, starts, lengths = sampler.pieces(batch)`` gives them.
+    ``starts[s] : starts[s] + lengths[s]`` of row ``indices[s]`` (cut at the row's end, like a slice; a
+    start past the end is an error): the pieces of a sampler with ``oversize="truncate"``, as
+    ``rows, starts, lengths = sampler.pieces(batch)`` gives them.
     """
     if not isinstance(store, TokenStore):
         raise TypeError(f"store must be a dflash_batch.TokenStore, got {type(store).__name__}")
