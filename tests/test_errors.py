@@ -167,6 +167,8 @@ def test_more_ranks_than_samples():
     # Refused before anything is sized by the world (a heap of 2^31 entries once aborted the process).
     with pytest.raises(db.PlanError, match="cannot give each of world_size 2147483648 ranks"):
         make(world_size=2**31, rank=0).plan(0)
+    with pytest.raises(db.PlanError, match="8 ranks a batch: fewer batches than ranks, and drop_last=True dropped"):
+        make(world_size=8, rank=0, drop_last=True).plan(0)
 
 
 @pytest.mark.parametrize("seed", [1.5, "1", None, True])

@@ -43,7 +43,8 @@ pub(crate) fn match_windows(ids: &mut [u32], costs: &[f32], config: &Config, rng
     if world < 2 {
         return;
     }
-    let mut sorter = Vec::with_capacity(config.window());
+    // Sized by the batches there are, not by the window (2^31 ranks asked 16 GB: an abort).
+    let mut sorter = Vec::with_capacity(config.window().min(ids.len()));
     for window in ids.chunks_mut(config.window()) {
         match_window(window, costs, world, rng, &mut sorter);
     }
@@ -87,7 +88,7 @@ pub(crate) fn balance_classes(
     let classed = cost_class_steps(sequence, costs, world, ppm);
     sequence.copy_from_slice(&classed);
     let tasks: Vec<(usize, &mut [u32])> = sequence
-        .chunks_mut(config.window() * WINDOWS_PER_BLOCK)
+        .chunks_mut(config.window().saturating_mul(WINDOWS_PER_BLOCK))
         .enumerate()
         .collect();
     run(pool, tasks, |(index, ids)| {

@@ -187,9 +187,10 @@ impl Config {
         rows * self.cost.row(self.padded(longest))
     }
 
-    /// Batches per mixing window: `accumulation × world_size`.
+    /// Batches per mixing window: `accumulation × world_size` (saturating: both may be near 2^32,
+    /// and a window that long only means one window for the epoch).
     pub fn window(&self) -> usize {
-        self.accumulation as usize * self.world_size as usize
+        (self.accumulation as usize).saturating_mul(self.world_size as usize)
     }
 
     pub(crate) fn validate(&self) -> Result<()> {

@@ -121,6 +121,8 @@ pub enum ErrorKind {
         samples: usize,
         /// Ranks requested.
         world_size: u32,
+        /// Whether `drop_last` dropped every batch (its message cannot suggest passing it).
+        drop_last: bool,
     },
     /// A step index past the end of the plan.
     StepOutOfRange {
@@ -272,10 +274,24 @@ impl fmt::Display for Error {
                 "length {length} at row {row} exceeds max_tokens {max_tokens} (the longest row that \
                  fits is {longest} tokens); raise max_tokens or pass oversize='skip'"
             ),
-            K::TooFewSamplesForRanks { samples, world_size } => write!(
+            K::TooFewSamplesForRanks {
+                samples,
+                world_size,
+                drop_last: false,
+            } => write!(
                 f,
                 "{samples} sample(s) cannot give each of world_size {world_size} ranks a batch without \
                  repeating samples; use fewer ranks or pass drop_last=True"
+            ),
+            K::TooFewSamplesForRanks {
+                samples,
+                world_size,
+                drop_last: true,
+            } => write!(
+                f,
+                "{samples} sample(s) cannot give each of world_size {world_size} ranks a batch: fewer \
+                 batches than ranks, and drop_last=True dropped them all; use fewer ranks or smaller \
+                 batches"
             ),
             K::StepOutOfRange { step, steps } => write!(
                 f,

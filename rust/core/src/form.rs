@@ -227,13 +227,16 @@ pub(crate) struct Epoch {
 }
 
 impl Epoch {
-    /// An empty epoch whose offsets hold `batches` plus the rank splits without reallocating.
+    /// An empty epoch whose offsets hold `batches` plus the rank splits without reallocating. A
+    /// split adds fewer batches than ranks and than rows: the room is capped by the batches, not sized
+    /// by a world of 2^31 ranks (16 GB: an abort).
     pub(crate) fn with_room(batches: usize, world_size: u32) -> Self {
-        let mut offsets = Vec::with_capacity(batches + 1 + world_size as usize);
+        let splits = (world_size as usize).min(batches + 1);
+        let mut offsets = Vec::with_capacity(batches + 1 + splits);
         offsets.push(0);
         Self {
             offsets,
-            cost: Vec::with_capacity(batches + world_size as usize),
+            cost: Vec::with_capacity(batches + splits),
             ..Self::default()
         }
     }

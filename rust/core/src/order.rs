@@ -52,6 +52,7 @@ pub fn split_for_ranks(
     let too_few = || ErrorKind::TooFewSamplesForRanks {
         samples: indices.len(),
         world_size,
+        drop_last: false,
     };
     // Every batch keeps at least one row: without enough rows no split can work, and trying sized
     // a heap by `needed` (34 GB for world_size = 2^31: an abort).
@@ -384,7 +385,8 @@ mod tests {
             err.kind(),
             &ErrorKind::TooFewSamplesForRanks {
                 samples: 2,
-                world_size: 4
+                world_size: 4,
+                drop_last: false
             }
         );
         // A world far larger than the samples is refused before anything is sized by it.

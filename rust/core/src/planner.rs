@@ -268,6 +268,7 @@ impl Planner {
             return Err(ErrorKind::TooFewSamplesForRanks {
                 samples,
                 world_size,
+                drop_last: self.config.drop_last,
             }
             .into());
         }

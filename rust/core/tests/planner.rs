@@ -419,8 +419,34 @@ fn errors_name_the_row_and_value() {
         e.kind(),
         &ErrorKind::TooFewSamplesForRanks {
             samples: 3,
-            world_size: 5
+            world_size: 5,
+            drop_last: false
         }
+    );
+    // With drop_last the message cannot suggest it: it says every batch was dropped.
+    let dropping = Config {
+        world_size: 5,
+        drop_last: true,
+        ..config(Batching::Rows(2))
+    };
+    let e = Planner::new(vec![1u32, 2, 3], dropping)
+        .unwrap()
+        .plan(0)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::TooFewSamplesForRanks {
+                world_size: 5,
+                drop_last: true,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string().contains("drop_last=True dropped them all"),
+        "{e}"
     );
     let zero = Config {
         world_size: 0,
