@@ -236,6 +236,10 @@ def test_load_state_dict_rejects_other_data_or_config():
         db.BucketSampler(lengths, max_tokens=16384, seed=1).load_state_dict(state)
     with pytest.raises(db.PlanError, match="same 1000 samples and settings, but different lengths"):
         db.BucketSampler(lengths[::-1].copy(), batch_size=8, seed=1).load_state_dict(state)
+    # A fingerprint this library never writes is called what it is, not "different lengths".
+    for garbage in ("x", 12, "zz" * 8):
+        with pytest.raises(db.PlanError, match=f"its fingerprint {garbage!r} is not one this library writes"):
+            db.BucketSampler(lengths, batch_size=8, seed=1).load_state_dict(dict(state, fingerprint=garbage))
     # A state from JSON (tuples become lists) still names the setting.
     attention = db.BucketSampler(lengths, max_tokens=1 << 20, cost=(1.0, 0.001), seed=1).state_dict()
     with pytest.raises(db.PlanError, match=r"cost \[1.0, 0.001\] vs \[1.0, 0.002\]"):

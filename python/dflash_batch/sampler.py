@@ -430,6 +430,10 @@ class BucketSampler:
             return "checkpoint vs this sampler: " + ", ".join(differing)
         if "settings" not in state:
             return f"num_samples {self.num_samples}, seed and world_size match; the rest is not recorded in this state"
+        written = self._fingerprint()
+        fingerprint = state.get("fingerprint")
+        if not (isinstance(fingerprint, str) and len(fingerprint) == len(written) and _is_hex(fingerprint)):
+            return f"its fingerprint {fingerprint!r} is not one this library writes: a corrupted or edited checkpoint"
         return (
             f"the same {self.num_samples} samples and settings, but different lengths: another dataset, "
             "or the same one tokenized differently"
@@ -468,6 +472,14 @@ class BucketSampler:
 
 
 _U32_MAX = 2**32 - 1
+
+
+def _is_hex(text: str) -> bool:
+    try:
+        int(text, 16)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclasses.dataclass(frozen=True)
