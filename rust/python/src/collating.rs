@@ -268,12 +268,16 @@ fn new_typed<'py, T: OutputToken + Element + Default>(
     )
 }
 
-/// Bytes of physical memory (`MemTotal` of `/proc/meminfo`), where the system says.
+/// Bytes of physical memory (`MemTotal` of `/proc/meminfo`), where the system says; read once, since
+/// `collate` without buffers may run once per batch.
 fn physical_memory() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
+    static MEMORY: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *MEMORY.get_or_init(|| {
+        let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        kib.checked_mul(1024)
+    })
 }
 
 fn shape_any(
