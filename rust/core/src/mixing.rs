@@ -29,8 +29,9 @@ pub struct Deciles {
     pub share: [f64; 10],
 }
 
-/// Longest length up to which the token mass is counted in a table (8 bytes a length); past it,
-/// over a sorted copy of the lengths.
+/// Longest length up to which the token mass is always counted in a table (8 bytes a length, 32 MB
+/// here); past it only while the table is no larger than a sorted copy of the lengths (4 bytes a
+/// sample), which counts it otherwise.
 const TABLE_MAX: usize = 1 << 22;
 
 impl Deciles {
@@ -38,7 +39,7 @@ impl Deciles {
     pub fn new<L: Length>(lengths: &[L]) -> Self {
         let longest = lengths.iter().map(|&l| l.into()).max().unwrap_or(0) as usize;
         // The token mass of every length present, shortest first.
-        let masses: Vec<(u32, u64)> = if longest <= TABLE_MAX.max(4 * lengths.len()) {
+        let masses: Vec<(u32, u64)> = if longest <= TABLE_MAX.max(lengths.len() / 2) {
             let mut tokens_at = vec![0u64; longest + 1];
             for &l in lengths {
                 let l: u32 = l.into();
