@@ -475,11 +475,9 @@ _U32_MAX = 2**32 - 1
 
 
 def _is_hex(text: str) -> bool:
-    try:
-        int(text, 16)
-    except ValueError:
-        return False
-    return True
+    """Lowercase hex digits only, as the Rust fingerprint is written (``int(text, 16)`` also took
+    prefixes, signs, underscores and spaces)."""
+    return set(text) <= set("0123456789abcdef")
 
 
 @dataclasses.dataclass(frozen=True)
