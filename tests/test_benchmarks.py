@@ -48,3 +48,21 @@ def test_loader_benchmark(tmp_path):
     out = run("loader.py", "--rows", "3000", "--cache-dir", str(tmp_path), "--batches", "20")
     assert "(b) db.Loader → torch int64, fresh mapping" in out and "prefetch ring" in out
     assert "(b) db.Loader → torch int64, mapped pages" in out and "Loader ≥ 50× (c)" in out
+
+
+def test_cuda_check_dry_run_on_the_cpu():
+    """The GPU script's checks that need no GPU (device batches equal the host collation for int64, int32
+    with pad_to_multiple_of, packed rows; shutdown) run on the CPU, so the script works when a GPU comes."""
+    pytest.importorskip("torch")
+    pytest.importorskip("pyarrow")
+    out = run("cuda_check.py", "--device", "cpu", "--rows", "2000", "--steps", "30")
+    for line in ("2. 30 device batches equal", "5. ", "6. ", "7. breaking out", "all checks passed"):
+        assert line in out, out
+
+
+def test_cuda_check_without_cuda_exits_2():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "cuda_check.py")], capture_output=True, text=True)
+    assert result.returncode == 2 and "CUDA is not available" in result.stdout
