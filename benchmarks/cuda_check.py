@@ -239,7 +239,7 @@ def main() -> None:
     if cuda:  # 1. pinned slots, device tensors
         ring = loader()
         first = next(iter(ring))
-        pinned = all(t.is_pinned() for slot in ring._pipeline._slots for t in slot["torch"].values())
+        pinned = all(slot["block"].is_pinned() for slot in ring._pipeline._slots)
         on_gpu = all(t.device.type == "cuda" for t in first.values())
         print(
             f"1. slots pinned: {pinned}; batch on {first['input_ids'].device}; "

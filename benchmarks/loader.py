@@ -7,8 +7,8 @@ loading, in the same run, on the seed workload's HF-style Arrow directory (see b
 
 Readers, each over the same first ``--batches`` batches of one epoch's plan (max_tokens=16384):
   (a) collation alone into reused int32 buffers: ``db.collate`` (a first pass pays the page faults of a
-      fresh mapping, a second runs on mapped pages), the Loader's own call (one ``[4, capacity]`` slot,
-      mapped pages), and memcpy of the same output bytes between reused buffers, alternating with the
+      fresh mapping, a second runs on mapped pages), the Loader's own call (one slot, the arrays back to
+      back, mapped pages), and memcpy of the same output bytes between reused buffers, alternating with the
       Loader's call for ``--rounds`` rounds;
   (b) ``db.Loader`` → dicts of int64 torch tensors (prefetch=2), on a fresh mapping (a first epoch: every
       page read faults in) and again on mapped pages (every later epoch), ``--rounds`` times;
@@ -101,7 +101,7 @@ def main() -> None:
     # (a) collation alone, into reused int32 buffers: a first pass maps the pages (first epoch), a
     # second runs on mapped pages (later epochs); memcpy of the same output bytes between reused buffers
     out = {k: np.empty(MAX_TOKENS, dtype=np.int32) for k in KEYS}
-    slot = np.empty((4, MAX_TOKENS), dtype=np.int32)
+    slot = np.empty(4 * MAX_TOKENS, dtype=np.int32)  # the four arrays back to back, as in a Loader slot
 
     def timed_pass(collate_one) -> float:
         start = time.perf_counter()

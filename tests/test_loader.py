@@ -11,6 +11,7 @@ import dflash_batch as db
 import numpy as np
 import pytest
 from _arrow import token_rows, token_table, write_ipc
+from dflash_batch.loader import _views
 
 torch = pytest.importorskip("torch")
 
@@ -201,9 +202,11 @@ class FakeCudaTransfer:
         if event is not None:
             event.synchronize()
 
-    def send(self, index, tensors, shape):
-        rows, width = shape[:2]
-        payload = {k: t[: rows * width].view(rows, width).clone() for k, t in tensors.items()}
+    def send(self, index, slot, shape):
+        # The "device" copy: the used front of the block in one piece, as the CUDA transfer sends it.
+        used = len(slot["keys"]) * shape[0] * shape[1]
+        cu = slot["cu_torch"][: shape[2] + 1].clone() if len(shape) == 4 else None
+        payload = _views(slot["block"][:used].clone(), slot["keys"], shape, cu)
         with self.lock:
             self.log.append(("send", index))
             self.events[index] = FakeEvent(self.log, index)
@@ -233,6 +236,19 @@ def test_cuda_pipeline_protocol_on_the_cpu(store):
     assert sum(op == "wait" for op, _ in transfer.log) == len(batches)
     for got, indices in zip(batches, sampler_for(store), strict=True):
         np.testing.assert_array_equal(got["labels"], db.collate(store, indices)["labels"])
+
+
+def test_cuda_pipeline_protocol_with_packed_rows(store):
+    """A packed row goes through the same one-copy send: its four arrays from the block, cu_seqlens apart."""
+    transfer = FakeCudaTransfer()
+    sampler = sampler_for(store, mode="packed")
+    got = list(db.Loader(store, sampler, prefetch=2, _transfer=transfer))
+    assert len(got) == len(sampler)
+    for batch, indices in zip(got, sampler_for(store, mode="packed"), strict=True):
+        expected = db.collate_packed(store, indices, capacity=256)
+        assert batch["max_seqlen"] == expected.pop("max_seqlen")
+        for key, value in expected.items():
+            np.testing.assert_array_equal(batch[key].numpy(), value)
 
 
 def test_torch_dataloader_with_collate_fn(store):
@@ -281,17 +297,23 @@ def test_in_memory_store_loads_the_same(store):
 
 
 def test_slot_collation_checks_the_slot(store):
-    good = np.zeros((4, 512), dtype=np.int64)
+    good = np.full(4 * 512, 7, dtype=np.int64)
     rows, width = db._core.collate_slot(store._inner, np.array([0, 1], dtype=np.uint32), good, 0, -100, 1)
-    np.testing.assert_array_equal(good[2, : rows * width].reshape(rows, width), db.collate(store, [0, 1])["labels"])
-    with pytest.raises(ValueError, match=r"shape \(4, capacity\), got \[3, 512\]"):
-        db._core.collate_slot(store._inner, np.array([0]), np.zeros((3, 512), dtype=np.int64), 0, -100, 1)
+    n = rows * width
+    expected = db.collate(store, [0, 1])
+    for k, key in enumerate(("input_ids", "attention_mask", "labels", "position_ids")):  # back to back
+        np.testing.assert_array_equal(good[k * n : (k + 1) * n].reshape(rows, width), expected[key])
+    assert (good[4 * n :] == 7).all()
+    with pytest.raises(ValueError, match=r"slot must be 1-D \(4 × capacity elements\), got shape \[4, 512\]"):
+        db._core.collate_slot(store._inner, np.array([0]), np.zeros((4, 512), dtype=np.int64), 0, -100, 1)
     with pytest.raises(ValueError, match="C-contiguous"):
-        db._core.collate_slot(store._inner, np.array([0]), np.zeros((512, 4), dtype=np.int64).T, 0, -100, 1)
+        db._core.collate_slot(store._inner, np.array([0]), np.zeros(4096, dtype=np.int64)[::2], 0, -100, 1)
     with pytest.raises(TypeError, match="int64 or int32"):
-        db._core.collate_slot(store._inner, np.array([0]), np.zeros((4, 512)), 0, -100, 1)
-    with pytest.raises(ValueError, match="buffer input_ids holds 1 elements"):
-        db._core.collate_slot(store._inner, np.array([0]), np.zeros((4, 1), dtype=np.int64), 0, -100, 1)
+        db._core.collate_slot(store._inner, np.array([0]), np.zeros(2048), 0, -100, 1)
+    length = int(store.lengths()[0])
+    too_small = rf"buffer slot holds 3 elements but the batch needs {4 * length} \(4 arrays × rows"
+    with pytest.raises(ValueError, match=too_small):
+        db._core.collate_slot(store._inner, np.array([0]), np.zeros(3, dtype=np.int64), 0, -100, 1)
 
 
 def test_batch_contents_are_identical_across_processes(store):

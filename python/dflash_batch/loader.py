@@ -6,9 +6,10 @@ The pipeline, per batch::
         → CPU: torch views of the slot            → the trainer
         → CUDA: copy on a side stream + event     → the trainer's stream waits on the event
 
-A ring of ``prefetch + 1`` slots (at most one more than the steps left) bounds memory: each slot holds
-the four arrays of the largest padded batch of the epoch (pinned when copying to a GPU); a ring larger
-than the machine's memory raises ``MemoryError`` before anything is allocated. The worker fills free
+A ring of ``prefetch + 1`` slots (at most one more than the steps left) bounds memory: each slot is one
+block with room for the four arrays of the largest padded batch of the epoch (pinned when copying to a
+GPU). A batch's four arrays lie back to back at the front of its block, so they reach the GPU in one
+copy. A ring larger than the machine's memory raises ``MemoryError`` before anything is allocated. The worker fills free
 slots up to ``prefetch`` batches ahead; the slot of the batch the trainer holds goes back to the ring
 when it asks for the next one, so on the CPU a batch's tensors are valid until then (clone them to keep
 them longer). On CUDA the device tensors are fresh per batch (torch's caching allocator makes that
@@ -154,13 +155,21 @@ class Loader:
             if self.sampler.truncated:  # entries may be later pieces of long samples
                 batch, starts, lengths = self.sampler.pieces(batch)
                 windows = (starts, lengths)
+            rows = slot["numpy"].reshape(len(PACKED_KEYS), -1)
             samples, _, longest = _pack_into(
-                self.store, batch, slot["numpy"], slot["cu_seqlens"], pad_id, label_pad_id, windows=windows
+                self.store, batch, rows, slot["cu_seqlens"], pad_id, label_pad_id, windows=windows
             )
-            return 1, slot["numpy"].shape[1], samples, longest
+            return 1, rows.shape[1], samples, longest
         if isinstance(inner, _core.TokenStore):  # straight to Rust: this runs once per batch
             return _core.collate_slot(inner, batch, slot["numpy"], *settings.values())
-        views = collate(self.store, batch, **settings, out=dict(zip(KEYS, slot["numpy"], strict=True)))  # in memory
+        # In memory: the shape first, then numpy writes each array at its place in the block.
+        multiple = settings["pad_to_multiple_of"]
+        longest = int(self._lengths[batch].max()) if len(batch) else 0
+        width = -(-longest // multiple) * multiple
+        n = len(batch) * width
+        block = slot["numpy"]
+        out = {key: block[k * n : (k + 1) * n] for k, key in enumerate(KEYS)}
+        views = collate(self.store, batch, **settings, out=out)
         return views["input_ids"].shape
 
     def _capacity(self, plan: Any, world: int, rank: int, start: int) -> int:
@@ -195,12 +204,11 @@ class Loader:
             )
         slots = []
         for _ in range(count):
-            block = torch.empty((len(keys), capacity), dtype=dtype, pin_memory=self.pin_memory)
-            tensors = dict(zip(keys, block.unbind(0), strict=True))  # flat rows of one block
-            slot = {"torch": tensors, "numpy": block.numpy()}
+            block = torch.empty(len(keys) * capacity, dtype=dtype, pin_memory=self.pin_memory)
+            slot = {"block": block, "numpy": block.numpy(), "keys": keys}
             if self._packed:  # a row holds at most `capacity` samples
                 cu = torch.empty(capacity + 1, dtype=torch.int32, pin_memory=self.pin_memory)
-                tensors["cu_seqlens"], slot["cu_seqlens"] = cu, cu.numpy()
+                slot["cu_torch"], slot["cu_seqlens"] = cu, cu.numpy()
             slots.append(slot)
         self._slot_bytes = ring
         if self._packed:
@@ -284,7 +292,7 @@ class _Pipeline:
                     return
                 self._transfer.before_reuse(index)
                 shape = self._collate_into(batch, self._slots[index])
-                self._ready.put((index, self._transfer.send(index, self._slots[index]["torch"], shape)))
+                self._ready.put((index, self._transfer.send(index, self._slots[index], shape)))
             self._ready.put(_END)
         except BaseException as error:  # raised again in the trainer's thread
             self._ready.put(_Failed(error, step))
@@ -322,14 +330,16 @@ class _Pipeline:
             self.thread.join()
 
 
-def _views(tensors: dict[str, Any], shape: tuple[int, ...]) -> dict[str, Any]:
-    """``[rows, L]`` views of the fronts of flat slot tensors (``as_strided``: one torch call each, half the
-    cost of slicing then reshaping, measured); a packed row's shape also carries its sample count, which
-    cuts ``cu_seqlens``, and ``max_seqlen``."""
+def _views(block: Any, keys: tuple[str, ...], shape: tuple[int, ...], cu_seqlens: Any = None) -> dict[str, Any]:
+    """``[rows, L]`` views of the arrays lying back to back at the front of ``block`` (one
+    ``as_strided`` and an ``unbind``); a packed row's shape also carries its sample count, which cuts
+    ``cu_seqlens``, and ``max_seqlen``."""
     rows, width = shape[0], shape[1]
-    views = {key: t.as_strided((rows, width), (width, 1)) for key, t in tensors.items() if key != "cu_seqlens"}
+    n = rows * width
+    views = dict(zip(keys, block.as_strided((len(keys), rows, width), (n, width, 1)).unbind(0), strict=True))
     if len(shape) == 4:
-        views["cu_seqlens"] = tensors["cu_seqlens"][: shape[2] + 1]
+        views["cu_seqlens"] = cu_seqlens[: shape[2] + 1]
+        views["max_seqlen"] = shape[3]  # the longest sample, an int, as varlen kernels take it
     return views
 
 
@@ -340,17 +350,18 @@ class _HostTransfer:
     def before_reuse(self, index: int) -> None:
         pass
 
-    def send(self, index: int, tensors: dict[str, Any], shape: tuple[int, ...]) -> tuple[dict[str, Any], tuple]:
-        return tensors, shape
+    def send(self, index: int, slot: dict[str, Any], shape: tuple[int, ...]) -> tuple[dict[str, Any], tuple]:
+        return slot, shape
 
     def receive(self, payload: tuple[dict[str, Any], tuple[int, ...]]) -> dict[str, Any]:
-        tensors, shape = payload
-        return _with_max_seqlen(_views(tensors, shape), shape)
+        slot, shape = payload
+        return _views(slot["block"], slot["keys"], shape, slot.get("cu_torch"))
 
 
 class _CudaTransfer:
-    """Host slot → device on a side stream; the trainer's stream waits on the copy's event, and a slot is
-    rewritten only after the copy out of it has completed."""
+    """Host slot → device on a side stream, the batch's arrays in one copy (a packed row's
+    ``cu_seqlens`` in a second); the trainer's stream waits on the copy's event, and a slot is rewritten
+    only after the copy out of it has completed."""
 
     def __init__(self, device: Any) -> None:
         import torch
@@ -365,30 +376,25 @@ class _CudaTransfer:
         if event is not None:
             event.synchronize()
 
-    def send(self, index: int, tensors: dict[str, Any], shape: tuple[int, ...]) -> tuple[dict[str, Any], Any, tuple]:
+    def send(self, index: int, slot: dict[str, Any], shape: tuple[int, ...]) -> tuple:
         torch = self._torch
+        used = len(slot["keys"]) * shape[0] * shape[1]
         with torch.cuda.stream(self.stream):
-            views = _views(tensors, shape)
-            on_device = {key: view.to(self.device, non_blocking=True) for key, view in views.items()}
+            block = slot["block"][:used].to(self.device, non_blocking=True)
+            cu = slot["cu_torch"][: shape[2] + 1].to(self.device, non_blocking=True) if len(shape) == 4 else None
             event = torch.cuda.Event()
             event.record(self.stream)
         self._events[index] = event
-        return on_device, event, shape
+        return block, cu, slot["keys"], event, shape
 
-    def receive(self, payload: tuple[dict[str, Any], Any, tuple[int, ...]]) -> dict[str, Any]:
-        on_device, event, shape = payload
+    def receive(self, payload: tuple) -> dict[str, Any]:
+        block, cu, keys, event, shape = payload
         current = self._torch.cuda.current_stream(self.device)
         current.wait_event(event)
-        for tensor in on_device.values():
-            tensor.record_stream(current)  # its memory is not reused before the trainer's work on it ends
-        return _with_max_seqlen(on_device, shape)
-
-
-def _with_max_seqlen(batch: dict[str, Any], shape: tuple[int, ...]) -> dict[str, Any]:
-    """A packed batch also says its longest sample (an int, as varlen kernels take it)."""
-    if len(shape) == 4:
-        batch["max_seqlen"] = shape[3]
-    return batch
+        block.record_stream(current)  # its memory is not reused before the trainer's work on it ends
+        if cu is not None:
+            cu.record_stream(current)
+        return _views(block, keys, shape, cu)
 
 
 def _physical_memory() -> int | None:

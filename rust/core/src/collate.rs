@@ -185,8 +185,19 @@ pub fn padded_shape<I: Copy + Into<i128>>(
     indices: &[I],
     pad_to_multiple_of: u32,
 ) -> Result<(usize, usize)> {
+    let (located, width) = located_width(store, indices, pad_to_multiple_of)?;
+    Ok((located.len(), width))
+}
+
+/// Where the rows of `indices` are, and their padded length `L`.
+fn located_width<I: Copy + Into<i128>>(
+    store: &TokenStore,
+    indices: &[I],
+    pad_to_multiple_of: u32,
+) -> Result<(Vec<Located>, usize)> {
     let located = store.locate_all(indices)?;
-    Ok((located.len(), padded_length(&located, pad_to_multiple_of)?))
+    let width = padded_length(&located, pad_to_multiple_of)?;
+    Ok((located, width))
 }
 
 fn padded_length(located: &[Located], pad_to_multiple_of: u32) -> Result<usize> {
@@ -210,11 +221,8 @@ pub fn collate_padded<T: OutputToken, I: Copy + Into<i128>>(
     out: Buffers<'_, T>,
     pool: Option<&PrivatePool>,
 ) -> Result<(usize, usize)> {
-    let located = store.locate_all(indices)?;
-    let (rows, width) = (
-        located.len(),
-        padded_length(&located, padding.pad_to_multiple_of)?,
-    );
+    let (located, width) = located_width(store, indices, padding.pad_to_multiple_of)?;
+    let rows = located.len();
     let needed = rows * width;
     for (name, got) in [
         ("input_ids", out.input_ids.len()),
@@ -226,19 +234,69 @@ pub fn collate_padded<T: OutputToken, I: Copy + Into<i128>>(
             return Err(ErrorKind::BufferTooSmall { name, needed, got }.into());
         }
     }
+    write_rows(store, &located, width, padding, out, pool)?;
+    Ok((rows, width))
+}
+
+/// [`collate_padded`] into one block: for `n = rows × L`, `input_ids` are its elements `[0, n)`,
+/// `attention_mask` `[n, 2n)`, `labels` `[2n, 3n)` and `position_ids` `[3n, 4n)`. The four arrays of
+/// a batch are then one contiguous run of memory, which goes to a GPU in a single copy (the Loader's
+/// slots). The block must hold at least `4n` elements.
+pub fn collate_padded_block<T: OutputToken, I: Copy + Into<i128>>(
+    store: &TokenStore,
+    indices: &[I],
+    padding: &Padding,
+    block: &mut [T],
+    pool: Option<&PrivatePool>,
+) -> Result<(usize, usize)> {
+    let (located, width) = located_width(store, indices, padding.pad_to_multiple_of)?;
+    let rows = located.len();
+    let n = rows * width;
+    let got = block.len();
+    let needed =
+        n.checked_mul(4)
+            .filter(|&needed| needed <= got)
+            .ok_or(ErrorKind::BufferTooSmall {
+                name: "slot",
+                needed: n.saturating_mul(4),
+                got,
+            })?;
+    let (input_ids, rest) = block[..needed].split_at_mut(n);
+    let (attention_mask, rest) = rest.split_at_mut(n);
+    let (labels, position_ids) = rest.split_at_mut(n);
+    let out = Buffers {
+        input_ids,
+        attention_mask,
+        labels,
+        position_ids,
+    };
+    write_rows(store, &located, width, padding, out, pool)?;
+    Ok((rows, width))
+}
+
+/// Writes the rows of `located`, `width` long, into the fronts of `out` (checked to be long enough).
+fn write_rows<T: OutputToken>(
+    store: &TokenStore,
+    located: &[Located],
+    width: usize,
+    padding: &Padding,
+    out: Buffers<'_, T>,
+    pool: Option<&PrivatePool>,
+) -> Result<()> {
     let fill = Fill {
         pad_id: output_value::<T>("pad_id", padding.pad_id)?,
         label_pad_id: output_value::<T>("label_pad_id", padding.label_pad_id)?,
     };
     if width == 0 {
-        return Ok((rows, 0));
+        return Ok(());
     }
+    let needed = located.len() * width;
     let rows_out = out.input_ids[..needed]
         .chunks_mut(width)
         .zip(out.attention_mask[..needed].chunks_mut(width))
         .zip(out.labels[..needed].chunks_mut(width))
         .zip(out.position_ids[..needed].chunks_mut(width))
-        .zip(&located);
+        .zip(located);
     let write = |((((ids, mask), labels), positions), at): RowOut<'_, T>| {
         fill.row(store.tokens_at(at), ids, mask, labels, positions)
     };
@@ -249,11 +307,10 @@ pub fn collate_padded<T: OutputToken, I: Copy + Into<i128>>(
     {
         Some(pool) => {
             let rows_out: Vec<_> = rows_out.collect();
-            pool.install(|| rows_out.into_par_iter().try_for_each(write))?;
+            pool.install(|| rows_out.into_par_iter().try_for_each(write))
         }
-        _ => rows_out.into_iter().try_for_each(write)?,
+        _ => rows_out.into_iter().try_for_each(write),
     }
-    Ok((rows, width))
 }
 
 type RowOut<'a, T> = (

@@ -142,7 +142,7 @@ pub enum ErrorKind {
     BufferTooSmall {
         /// Which buffer.
         name: &'static str,
-        /// Elements the batch needs (`rows × padded length`).
+        /// Elements the batch needs (`rows × padded length`; four times that for a slot).
         needed: usize,
         /// Elements the buffer has.
         got: usize,
@@ -300,8 +300,10 @@ impl fmt::Display for Error {
             K::Read { path, problem } => write!(f, "{path} {problem}"),
             K::BufferTooSmall { name, needed, got } => write!(
                 f,
-                "buffer {name} holds {got} elements but the batch needs {needed} (rows × padded length); \
-                 pass larger buffers or let the function allocate them"
+                "buffer {name} holds {got} elements but the batch needs {needed} ({}rows × padded \
+                 length); pass larger buffers or let the function allocate them",
+                // A slot holds the four arrays back to back.
+                if *name == "slot" { "4 arrays × " } else { "" }
             ),
             K::TokenOutOfRange { value, dtype } => write!(
                 f,

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use arrow_array::builder::{ListBuilder, UInt32Builder};
 use arrow_array::{ArrayRef, Int64Array};
 use common::{batch, tokens_column, write_ipc};
-use dflash_batch_core::collate::{collate_padded, padded_shape, Buffers, Padding};
+use dflash_batch_core::collate::{
+    collate_padded, collate_padded_block, padded_shape, Buffers, Padding,
+};
 use dflash_batch_core::pool::PrivatePool;
 use dflash_batch_core::{ErrorKind, TokenStore};
 use proptest::prelude::*;
@@ -84,6 +86,70 @@ fn collate_i64(
         buf.truncate(rows * width);
     }
     (rows, width, bufs)
+}
+
+/// The block form: the four arrays back to back, nothing written past `4 × rows × L`.
+fn collate_block_i64(
+    store: &TokenStore,
+    picks: &[i64],
+    padding: &Padding,
+    pool: Option<&PrivatePool>,
+) -> (usize, usize, [Vec<i64>; 4]) {
+    let (rows, width) = padded_shape(store, picks, padding.pad_to_multiple_of).unwrap();
+    let n = rows * width;
+    let mut block = vec![7i64; 4 * n + 3];
+    assert_eq!(
+        collate_padded_block(store, picks, padding, &mut block, pool).unwrap(),
+        (rows, width)
+    );
+    assert_eq!(&block[4 * n..], &[7, 7, 7], "wrote past 4 × rows × L");
+    let arrays = std::array::from_fn(|k| block[k * n..(k + 1) * n].to_vec());
+    (rows, width, arrays)
+}
+
+#[test]
+fn exact_small_batch_in_one_block() {
+    let store = store_of(&[vec![5, 6, 7], vec![8]]);
+    let padding = Padding {
+        pad_id: 0,
+        label_pad_id: -100,
+        pad_to_multiple_of: 4,
+    };
+    let mut block = vec![9i32; 33];
+    let shape = collate_padded_block(&store, &[1i64, 0], &padding, &mut block, None).unwrap();
+    assert_eq!(shape, (2, 4));
+    #[rustfmt::skip]
+    let expected = [
+        8, 0, 0, 0, 5, 6, 7, 0, // input_ids
+        1, 0, 0, 0, 1, 1, 1, 0, // attention_mask
+        8, -100, -100, -100, 5, 6, 7, -100, // labels
+        0, 0, 0, 0, 0, 1, 2, 0, // position_ids
+        9, // untouched
+    ];
+    assert_eq!(block, expected);
+}
+
+#[test]
+fn a_block_too_small_names_the_slot_and_its_need() {
+    let store = store_of(&[vec![1, 2, 3]]);
+    let mut block = vec![0i64; 11];
+    let err =
+        collate_padded_block(&store, &[0i64], &Padding::default(), &mut block, None).unwrap_err();
+    assert_eq!(
+        err.kind(),
+        &ErrorKind::BufferTooSmall {
+            name: "slot",
+            needed: 12,
+            got: 11
+        }
+    );
+    assert_eq!(
+        block,
+        vec![0; 11],
+        "nothing is written when the block is too small"
+    );
+    let (rows, width, _) = collate_block_i64(&store, &[], &Padding::default(), None);
+    assert_eq!((rows, width), (0, 0));
 }
 
 #[test]
@@ -208,7 +274,9 @@ proptest! {
         prop_assert_eq!(&got, &expected);
         let pool = PrivatePool::new(3);
         let (_, _, threaded) = collate_i64(&store, &picks, &padding, Some(&pool));
-        prop_assert_eq!(threaded, expected);
+        prop_assert_eq!(&threaded, &expected);
+        let (_, _, block) = collate_block_i64(&store, &picks, &padding, None);
+        prop_assert_eq!(&block, &expected);
     }
 }
 
@@ -234,4 +302,6 @@ fn large_batches_split_over_the_pool_match_the_oracle() {
     let (_, w, got) = collate_i64(&store, &picks, &padding, Some(&pool));
     assert_eq!(w, width);
     assert_eq!(got, expected);
+    let (_, _, block) = collate_block_i64(&store, &picks, &padding, Some(&pool));
+    assert_eq!(block, expected);
 }

@@ -1,7 +1,9 @@
 //! The collation binding: `collate_into` (caller-provided buffers, as the Loader uses) and
 //! `collate_new` (new arrays owned by Rust).
 
-use dflash_batch_core::collate::{collate_padded, Buffers, OutputToken, Padding};
+use dflash_batch_core::collate::{
+    collate_padded, collate_padded_block, Buffers, OutputToken, Padding,
+};
 use dflash_batch_core::collate_packed::{collate_packed_windows, Packed, PackedBuffers, Windows};
 use dflash_batch_core::error::Result as CoreResult;
 use numpy::{
@@ -101,8 +103,10 @@ fn into_typed<T: OutputToken + Element>(
     collate_any(py, store, indices, padding, out).map(Some)
 }
 
-/// [`collate_into`] with the four buffers as the rows of one C-contiguous `[4, capacity]` array (the
-/// Loader's slots): one borrow instead of four, which is a tenth of a 16K-token batch (measured).
+/// [`collate_into`] into one C-contiguous 1-D array, the Loader's slot: for `n = rows × L`, the four
+/// arrays are its elements `[0, n)`, `[n, 2n)`, `[2n, 3n)`, `[3n, 4n)` (input_ids, attention_mask,
+/// labels, position_ids). One borrow instead of four (a tenth of a 16K-token batch, measured), and a
+/// batch is one contiguous run: a single host-to-device copy.
 #[pyfunction]
 #[pyo3(signature = (store, indices, slot, pad_id, label_pad_id, pad_to_multiple_of))]
 pub(crate) fn collate_slot(
@@ -140,14 +144,29 @@ fn slot_typed<T: OutputToken + Element>(
     let Ok(mut array) = slot.extract::<PyReadwriteArrayDyn<'_, T>>() else {
         return Ok(None);
     };
-    let [ids, mask, labels, positions] = slot_rows(&mut array)?;
-    let out = Buffers {
-        input_ids: ids,
-        attention_mask: mask,
-        labels,
-        position_ids: positions,
-    };
-    collate_any(py, store, indices, padding, out).map(Some)
+    if array.ndim() != 1 {
+        return Err(PyValueError::new_err(format!(
+            "slot must be 1-D (4 × capacity elements), got shape {:?}",
+            array.shape()
+        )));
+    }
+    let block = array
+        .as_slice_mut()
+        .map_err(|_| PyValueError::new_err("slot must be C-contiguous"))?;
+    block_any(py, store, indices, padding, block).map(Some)
+}
+
+/// Runs the core block collation for indices of any supported dtype (the outer error is a wrong dtype).
+fn block_any<T: OutputToken>(
+    py: Python<'_>,
+    store: &TokenStore,
+    indices: &Bound<'_, PyAny>,
+    padding: &Padding,
+    block: &mut [T],
+) -> PyResult<CoreResult<(usize, usize)>> {
+    with_index_slice!(indices, rows => py.detach(|| {
+        collate_padded_block(&store.store, rows, padding, block, Some(&store.pool))
+    }))
 }
 
 /// The four rows of a C-contiguous `[4, capacity]` slot as separate slices (one numpy borrow).
