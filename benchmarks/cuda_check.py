@@ -212,11 +212,71 @@ def overlap(loader: db.Loader, device, steps: int, rounds: int = 3) -> None:
         fail("less than half of the copy time overlapped with compute")
 
 
+def diagnose(loader: db.Loader, device, steps: int) -> None:
+    """Where the host time of a fed step goes: the worker's phases per batch (waiting for the slot's last
+    copy, collation, the send) and its period, against the trainer's launch time and its wait in
+    ``next()``; with Python's default GIL switch interval and a shorter one."""
+    import torch
+
+    weight = torch.randn(4096, 4096, device=device)
+    x0 = torch.randn(512, 4096, device=device)
+    transfer = loader._transfer
+    phases: dict[str, list[float]] = {"reuse": [], "collate": [], "send": [], "start": []}
+
+    def timed(name, function):
+        def wrapper(*args):
+            begin = time.perf_counter()
+            if name == "reuse":
+                phases["start"].append(begin)
+            try:
+                return function(*args)
+            finally:
+                phases[name].append(time.perf_counter() - begin)
+
+        return wrapper
+
+    loader._collate_into = timed("collate", loader._collate_into)
+    transfer.before_reuse = timed("reuse", transfer.before_reuse)
+    transfer.send = timed("send", transfer.send)
+    for interval in (sys.getswitchinterval(), 1e-4):
+        sys.setswitchinterval(interval)
+        for values in phases.values():
+            values.clear()
+        waits, launches = [], []
+        torch.cuda.synchronize()
+        iterator = iter(loader)
+        for _ in range(steps):
+            begin = time.perf_counter()
+            batch = next(iterator)
+            middle = time.perf_counter()
+            x = x0
+            for _ in range(8):
+                x = x @ weight
+            batch["input_ids"].sum()
+            waits.append(middle - begin)
+            launches.append(time.perf_counter() - middle)
+        torch.cuda.synchronize()
+        loader.close()
+
+        def us(values) -> str:
+            return f"{np.median(np.array(values[5:])) * 1e6:.0f}"
+
+        period = np.diff(np.array(phases["start"]))
+        print(
+            f"   switch interval {interval * 1e3:g} ms: trainer per step: next() {us(waits)} µs, launches "
+            f"{us(launches)} µs; worker per batch: period {us(period)} µs = slot's copy wait {us(phases['reuse'])} "
+            f"+ collate {us(phases['collate'])} + send {us(phases['send'])} µs + queues (medians)",
+            flush=True,
+        )
+    sys.setswitchinterval(0.005)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--max-tokens", type=int, default=16384, help="tokens per batch (the seed workload's 16384)")
+    parser.add_argument("--diagnose", action="store_true", help="also time the host side of check 3's steps")
     parser.add_argument("--device", default="cuda", help="cuda (default), or cpu for a dry run of checks 2, 5-7")
     args = parser.parse_args()
     import torch
@@ -256,6 +316,8 @@ def main() -> None:
 
     if cuda:
         overlap(loader(), device, args.steps)  # 3.
+        if args.diagnose:
+            diagnose(loader(), device, args.steps)
 
         # 4. batches kept across steps stay intact (slots are rewritten only after their copy completed)
         kept, references = [], []
