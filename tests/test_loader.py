@@ -285,13 +285,17 @@ def test_bad_arguments(store):
             db.Loader(store, sampler, pin_memory=True)
 
 
-def test_in_memory_store_loads_the_same(store):
+@pytest.mark.parametrize(("dtype", "multiple"), [(torch.int64, 1), (torch.int32, 8)])
+def test_in_memory_store_loads_the_same(store, dtype, multiple):
+    """numpy collates an in-memory store into the same back-to-back slot layout as Rust does for files."""
     datasets = pytest.importorskip("datasets")
     memory = db.TokenStore(datasets.Dataset.from_dict({"input_ids": [r.tolist() for r in ROWS]}))
-    from_memory = [as_numpy(b) for b in db.Loader(memory, sampler_for(memory))]
-    from_files = [as_numpy(b) for b in db.Loader(store, sampler_for(store))]
+    settings = {"dtype": dtype, "pad_to_multiple_of": multiple}
+    from_memory = [as_numpy(b) for b in db.Loader(memory, sampler_for(memory), **settings)]
+    from_files = [as_numpy(b) for b in db.Loader(store, sampler_for(store), **settings)]
     assert len(from_memory) == len(from_files)
     for a, b in zip(from_memory, from_files, strict=True):
+        assert a["input_ids"].shape[1] % multiple == 0
         for key in a:
             np.testing.assert_array_equal(a[key], b[key])
 
