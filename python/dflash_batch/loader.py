@@ -9,12 +9,12 @@ The pipeline, per batch::
 A ring of ``prefetch + 1`` slots (at most one more than the steps left) bounds memory: each slot is one
 block with room for the four arrays of the largest padded batch of the epoch (pinned when copying to a
 GPU). A batch's four arrays lie back to back at the front of its block, so they reach the GPU in one
-copy. A ring larger than the machine's memory raises ``MemoryError`` before anything is allocated. The worker fills free
-slots up to ``prefetch`` batches ahead; the slot of the batch the trainer holds goes back to the ring
-when it asks for the next one, so on the CPU a batch's tensors are valid until then (clone them to keep
-them longer). On CUDA the device tensors are fresh per batch (torch's caching allocator makes that
-cheap) and are safe to keep; a host slot is only rewritten after the copy out of it has completed (its
-event is synchronized first).
+copy. A ring larger than the machine's memory raises ``MemoryError`` before anything is allocated. The
+worker fills free slots up to ``prefetch`` batches ahead; the slot of the batch the trainer holds goes
+back to the ring when it asks for the next one, so on the CPU a batch's tensors are valid until then
+(clone them to keep them longer). On CUDA the device tensors are fresh per batch (torch's caching
+allocator makes that cheap) and are safe to keep; a host slot is only rewritten after the copy out of
+it has completed (its event is synchronized first).
 
 ``state_dict()`` counts batches handed to the trainer, never those merely prefetched, so a resume
 replays nothing and skips nothing. Errors in the worker are raised in the trainer's thread with their
