@@ -213,9 +213,10 @@ def overlap(loader: db.Loader, device, steps: int, rounds: int = 3) -> None:
 
 
 def diagnose(loader: db.Loader, device, steps: int) -> None:
-    """Where the host time of a fed step goes: the worker's phases per batch (waiting for the slot's last
-    copy, collation, the send) and its period, against the trainer's launch time and its wait in
-    ``next()``; with Python's default GIL switch interval and a shorter one."""
+    """Where the host time of a fed step goes: the trainer's wait in ``next()`` (which starts the copies)
+    and its launch time, against the worker's phases per batch (waiting for the slot's last copy,
+    collation) and its period; with Python's default GIL switch interval and a shorter one. Then a
+    host-bound step, fed by the Loader and by one batch reused."""
     import torch
 
     weight = torch.randn(4096, 4096, device=device)
@@ -263,12 +264,38 @@ def diagnose(loader: db.Loader, device, steps: int) -> None:
 
         period = np.diff(np.array(phases["start"]))
         print(
-            f"   switch interval {interval * 1e3:g} ms: trainer per step: next() {us(waits)} µs, launches "
-            f"{us(launches)} µs; worker per batch: period {us(period)} µs = slot's copy wait {us(phases['reuse'])} "
-            f"+ collate {us(phases['collate'])} + send {us(phases['send'])} µs + queues (medians)",
+            f"   switch interval {interval * 1e3:g} ms: trainer per step: next() {us(waits)} µs (starting a copy "
+            f"{us(phases['send'])} µs), launches {us(launches)} µs; worker per batch: period {us(period)} µs = "
+            f"slot's copy wait {us(phases['reuse'])} + collate {us(phases['collate'])} µs + queues (medians)",
             flush=True,
         )
     sys.setswitchinterval(0.005)
+
+    # A host-bound trainer: a step of one small matmul (the GPU waits on the host), fed by the Loader or
+    # by one batch made ahead and reused; the difference is what the Loader costs the trainer's thread.
+    small = torch.randn(1024, 1024, device=device)
+    kept = {k: v.to(device) for k, v in next(iter(loader)).items()}
+    loader.close()
+
+    def host_bound(batches) -> float:
+        torch.cuda.synchronize()
+        begin = time.perf_counter()
+        for _, batch in zip(range(steps), batches, strict=False):
+            (x0[:, :1024] @ small).sum()
+            batch["input_ids"].sum()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - begin) / steps * 1e6
+
+    reused, fed = [], []
+    for _ in range(3):
+        reused.append(host_bound(iter(lambda: kept, None)))
+        fed.append(host_bound(iter(loader)))
+        loader.close()
+    print(
+        f"   host-bound step (one 512×1024 @ 1024×1024 matmul): {np.median(reused):.0f} µs with one batch "
+        f"reused, {np.median(fed):.0f} µs fed by the Loader (medians of 3 rounds of {steps} steps)",
+        flush=True,
+    )
 
 
 def main() -> None:

@@ -238,6 +238,33 @@ def test_cuda_pipeline_protocol_on_the_cpu(store):
         np.testing.assert_array_equal(got["labels"], db.collate(store, indices)["labels"])
 
 
+def test_cuda_copy_starts_one_batch_ahead(store):
+    """When the worker has the next batch ready, next() starts its copy before handing out the current
+    one, so the copy runs during the trainer's step."""
+    transfer = FakeCudaTransfer()
+    loader = db.Loader(store, sampler_for(store), prefetch=2, _transfer=transfer)
+    two_ready = threading.Event()
+    collate_into, done = loader._collate_into, []
+
+    def counted(batch, slot):
+        shape = collate_into(batch, slot)
+        done.append(shape)
+        if len(done) == 2:
+            two_ready.set()
+        return shape
+
+    loader._collate_into = counted
+    iterator = iter(loader)
+    assert two_ready.wait(timeout=60)
+    next(iterator)
+    with transfer.lock:
+        ops = [op for op, _ in transfer.log if op in ("send", "wait")]
+    assert ops[:3] == ["send", "send", "wait"], ops  # batch 1's copy started before batch 0 was handed out
+    rest = list(iterator)
+    assert len(rest) == len(sampler_for(store)) - 1
+    loader.close()
+
+
 def test_cuda_pipeline_protocol_with_packed_rows(store):
     """A packed row goes through the same one-copy send: its four arrays from the block, cu_seqlens apart."""
     transfer = FakeCudaTransfer()

@@ -2,9 +2,10 @@
 
 The pipeline, per batch::
 
-    plan (Rust, once per epoch) → collate into a free slot (Rust, GIL released)
-        → CPU: torch views of the slot            → the trainer
-        → CUDA: copy on a side stream + event     → the trainer's stream waits on the event
+    worker thread: plan (Rust, once per epoch) → collate into a free slot (Rust, GIL released)
+    trainer's thread, in next():
+        → CPU: torch views of the slot                                      → the trainer
+        → CUDA: copy on a side stream + event, started one batch ahead      → the trainer's stream waits
 
 A ring of ``prefetch + 1`` slots (at most one more than the steps left) bounds memory: each slot is one
 block with room for the four arrays of the largest padded batch of the epoch (pinned when copying to a
@@ -278,6 +279,7 @@ class _Pipeline:
         self._ready: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
         self._held: int | None = None
+        self._ahead: Any = None  # the next ready batch, its copy started; or an end or failure
         self._closed = False
         self.thread = threading.Thread(target=self._work, name="dflash-batch-loader", daemon=True)
         self.thread.start()
@@ -291,8 +293,7 @@ class _Pipeline:
                 if index is _STOP or self._stop.is_set():
                     return
                 self._transfer.before_reuse(index)
-                shape = self._collate_into(batch, self._slots[index])
-                self._ready.put((index, self._transfer.send(index, self._slots[index], shape)))
+                self._ready.put((index, self._collate_into(batch, self._slots[index])))
             self._ready.put(_END)
         except BaseException as error:  # raised again in the trainer's thread
             self._ready.put(_Failed(error, step))
@@ -306,7 +307,8 @@ class _Pipeline:
             self._held = None
         if self._closed:
             raise StopIteration
-        item = self._ready.get()
+        item = self._ahead if self._ahead is not None else self._started(self._ready.get())
+        self._ahead = None
         if item is _END:
             self.close()
             raise StopIteration
@@ -317,8 +319,22 @@ class _Pipeline:
                 error.add_note(f"(raised in the dflash_batch Loader's worker thread, preparing step {item.step})")
             raise error
         index, payload = item
+        # One batch ahead: when the worker has the next batch ready, its copy starts now and runs during
+        # this step, also when the trainer synchronizes every step. Copies start in the trainer's thread,
+        # which holds the GIL anyway: from the worker they waited on it (measured on an H200).
+        try:
+            self._ahead = self._started(self._ready.get_nowait())
+        except queue.Empty:
+            pass
         self._held = index
         return self._transfer.receive(payload)
+
+    def _started(self, item: Any) -> Any:
+        """A ready batch as ``(slot, payload)`` with its copy started; an end or a failure as it is."""
+        if item is _END or isinstance(item, _Failed):
+            return item
+        index, shape = item
+        return index, self._transfer.send(index, self._slots[index], shape)
 
     def close(self) -> None:
         if self._closed:
@@ -344,8 +360,8 @@ def _views(block: Any, keys: tuple[str, ...], shape: tuple[int, ...], cu_seqlens
 
 
 class _HostTransfer:
-    """CPU tensors: ``[rows, L]`` views of the slot, valid until the trainer asks for the next batch. The
-    views are made in the trainer's thread, so the worker only collates."""
+    """CPU tensors: ``[rows, L]`` views of the slot, valid until the trainer asks for the next batch. Like
+    every transfer, it runs in the trainer's thread, so the worker only collates."""
 
     def before_reuse(self, index: int) -> None:
         pass
@@ -360,8 +376,8 @@ class _HostTransfer:
 
 class _CudaTransfer:
     """Host slot → device on a side stream, the batch's arrays in one copy (a packed row's
-    ``cu_seqlens`` in a second); the trainer's stream waits on the copy's event, and a slot is rewritten
-    only after the copy out of it has completed."""
+    ``cu_seqlens`` in a second), started from the trainer's thread; the trainer's stream waits on the
+    copy's event, and the worker rewrites a slot only after the copy out of it has completed."""
 
     def __init__(self, device: Any) -> None:
         import torch
