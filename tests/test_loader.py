@@ -265,6 +265,38 @@ def test_cuda_copy_starts_one_batch_ahead(store):
     loader.close()
 
 
+def test_a_failed_copy_ahead_is_raised_for_its_own_batch(store):
+    """A copy that fails to start one batch ahead does not cost the batch being handed out: the error is
+    raised by the next call, with a note saying where, and the worker stops."""
+
+    class FailingSecondSend(FakeCudaTransfer):
+        def send(self, index, slot, shape):
+            if sum(op == "send" for op, _ in self.log) == 1:
+                raise RuntimeError("CUDA out of memory (simulated)")
+            return super().send(index, slot, shape)
+
+    loader = db.Loader(store, sampler_for(store), prefetch=2, _transfer=FailingSecondSend())
+    two_ready = threading.Event()
+    collate_into, done = loader._collate_into, []
+
+    def counted(batch, slot):
+        shape = collate_into(batch, slot)
+        done.append(shape)
+        if len(done) == 2:
+            two_ready.set()
+        return shape
+
+    loader._collate_into = counted
+    iterator = iter(loader)
+    assert two_ready.wait(timeout=60)
+    first = next(iterator)
+    np.testing.assert_array_equal(first["labels"].numpy(), db.collate(store, next(iter(sampler_for(store))))["labels"])
+    with pytest.raises(RuntimeError, match="simulated") as info:
+        next(iterator)
+    assert any("host-to-device copy of the next batch" in note for note in getattr(info.value, "__notes__", []))
+    assert workers() == []
+
+
 def test_cuda_pipeline_protocol_with_packed_rows(store):
     """A packed row goes through the same one-copy send: its four arrays from the block, cu_seqlens apart."""
     transfer = FakeCudaTransfer()

@@ -264,8 +264,10 @@ _STOP = object()
 
 
 class _Failed:
-    def __init__(self, error: BaseException, step: int) -> None:
-        self.error, self.step = error, step
+    """An error to raise in the trainer's thread, with a note saying where it happened."""
+
+    def __init__(self, error: BaseException, where: str) -> None:
+        self.error, self.where = error, where
 
 
 class _Pipeline:
@@ -296,7 +298,7 @@ class _Pipeline:
                 self._ready.put((index, self._collate_into(batch, self._slots[index])))
             self._ready.put(_END)
         except BaseException as error:  # raised again in the trainer's thread
-            self._ready.put(_Failed(error, step))
+            self._ready.put(_Failed(error, f"in the dflash_batch Loader's worker thread, preparing step {step}"))
 
     def __iter__(self) -> _Pipeline:
         return self
@@ -316,16 +318,21 @@ class _Pipeline:
             self.close()
             error = item.error
             if hasattr(error, "add_note"):
-                error.add_note(f"(raised in the dflash_batch Loader's worker thread, preparing step {item.step})")
+                error.add_note(f"(raised {item.where})")
             raise error
         index, payload = item
         # One batch ahead: when the worker has the next batch ready, its copy starts now and runs during
         # this step, also when the trainer synchronizes every step. Copies start in the trainer's thread,
         # which holds the GIL anyway: from the worker they waited on it (measured on an H200).
         try:
-            self._ahead = self._started(self._ready.get_nowait())
+            following = self._ready.get_nowait()
         except queue.Empty:
-            pass
+            following = None
+        if following is not None:
+            try:
+                self._ahead = self._started(following)
+            except Exception as error:  # this batch is fine: the error belongs to the next call
+                self._ahead = _Failed(error, "starting the host-to-device copy of the next batch")
         self._held = index
         return self._transfer.receive(payload)
 
