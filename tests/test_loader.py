@@ -238,11 +238,9 @@ def test_cuda_pipeline_protocol_on_the_cpu(store):
         np.testing.assert_array_equal(got["labels"], db.collate(store, indices)["labels"])
 
 
-def test_cuda_copy_starts_one_batch_ahead(store):
-    """When the worker has the next batch ready, next() starts its copy before handing out the current
-    one, so the copy runs during the trainer's step."""
-    transfer = FakeCudaTransfer()
-    loader = db.Loader(store, sampler_for(store), prefetch=2, _transfer=transfer)
+def iterate_with_two_ready(loader):
+    """Starts iterating ``loader`` and returns once its worker has collated two batches (an Event, no
+    sleep), so the first ``next()`` finds the following batch ready."""
     two_ready = threading.Event()
     collate_into, done = loader._collate_into, []
 
@@ -256,6 +254,15 @@ def test_cuda_copy_starts_one_batch_ahead(store):
     loader._collate_into = counted
     iterator = iter(loader)
     assert two_ready.wait(timeout=60)
+    return iterator
+
+
+def test_cuda_copy_starts_one_batch_ahead(store):
+    """When the worker has the next batch ready, next() starts its copy before handing out the current
+    one, so the copy runs during the trainer's step."""
+    transfer = FakeCudaTransfer()
+    loader = db.Loader(store, sampler_for(store), prefetch=2, _transfer=transfer)
+    iterator = iterate_with_two_ready(loader)
     next(iterator)
     with transfer.lock:
         ops = [op for op, _ in transfer.log if op in ("send", "wait")]
@@ -276,19 +283,7 @@ def test_a_failed_copy_ahead_is_raised_for_its_own_batch(store):
             return super().send(index, slot, shape)
 
     loader = db.Loader(store, sampler_for(store), prefetch=2, _transfer=FailingSecondSend())
-    two_ready = threading.Event()
-    collate_into, done = loader._collate_into, []
-
-    def counted(batch, slot):
-        shape = collate_into(batch, slot)
-        done.append(shape)
-        if len(done) == 2:
-            two_ready.set()
-        return shape
-
-    loader._collate_into = counted
-    iterator = iter(loader)
-    assert two_ready.wait(timeout=60)
+    iterator = iterate_with_two_ready(loader)
     first = next(iterator)
     np.testing.assert_array_equal(first["labels"].numpy(), db.collate(store, next(iter(sampler_for(store))))["labels"])
     with pytest.raises(RuntimeError, match="simulated") as info:
