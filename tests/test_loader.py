@@ -52,13 +52,13 @@ def test_batches_equal_collate_of_the_sampler_batches(store, dtype):
 
 def test_epochs_and_memory(store):
     sampler = sampler_for(store)
-    loader = db.Loader(store, sampler, prefetch=2)
+    loader = db.Loader(store, sampler, prefetch=2, reuse_buffers=True)
     first = [as_numpy(b)["input_ids"] for b in loader]
     assert len(first) == sampler.plan(0).steps
     loader.set_epoch(1)
     second = [as_numpy(b)["input_ids"] for b in loader]
-    # Under a token budget the batch count follows the epoch's shuffle.
-    assert sampler.epoch == 1 and len(second) == len(loader) == sampler.plan(1).steps
+    # Every epoch has the same steps, even under a token budget.
+    assert sampler.epoch == 1 and len(second) == len(first) == len(loader) == sampler.plan(1).steps
     assert any(a.shape != b.shape or (a != b).any() for a, b in zip(first, second, strict=False))
     largest = max(a.size for a in second)  # the epoch's largest padded batch (≤ max_tokens)
     assert largest <= 256
@@ -70,7 +70,7 @@ def test_epochs_and_memory(store):
 def test_prefetch_past_the_epoch_makes_one_slot_per_step_and_a_ring_past_memory_is_refused(store, monkeypatch):
     sampler = sampler_for(store)
     steps = sampler.plan(0).steps
-    loader = db.Loader(store, sampler, prefetch=10**9)  # once: a billion slots, one at a time
+    loader = db.Loader(store, sampler, prefetch=10**9, reuse_buffers=True)  # once: a billion slots, one at a time
     got = [as_numpy(b)["input_ids"] for b in loader]
     assert len(got) == steps
     largest = max(a.size for a in got)
@@ -79,8 +79,44 @@ def test_prefetch_past_the_epoch_makes_one_slot_per_step_and_a_ring_past_memory_
 
     monkeypatch.setattr(loader_module, "_physical_memory", lambda: 1000)
     with pytest.raises(MemoryError, match=r"prefetch=2 needs a ring of 3 slots .* lower prefetch"):
-        next(iter(db.Loader(store, sampler, prefetch=2)))
+        next(iter(db.Loader(store, sampler, prefetch=2, reuse_buffers=True)))
+    with pytest.raises(MemoryError, match=r"prefetch=2 needs a ring of 3 slots .* lower prefetch"):
+        next(iter(db.Loader(store, sampler, prefetch=2)))  # fresh batches in flight are counted too
     assert not workers()
+
+
+@pytest.mark.parametrize("mode", ["padded", "packed"])
+@pytest.mark.parametrize("prefetch", [1, 2, 8])
+def test_batches_held_across_next_stay_intact(store, mode, prefetch):
+    """Regression: the HF Trainer pulls every micro-batch of an optimizer step before training on any;
+    CPU batches were views of a recycled slot, so all but the last were overwritten."""
+    sampler = sampler_for(store, mode=mode) if mode == "packed" else sampler_for(store)
+    loader = db.Loader(store, sampler, prefetch=prefetch)
+    held = list(loader)  # every batch of the epoch held at once
+    assert len(held) == len(sampler) > 4
+    plan, collate = sampler.plan(), db.collate if mode == "padded" else db.collate_packed
+    kwargs = {} if mode == "padded" else {"capacity": sampler.max_tokens}
+    for step, batch in enumerate(held):
+        expected = collate(store, plan[step], **kwargs)
+        for key in ("input_ids", "labels", "position_ids"):
+            np.testing.assert_array_equal(batch[key].numpy(), expected[key], err_msg=f"step {step} {key}")
+    assert loader.memory_bytes == 0
+
+
+def test_reuse_buffers_recycles_views_after_the_next_call(store):
+    """The opt-in ring: a batch is valid until the next ``next()``, and then rewritten."""
+    sampler = sampler_for(store)
+    iterator = iter(db.Loader(store, sampler, prefetch=1, reuse_buffers=True))
+    held = [next(iterator) for _ in range(4)]
+    plan = sampler.plan()
+    last = db.collate(store, plan[3])["input_ids"]
+    np.testing.assert_array_equal(held[3]["input_ids"].numpy(), last)
+    shared = {b["input_ids"].untyped_storage().data_ptr() for b in held}
+    assert len(shared) == 2  # two slots (prefetch + 1), reused in turn
+    with pytest.raises(ValueError, match="reuse_buffers=True applies to CPU"):  # checked before CUDA is looked for
+        db.Loader(store, sampler, reuse_buffers=True, device="cuda")
+    with pytest.raises(TypeError, match="reuse_buffers must be a bool"):
+        db.Loader(store, sampler, reuse_buffers="yes")
 
 
 def test_resume_with_prefetch_in_flight(store):
@@ -189,6 +225,8 @@ class FakeEvent:
 
 class FakeCudaTransfer:
     """The CUDA transfer's protocol, recorded: what the pipeline must call and in which order."""
+
+    needs_ring = True
 
     def __init__(self):
         self.log = []

@@ -157,8 +157,8 @@ def test_loader_yields_packed_rows(store):
     sampler = db.BucketSampler(LENGTHS, max_tokens=64, mode="packed", world_size=2, rank=1, seed=4)
     plan = sampler.plan()
     steps = 0
-    with db.Loader(store, sampler, prefetch=2) as loader:
-        for step, batch in enumerate(loader):  # host views are valid until the next batch: check now
+    with db.Loader(store, sampler, prefetch=2, reuse_buffers=True) as loader:
+        for step, batch in enumerate(loader):  # recycled host views are valid until the next batch: check now
             expected = db.collate_packed(store, plan[step * 2 + 1], capacity=64)
             assert set(batch) == {"input_ids", "labels", "position_ids", "seq_idx", "cu_seqlens", "max_seqlen"}
             for key in ("input_ids", "labels", "position_ids", "seq_idx", "cu_seqlens"):

@@ -78,6 +78,9 @@ class Planner:
     @property
     def predicted_efficiency(self) -> float: ...
     @property
+    def steps(self) -> int:
+        """Steps per rank of every epoch: the same for all epochs of this configuration and data."""
+    @property
     def edges(self) -> list[int]: ...
     @property
     def fingerprint(self) -> str: ...

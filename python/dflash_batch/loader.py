@@ -4,18 +4,26 @@ The pipeline, per batch::
 
     worker thread: plan (Rust, once per epoch) → collate into a free slot (Rust, GIL released)
     trainer's thread, in next():
-        → CPU: torch views of the slot                                      → the trainer
+        → CPU: the batch's own tensors (collated straight into them)        → the trainer
         → CUDA: copy on a side stream + event, started one batch ahead      → the trainer's stream waits
 
-A ring of ``prefetch + 1`` slots (at most one more than the steps left) bounds memory: each slot is one
-block with room for the four arrays of the largest padded batch of the epoch (pinned when copying to a
-GPU). A batch's four arrays lie back to back at the front of its block, so they reach the GPU in one
-copy. A ring larger than the machine's memory raises ``MemoryError`` before anything is allocated. The
-worker fills free slots up to ``prefetch`` batches ahead; the slot of the batch the trainer holds goes
-back to the ring when it asks for the next one, so on the CPU a batch's tensors are valid until then
-(clone them to keep them longer). On CUDA the device tensors are fresh per batch (torch's caching
-allocator makes that cheap) and are safe to keep; a host slot is only rewritten after the copy out of
-it has completed (its event is synchronized first).
+**A batch handed out stays valid for as long as the trainer holds it**, on every device: trainers that
+pull several micro-batches before training on any (the HF Trainer's gradient accumulation) get each
+one intact. On the CPU the worker collates every batch into a fresh block of exactly its size (no
+copy after collation); on CUDA the host side is a ring of ``prefetch + 1`` pinned slots, each one
+block with room for the four arrays of the largest padded batch of the epoch, copied to fresh device
+tensors (torch's caching allocator makes that cheap), and a host slot is only rewritten after the copy
+out of it has completed (its event is synchronized first). A batch's four arrays lie back to back at
+the front of its block, so they reach the GPU in one copy.
+
+``reuse_buffers=True`` (CPU only) opts into the ring on the host as well: a batch's tensors are then
+views of a slot that the worker rewrites once the trainer asks for the *next* batch — valid until that
+``next()`` and no longer (clone to keep one). It saves an allocation per batch and suits loops that
+train on each batch before fetching another.
+
+The worker runs at most ``prefetch`` batches ahead. A ring (or the ``prefetch + 1`` fresh batches
+that can be alive in the pipeline) larger than the machine's memory raises ``MemoryError`` before
+anything is allocated.
 
 ``state_dict()`` counts batches handed to the trainer, never those merely prefetched, so a resume
 replays nothing and skips nothing. Errors in the worker are raised in the trainer's thread with their
@@ -63,6 +71,8 @@ class Loader:
         device: where tensors go: ``None`` or ``"cpu"`` keeps them on the host; a CUDA device copies
             them on a side stream.
         pin_memory: pin the host slots (default: when ``device`` is CUDA). Needs CUDA.
+        reuse_buffers: on the CPU, hand out views of a recycled ring slot, valid only until the next
+            ``next()`` (default ``False``: every batch has its own tensors; see the module docs).
 
     With a ``mode="packed"`` sampler each batch is one packed row (see :func:`collate_packed`):
     ``input_ids``, ``labels``, ``position_ids``, ``seq_idx`` as ``[1, max_tokens]`` tensors,
@@ -81,6 +91,7 @@ class Loader:
         prefetch: int = 2,
         device: Any = None,
         pin_memory: bool | None = None,
+        reuse_buffers: bool = False,
         _transfer: Any = None,
     ) -> None:
         import torch
@@ -105,12 +116,23 @@ class Loader:
         collate(store, np.zeros(0, dtype=np.int64), **self._settings)  # validates the settings now
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         cuda = self.device.type == "cuda"
+        if not isinstance(reuse_buffers, bool):
+            raise TypeError(f"reuse_buffers must be a bool, got {type(reuse_buffers).__name__}")
+        if reuse_buffers and cuda:
+            raise ValueError(
+                "reuse_buffers=True applies to CPU batches; CUDA batches are always fresh device tensors "
+                "(the pinned host ring is internal): leave it unset"
+            )
         if cuda and not torch.cuda.is_available():
             raise ValueError(f"device={device!r} needs CUDA, which torch cannot use here; pass device=None")
         self.pin_memory = cuda if pin_memory is None else bool(pin_memory)
         if self.pin_memory and not torch.cuda.is_available():
             raise ValueError("pin_memory=True needs CUDA; pass pin_memory=False or leave it unset")
+        self.reuse_buffers = reuse_buffers
         self._transfer = _transfer or (_CudaTransfer(self.device) if cuda else _HostTransfer())
+        # Fresh host blocks per batch unless the transfer copies out of a ring (CUDA) or the user
+        # opted into recycled views.
+        self._fresh = not (cuda or reuse_buffers or getattr(self._transfer, "needs_ring", False))
         self._lengths = store.lengths()
         self._pipeline: _Pipeline | None = None
         self._consumed = 0
@@ -136,7 +158,8 @@ class Loader:
         # More slots than steps left would never be filled.
         slots = self._slots(self._capacity(plan, world, rank, start), max(plan.steps - start, 1))
         batches = (plan[step * world + rank] for step in range(start, plan.steps))  # read by the worker
-        self._pipeline = _Pipeline(self._collate_into, batches, slots, self._transfer)
+        fresh = self._fresh_slot if self._fresh else None
+        self._pipeline = _Pipeline(self._collate_into, batches, slots, self._transfer, fresh)
         return self._run(self._pipeline)
 
     def _run(self, pipeline: _Pipeline) -> Iterator[dict[str, Any]]:
@@ -203,6 +226,9 @@ class Loader:
                 f"prefetch={self.prefetch} needs a ring of {count} slots of {capacity:,} tokens, "
                 f"{ring / 2**30:,.1f} GiB, more than this machine's {memory / 2**30:,.1f} GiB; lower prefetch"
             )
+        self._slot_bytes = 0
+        if self._fresh:  # tokens bounding the batches in flight; each batch gets its own block
+            return [None] * count
         slots = []
         for _ in range(count):
             block = torch.empty(len(keys) * capacity, dtype=dtype, pin_memory=self.pin_memory)
@@ -216,9 +242,26 @@ class Loader:
             self._slot_bytes += len(slots) * (capacity + 1) * 4
         return slots
 
+    def _fresh_slot(self, batch: np.ndarray) -> dict[str, Any]:
+        """A block of exactly ``batch``'s size (a packed row: its capacity), owned by the batch alone."""
+        import torch
+
+        dtype = getattr(torch, self._dtype)
+        if self._packed:
+            capacity = int(self.sampler.max_tokens)
+            block = torch.empty(len(PACKED_KEYS) * capacity, dtype=dtype)
+            cu = torch.empty(capacity + 1, dtype=torch.int32)
+            return {"block": block, "numpy": block.numpy(), "keys": PACKED_KEYS, "cu_torch": cu, "cu_seqlens": cu.numpy()}
+        multiple = self._settings["pad_to_multiple_of"]
+        longest = int(self._lengths[batch].max()) if len(batch) else 0
+        size = len(KEYS) * len(batch) * (-(-longest // multiple) * multiple)
+        block = torch.empty(max(size, 1), dtype=dtype)
+        return {"block": block, "numpy": block.numpy(), "keys": KEYS}
+
     @property
     def memory_bytes(self) -> int:
-        """Bytes of host memory the prefetch ring holds for the current epoch."""
+        """Bytes of host memory the prefetch ring holds for the current epoch (0 when every batch has
+        its own block)."""
         return self._slot_bytes
 
     # -- checkpoints ------------------------------------------------------------------------------------
@@ -273,8 +316,17 @@ class _Failed:
 class _Pipeline:
     """One epoch's worker thread and its ring of slots."""
 
-    def __init__(self, collate_into, batches: Iterator[np.ndarray], slots: list[dict[str, Any]], transfer: Any) -> None:
+    def __init__(
+        self,
+        collate_into,
+        batches: Iterator[np.ndarray],
+        slots: list[Any],
+        transfer: Any,
+        fresh: Any = None,
+    ) -> None:
         self._collate_into, self._batches, self._slots, self._transfer = collate_into, batches, slots, transfer
+        # fresh(batch) → a new slot for that batch alone; None: the ring `slots` is recycled.
+        self._fresh = fresh
         self._free: queue.SimpleQueue = queue.SimpleQueue()
         for index in range(len(slots)):
             self._free.put(index)
@@ -294,8 +346,12 @@ class _Pipeline:
                 index = self._free.get()
                 if index is _STOP or self._stop.is_set():
                     return
-                self._transfer.before_reuse(index)
-                self._ready.put((index, self._collate_into(batch, self._slots[index])))
+                if self._fresh is None:
+                    self._transfer.before_reuse(index)
+                    slot = self._slots[index]
+                else:
+                    slot = self._fresh(batch)
+                self._ready.put((index, slot, self._collate_into(batch, slot)))
             self._ready.put(_END)
         except BaseException as error:  # raised again in the trainer's thread
             self._ready.put(_Failed(error, f"in the dflash_batch Loader's worker thread, preparing step {step}"))
@@ -340,8 +396,8 @@ class _Pipeline:
         """A ready batch as ``(slot, payload)`` with its copy started; an end or a failure as it is."""
         if item is _END or isinstance(item, _Failed):
             return item
-        index, shape = item
-        return index, self._transfer.send(index, self._slots[index], shape)
+        index, slot, shape = item
+        return index, self._transfer.send(index, slot, shape)
 
     def close(self) -> None:
         if self._closed:
@@ -367,8 +423,9 @@ def _views(block: Any, keys: tuple[str, ...], shape: tuple[int, ...], cu_seqlens
 
 
 class _HostTransfer:
-    """CPU tensors: ``[rows, L]`` views of the slot, valid until the trainer asks for the next batch. Like
-    every transfer, it runs in the trainer's thread, so the worker only collates."""
+    """CPU tensors: ``[rows, L]`` views of the slot (the batch's own block, or with ``reuse_buffers`` a ring
+    slot valid until the trainer asks for the next batch). Like every transfer, it runs in the trainer's
+    thread, so the worker only collates."""
 
     def before_reuse(self, index: int) -> None:
         pass
@@ -385,6 +442,8 @@ class _CudaTransfer:
     """Host slot → device on a side stream, the batch's arrays in one copy (a packed row's
     ``cu_seqlens`` in a second), started from the trainer's thread; the trainer's stream waits on the
     copy's event, and the worker rewrites a slot only after the copy out of it has completed."""
+
+    needs_ring = True  # copies read pinned host slots, recycled once their copy completed
 
     def __init__(self, device: Any) -> None:
         import torch

@@ -44,8 +44,22 @@ pub fn split_for_ranks(
     cost: impl Fn(&[u32]) -> u64,
 ) -> Result<Split> {
     let batches = offsets.len() - 1;
-    let world = world_size as usize;
-    let needed = (world - batches % world) % world;
+    let target = batches.next_multiple_of(world_size as usize);
+    split_to(offsets, indices, target, world_size, first, cost)
+}
+
+/// Splits batches in place until there are `target` of them (at least as many as now), as
+/// [`split_for_ranks`] does; `world_size` only names the ranks in the error when rows run out.
+pub fn split_to(
+    offsets: &mut Vec<u64>,
+    indices: &[u32],
+    target: usize,
+    world_size: u32,
+    first: usize,
+    cost: impl Fn(&[u32]) -> u64,
+) -> Result<Split> {
+    let batches = offsets.len() - 1;
+    let needed = target.saturating_sub(batches);
     if needed == 0 {
         return Ok(Split::default());
     }
@@ -294,7 +308,24 @@ pub fn drop_remainder(
     cost: impl Fn(&[u32]) -> u64,
 ) -> Dropped {
     let batches = offsets.len() - 1;
-    let keep = batches - batches % world_size as usize;
+    drop_to(
+        offsets,
+        indices,
+        batches - batches % world_size as usize,
+        cost,
+    )
+}
+
+/// Truncates the epoch's offsets to its first `keep` batches (all of them when it has fewer);
+/// `cost` prices what is dropped.
+pub fn drop_to(
+    offsets: &mut Vec<u64>,
+    indices: &[u32],
+    keep: usize,
+    cost: impl Fn(&[u32]) -> u64,
+) -> Dropped {
+    let batches = offsets.len() - 1;
+    let keep = keep.min(batches);
     let rows = to_usize(offsets[keep])..to_usize(offsets[batches]);
     let cost = offsets[keep..]
         .windows(2)

@@ -29,6 +29,9 @@ pub struct Stats {
     pub dropped_batches: u64,
     /// Batches split in two (or more) so every rank gets the same number of steps.
     pub split_batches: u64,
+    /// Extra forming passes this epoch took to stay within the step count every epoch shares (0 in
+    /// nearly every epoch; 17 means it reused epoch 0's draws).
+    pub reformed: u64,
     /// Number of length buckets.
     pub buckets: u64,
     /// Fewest rows in a batch.

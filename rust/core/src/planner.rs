@@ -26,14 +26,44 @@ use crate::error::{ErrorKind, Result};
 use crate::form::{sorted_by_length, Epoch, Former, ARRANGE_MAX_SAMPLES, COMPANION_MIN_SAMPLES};
 use crate::lengths::{Length, Lengths};
 use crate::optimize::{auto_edges, optimal_edges, predicted_efficiency, Histogram};
-use crate::order::{
-    drop_remainder, expand_per_batch, gather, reorder_region, split_for_ranks, to_usize,
-};
+use crate::order::{drop_to, expand_per_batch, gather, reorder_region, split_to, to_usize};
 use crate::plan::{Plan, Stats};
 use crate::pool::PrivatePool;
 use crate::rng::Pcg64;
 use crate::rules::Rules;
 use crate::with_lengths;
+use std::sync::OnceLock;
+
+/// The draws that set every epoch's batch count: epoch 0's.
+const REFERENCE_KEY: u64 = 0;
+
+/// Other draws of an epoch tried when its own form more batches than the target (each does with a
+/// probability well under a half: the margin is set for that), before the reference draws.
+const REFORM_ATTEMPTS: u64 = 16;
+
+/// The key of the `attempt`-th other draw of `epoch` (attempt 0 is the epoch's own).
+fn reform_key(epoch: u64, attempt: u64) -> u64 {
+    epoch.wrapping_add(attempt.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+/// Batches added above the reference count so that other epochs, whose counts scatter around it
+/// (the standard deviation was ~0.02·√batches on the seed workload and on small sets, measured), rarely
+/// form more: about 2.5 standard deviations. Below 400 batches it is 0 and a retry (cheap there)
+/// handles the epochs that form more, so small plans are not split for nothing.
+fn margin(batches: usize) -> usize {
+    batches.isqrt() / 20
+}
+
+/// The batches of every epoch from the reference epoch's `formed` count: raised by `margin` to a
+/// multiple of the ranks (split up to it), or under `drop_last` lowered by it (the rest dropped).
+fn steps_target(formed: usize, margin: usize, config: &Config) -> usize {
+    let world = config.world_size as usize;
+    if config.drop_last {
+        let steps = formed.saturating_sub(margin) / world;
+        return if steps == 0 { formed / world } else { steps } * world;
+    }
+    (formed + margin).next_multiple_of(world)
+}
 
 /// Plans epochs of one dataset under one configuration. Construction does the epoch-independent
 /// work (validation, edges, the bucket lookup table); [`Planner::plan`] does the rest.
@@ -58,6 +88,8 @@ pub struct Planner {
     /// Admitted rows by bucket, for shuffled padded epochs up to `ARRANGE_MAX_SAMPLES`
     /// (`by_bucket.rs`); `None` streams the epoch instead (`form.rs`).
     by_bucket: Option<ByBucket>,
+    /// Batches of every epoch's plan (see [`Planner::steps`]), set by the first plan or query.
+    target: OnceLock<usize>,
     pool: PrivatePool,
 }
 
@@ -88,6 +120,7 @@ impl Planner {
             companion_min: COMPANION_MIN_SAMPLES,
             general_only: false,
             by_bucket,
+            target: OnceLock::new(),
             pool: PrivatePool::new(threads),
         })
     }
@@ -193,32 +226,17 @@ impl Planner {
 
     /// [`Planner::plan`] for one storage width of the lengths.
     fn plan_with<L: Length>(&self, lengths: &[L], epoch: u64) -> Result<Plan> {
-        let former = Former {
-            lengths,
-            config: &self.config,
-            rules: &self.rules,
-            bucket_capacity: &self.bucket_capacity,
-            companion_min: self.companion_min,
-            general_only: self.general_only,
-            shortest: self.shortest,
-        };
-        let (mut order, mut formed) = if let Some(by_bucket) = &self.by_bucket {
-            former.form_by_bucket(by_bucket, epoch, self.pool.get().as_deref())
-        } else if self.config.shuffle {
-            former.form_shuffled(epoch, self.pool.get().as_deref())
-        } else {
-            let mut order = sorted_by_length(lengths);
-            let formed = former.form_sorted(&mut order);
-            (order, formed)
-        };
-        order.truncate(formed.written);
+        let former = self.former(lengths);
+        let (mut order, mut formed, key, reformed) = self.form_within(&former, epoch);
+        let target = self.target_batches(&former, None);
         let world_size = self.config.world_size;
         let mut real_tokens = self.admitted_tokens;
         let cost = |members: &[u32]| self.cost(lengths, members);
         let mut split_batches = 0;
         let (mut dropped, mut dropped_batches) = (0, 0);
-        if self.config.drop_last {
-            let gone = drop_remainder(&mut formed.offsets, &order, world_size, cost);
+        if formed.offsets.len() - 1 > target {
+            // Only drop_last keeps more than the target after forming.
+            let gone = drop_to(&mut formed.offsets, &order, target, cost);
             let tail = &order[gone.rows.clone()];
             real_tokens -= tokens_of(lengths, tail);
             formed.padded_tokens -= gone.cost;
@@ -228,7 +246,7 @@ impl Planner {
         } else {
             // Splits come from the tail, so the main batches' windows stay aligned (`Epoch`).
             let first = formed.tail_start;
-            let split = split_for_ranks(&mut formed.offsets, &order, world_size, first, cost)?;
+            let split = split_to(&mut formed.offsets, &order, target, world_size, first, cost)?;
             formed.padded_tokens = formed.padded_tokens - split.before + split.after;
             split_batches = split.batches;
             // Costs exist only where batches are ordered and balanced (see `Formed::new`).
@@ -246,6 +264,7 @@ impl Planner {
                 });
             }
         }
+        let epoch_key = key;
         if self.config.shuffle && lengths.len() <= ARRANGE_MAX_SAMPLES {
             if let Some(ppm) = self.config.balance_tolerance_ppm {
                 // Batch numbers fit in u32: at most one batch per sample.
@@ -253,13 +272,20 @@ impl Planner {
                 let mut sequence: Vec<u32> = (0..formed.cost.len() as u32).collect();
                 let pool = self.pool.get();
                 let pool = pool.as_deref();
-                balance_classes(&mut sequence, &formed.cost, &self.config, ppm, epoch, pool);
+                balance_classes(
+                    &mut sequence,
+                    &formed.cost,
+                    &self.config,
+                    ppm,
+                    epoch_key,
+                    pool,
+                );
                 let rows;
                 (rows, formed.offsets) =
                     gather(&order, &formed.offsets, &sequence, Vec::new(), pool);
                 order = rows;
             } else {
-                self.balance_tail(&mut order, &mut formed, epoch);
+                self.balance_tail(&mut order, &mut formed, epoch_key);
             }
         }
         let batches = (formed.offsets.len() - 1) as u64;
@@ -283,11 +309,95 @@ impl Planner {
             dropped,
             dropped_batches,
             split_batches,
+            reformed,
             buckets: self.buckets.count() as u64,
             min_rows,
             max_rows,
         };
         Ok(Plan::new(formed.offsets, order, world_size, epoch, stats))
+    }
+
+    /// One forming pass (shuffle, form, order inside groups) of the random draws keyed `key`; the
+    /// plan's rows truncated to those formed.
+    fn form<L: Length>(&self, former: &Former<'_, L>, key: u64) -> (Vec<u32>, Epoch) {
+        let pool = self.pool.get();
+        let (mut order, formed) = if let Some(by_bucket) = &self.by_bucket {
+            former.form_by_bucket(by_bucket, key, pool.as_deref())
+        } else if self.config.shuffle {
+            former.form_shuffled(key, pool.as_deref())
+        } else {
+            let mut order = sorted_by_length(former.lengths);
+            let formed = former.form_sorted(&mut order);
+            (order, formed)
+        };
+        order.truncate(formed.written);
+        (order, formed)
+    }
+
+    /// Forms `epoch` with no more batches than the target (see [`Planner::steps`]): the epoch's own
+    /// draws, or — in the rare epoch that forms more — up to [`REFORM_ATTEMPTS`] other keyed draws
+    /// of it, and at last the reference draws, which form exactly the reference count. Returns the
+    /// rows, the epoch, the key used and how many extra forming passes it took.
+    fn form_within<L: Length>(
+        &self,
+        former: &Former<'_, L>,
+        epoch: u64,
+    ) -> (Vec<u32>, Epoch, u64, u64) {
+        let (order, formed) = self.form(former, epoch);
+        let target = self.target_batches(former, (epoch == REFERENCE_KEY).then_some(&formed));
+        if self.config.drop_last || formed.offsets.len() - 1 <= target {
+            return (order, formed, epoch, 0);
+        }
+        for attempt in 1..=REFORM_ATTEMPTS {
+            let key = reform_key(epoch, attempt);
+            let (order, formed) = self.form(former, key);
+            if formed.offsets.len() - 1 <= target {
+                return (order, formed, key, attempt);
+            }
+        }
+        let (order, formed) = self.form(former, REFERENCE_KEY);
+        (order, formed, REFERENCE_KEY, REFORM_ATTEMPTS + 1)
+    }
+
+    /// Batches every epoch's plan has, all ranks together, decided once from the reference draws
+    /// (`reference`, when the caller has just formed them).
+    fn target_batches<L: Length>(
+        &self,
+        former: &Former<'_, L>,
+        reference: Option<&Epoch>,
+    ) -> usize {
+        *self.target.get_or_init(|| {
+            let formed = match reference {
+                Some(formed) => formed.offsets.len() - 1,
+                None => self.form(former, REFERENCE_KEY).1.offsets.len() - 1,
+            };
+            let fixed = !self.config.shuffle
+                || (self.by_bucket.is_some() && matches!(self.config.batching, Batching::Rows(_)));
+            steps_target(formed, if fixed { 0 } else { margin(formed) }, &self.config)
+        })
+    }
+
+    /// Steps per rank of every epoch: the same for every epoch of this configuration and data.
+    pub fn steps(&self) -> u64 {
+        self.plan_target() / u64::from(self.config.world_size)
+    }
+
+    fn plan_target(&self) -> u64 {
+        let target = with_lengths!(&self.lengths, v => self.target_batches(&self.former(v), None));
+        target as u64
+    }
+
+    /// The read-only state one forming pass borrows.
+    fn former<'a, L: Length>(&'a self, lengths: &'a [L]) -> Former<'a, L> {
+        Former {
+            lengths,
+            config: &self.config,
+            rules: &self.rules,
+            bucket_capacity: &self.bucket_capacity,
+            companion_min: self.companion_min,
+            general_only: self.general_only,
+            shortest: self.shortest,
+        }
     }
 
     /// Matches the ranks of the tail's windows (the main batches were matched while forming) and

@@ -62,7 +62,8 @@ fn check_invariants(lengths: &[u32], cfg: &Config, planner: &Planner, plan: &Pla
     assert_eq!(*offsets.last().unwrap() as usize, plan.indices().len());
     assert_eq!(plan.len() % cfg.world_size as usize, 0);
     assert_eq!(stats.steps * u64::from(cfg.world_size), stats.batches);
-    assert!(stats.split_batches < u64::from(cfg.world_size));
+    // Every epoch has the same steps, known before planning any.
+    assert_eq!(stats.steps, planner.steps());
 
     // Every batch non-empty, within budget and inside one bucket.
     let edges = planner.buckets().edges();
@@ -356,17 +357,15 @@ fn golden_large_plan() {
     }
 }
 
-/// Session 3: accumulation 4 and cost classes of 10% (`balance.rs`). Session 4: bucket-by-bucket
-/// forming.
-const GOLDEN_BALANCED_HASH: u64 = 9_911_645_515_073_206_738;
+/// Accumulation 4 and cost classes of 10% (`balance.rs`).
+const GOLDEN_BALANCED_HASH: u64 = 10_537_857_635_299_718_315;
 
-/// Changed on purpose in session 2 (`Auto` edges from the boundary optimizer, stratified order),
-/// session 3 (rank balance inside mixing windows) and session 4 (epochs formed bucket by bucket,
-/// `by_bucket.rs`; stratified times in fixed point; one-step windows not sorted by cost).
-const GOLDEN_LARGE_HASH: u64 = 15_563_905_350_398_706_058;
+/// Default settings on 8 ranks, formed bucket by bucket (`by_bucket.rs`), split to the steps every
+/// epoch shares.
+const GOLDEN_LARGE_HASH: u64 = 241_612_355_396_013_499;
 
-/// The streamed path: session 4 (stratified times in fixed point; one-step windows not sorted).
-const GOLDEN_STREAMED_HASH: u64 = 9_406_760_024_986_784_802;
+/// The streamed path (`form.rs`).
+const GOLDEN_STREAMED_HASH: u64 = 4_647_577_316_620_549_345;
 
 #[test]
 fn errors_name_the_row_and_value() {

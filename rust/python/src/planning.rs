@@ -257,6 +257,14 @@ impl Planner {
     }
 
     /// The padding efficiency plans are predicted to measure with the chosen edges.
+    /// Steps per rank of every epoch (the same for all epochs; plans epoch 0's draws once if no plan
+    /// has yet).
+    #[getter]
+    fn steps(&self, py: Python<'_>) -> u64 {
+        let inner = Arc::clone(&self.inner);
+        py.detach(move || inner.steps())
+    }
+
     #[getter]
     fn predicted_efficiency(&self) -> f64 {
         self.inner.predicted_efficiency()
@@ -377,7 +385,8 @@ impl Plan {
 
     /// Figures about the plan: batches, steps, samples, real_tokens, padded_tokens (a packed row:
     /// its capacity), efficiency, utilization (real tokens / (batches × max_tokens)), skipped,
-    /// dropped, dropped_batches, split_batches, buckets, min_rows, max_rows; and, computed on each
+    /// dropped, dropped_batches, split_batches, reformed (extra forming passes to keep the shared
+    /// step count), buckets, min_rows, max_rows; and, computed on each
     /// call (O(samples), GIL released), window, window_tv and rank_imbalance_p50/p99/max (on the
     /// configuration's cost).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -401,6 +410,7 @@ impl Plan {
             ("dropped", s.dropped),
             ("dropped_batches", s.dropped_batches),
             ("split_batches", s.split_batches),
+            ("reformed", s.reformed),
             ("buckets", s.buckets),
             ("min_rows", s.min_rows),
             ("max_rows", s.max_rows),
