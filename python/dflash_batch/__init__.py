@@ -11,7 +11,7 @@ milliseconds, reproducible from ``(seed, epoch)``, with equal step counts on eve
 """
 
 from ._core import DataError, Plan, PlanError, __version__
-from .collate import collate, collate_packed
+from .collate import Collator, collate, collate_packed
 from .loader import Loader
 from .reading import TokenStore, read_lengths
 from .sampler import BucketSampler
@@ -20,6 +20,7 @@ from .workload import SEED_SAMPLES, seed_workload
 __all__ = [
     "SEED_SAMPLES",
     "BucketSampler",
+    "Collator",
     "DataError",
     "Loader",
     "Plan",

@@ -217,3 +217,43 @@ def _pack_into(
         at += n
         cu_seqlens[s + 1] = at
     return len(rows), at, max((len(r) for r in rows), default=0)
+
+
+class Collator:
+    """A picklable ``collate_fn`` for a torch ``DataLoader`` over a dataset of tokenized rows — e.g.
+    ``DataLoader(hf_dataset, batch_sampler=sampler, collate_fn=db.Collator(), num_workers=2)``.
+
+    Takes the rows the DataLoader fetched (dicts with a ``column`` of token ids, as a HF dataset
+    returns them, or the token sequences themselves) and pads them exactly as :func:`collate` does:
+    ``input_ids``, ``attention_mask``, ``labels`` and ``position_ids`` as ``[rows, L]`` torch tensors.
+    A class, not a lambda, so that DataLoader workers started with ``spawn`` can unpickle it.
+    """
+
+    def __init__(
+        self,
+        *,
+        column: str = "input_ids",
+        pad_id: int = 0,
+        label_pad_id: int = -100,
+        pad_to_multiple_of: int = 1,
+        dtype: Any = "int64",
+    ) -> None:
+        self.column, self.pad_id, self.label_pad_id = column, int(pad_id), int(label_pad_id)
+        self.pad_to_multiple_of, self.dtype = _multiple(pad_to_multiple_of), output_dtype(dtype)
+
+    def __call__(self, examples: list[Any]) -> dict[str, Any]:
+        import torch
+
+        rows = [np.asarray(e[self.column] if isinstance(e, dict) else e) for e in examples]
+        bad = next((r for r in rows if r.ndim != 1 or (r.size and r.dtype.kind not in "iu")), None)
+        if bad is not None:
+            raise TypeError(
+                f"Collator needs rows of integer token ids in column {self.column!r}, got an array of "
+                f"shape {bad.shape} and dtype {bad.dtype}"
+            )
+        settings = (self.pad_id, self.label_pad_id, self.pad_to_multiple_of, None, self.dtype)
+        arrays = _collate_numpy(rows, range(len(rows)), *settings)
+        return {key: torch.from_numpy(array) for key, array in arrays.items()}
+
+    def __repr__(self) -> str:
+        return f"Collator(column={self.column!r}, pad_id={self.pad_id}, label_pad_id={self.label_pad_id})"

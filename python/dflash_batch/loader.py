@@ -73,6 +73,12 @@ class Loader:
         pin_memory: pin the host slots (default: when ``device`` is CUDA). Needs CUDA.
         reuse_buffers: on the CPU, hand out views of a recycled ring slot, valid only until the next
             ``next()`` (default ``False``: every batch has its own tensors; see the module docs).
+        num_items_in_batch: add the key ``"num_items_in_batch"`` to every batch: the label tokens of the
+            whole optimizer step it belongs to, all ranks and all ``sampler.accumulation`` micro-batches
+            together (an int; :meth:`BucketSampler.label_tokens`). A loss summed over a batch's label
+            tokens and divided by it is the step's true token mean (multiply by ``world_size`` where DDP
+            averages gradients over ranks). HF models take it as a keyword; other models may not, hence
+            off by default.
 
     With a ``mode="packed"`` sampler each batch is one packed row (see :func:`collate_packed`):
     ``input_ids``, ``labels``, ``position_ids``, ``seq_idx`` as ``[1, max_tokens]`` tensors,
@@ -92,6 +98,7 @@ class Loader:
         device: Any = None,
         pin_memory: bool | None = None,
         reuse_buffers: bool = False,
+        num_items_in_batch: bool = False,
         _transfer: Any = None,
     ) -> None:
         import torch
@@ -129,6 +136,9 @@ class Loader:
         if self.pin_memory and not torch.cuda.is_available():
             raise ValueError("pin_memory=True needs CUDA; pass pin_memory=False or leave it unset")
         self.reuse_buffers = reuse_buffers
+        if not isinstance(num_items_in_batch, bool):
+            raise TypeError(f"num_items_in_batch must be a bool, got {type(num_items_in_batch).__name__}")
+        self._num_items = num_items_in_batch
         self._transfer = _transfer or (_CudaTransfer(self.device) if cuda else _HostTransfer())
         # Fresh host blocks per batch unless the transfer copies out of a ring (CUDA) or the user
         # opted into recycled views.
@@ -149,6 +159,22 @@ class Loader:
         """Selects the epoch the next iteration runs (passed through to the sampler)."""
         self.close()
         self.sampler.set_epoch(epoch)
+        self._consumed = self.sampler._consumed
+
+    def skip(self, steps: int) -> None:
+        """Starts the next iteration of the current epoch at step ``steps``, as a resume would (the plan
+        is a function of the seed and epoch, so the batches before it are known without reading them)."""
+        self.close()
+        total = self.sampler.plan().steps
+        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or not 0 <= steps <= total:
+            raise ValueError(f"steps={steps!r} is invalid; pass 0 ≤ steps ≤ {total}, the steps of epoch {self.epoch}")
+        self.sampler._resume = (self.sampler.epoch, int(steps))
+        self.sampler._consumed = self._consumed = int(steps)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration runs."""
+        return self.sampler.epoch
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self.close()
@@ -163,8 +189,12 @@ class Loader:
         return self._run(self._pipeline)
 
     def _run(self, pipeline: _Pipeline) -> Iterator[dict[str, Any]]:
+        counts = self.sampler.label_tokens() if self._num_items else None
+        accumulation = self.sampler.accumulation
         try:
             for batch in pipeline:
+                if counts is not None:
+                    batch["num_items_in_batch"] = int(counts[self._consumed // accumulation])
                 self._consumed += 1
                 self.sampler._consumed = self._consumed
                 yield batch
@@ -251,7 +281,8 @@ class Loader:
             capacity = int(self.sampler.max_tokens)
             block = torch.empty(len(PACKED_KEYS) * capacity, dtype=dtype)
             cu = torch.empty(capacity + 1, dtype=torch.int32)
-            return {"block": block, "numpy": block.numpy(), "keys": PACKED_KEYS, "cu_torch": cu, "cu_seqlens": cu.numpy()}
+            slot = {"block": block, "numpy": block.numpy(), "keys": PACKED_KEYS}
+            return {**slot, "cu_torch": cu, "cu_seqlens": cu.numpy()}
         multiple = self._settings["pad_to_multiple_of"]
         longest = int(self._lengths[batch].max()) if len(batch) else 0
         size = len(KEYS) * len(batch) * (-(-longest // multiple) * multiple)

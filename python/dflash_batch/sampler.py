@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _core
+from . import _core, label_tokens
+from ._accelerate import wrapping_shard
 from ._core import Plan, PlanError
 from .distributed import check_ranks_agree, process_group_size
 from .reading import read_lengths
@@ -59,11 +60,12 @@ class BucketSampler:
             list column such as ``"input_ids"`` (lengths from its offsets).
         target_efficiency: the padding efficiency ``boundaries="auto"`` aims for (default 0.98; more
             buckets raise it, at some cost in mixing).
-        accumulation: micro-batches per optimizer step. Windows of ``accumulation × world_size``
-            consecutive batches are what one optimizer step sees: ``plan.stats()`` measures mixing over
-            them, and rank balance matches each step's batches by cost inside them without changing
-            any window's contents (so mixing is untouched). Pass your real value: with 1, each window
-            is a single step and there is nothing to match.
+        accumulation: micro-batches per optimizer step (default ``None``: 1, or under
+            :class:`~dflash_batch.hf.BucketTrainer` its ``gradient_accumulation_steps``). Windows of
+            ``accumulation × world_size`` consecutive batches are what one optimizer step sees:
+            ``plan.stats()`` measures mixing over them, and rank balance matches each step's batches
+            by cost inside them without changing any window's contents (so mixing is untouched).
+            Pass your real value: with 1, each window is a single step and there is nothing to match.
         cost: ``"tokens"`` (default: a batch costs its padded tokens) or ``(a, b)``: a row of padded
             length ``L`` costs ``a·L + b·L²`` (attention grows with the square of the length). The
             budget (``max_tokens``) and rank balance use it, so long-sequence batches take fewer
@@ -110,7 +112,7 @@ class BucketSampler:
         pad_to_multiple_of: int = 1,
         threads: int | None = None,
         column: str = "seq_len",
-        accumulation: int = 1,
+        accumulation: int | None = None,
         target_efficiency: float = 0.98,
         order: str = "stratified",
         cost: str | tuple[float, float] = "tokens",
@@ -133,7 +135,7 @@ class BucketSampler:
             "skip_oversize": oversize == "skip",
             "pad_to_multiple_of": _positive_int("pad_to_multiple_of", pad_to_multiple_of),
             "threads": _optional_int("threads", threads),
-            "accumulation": _positive_int("accumulation", accumulation),
+            "accumulation": 1 if accumulation is None else _positive_int("accumulation", accumulation),
             "target_efficiency": _fraction("target_efficiency", target_efficiency),
             "order": _choice("order", order, ("stratified", "random")),
             "cost": _cost(cost),
@@ -149,6 +151,7 @@ class BucketSampler:
                 "mode='packed', or oversize='skip' to leave long samples out"
             )
         self._rank = rank
+        self._accumulation_given = accumulation is not None
         self._check_ranks = _bool("check_ranks", check_ranks)
         self._checked_epoch: int | None = None
         # An epoch resumed on another number of ranks: its remaining samples re-planned (see
@@ -195,6 +198,13 @@ class BucketSampler:
         """Selects the epoch that the next iteration plans (call it at the start of every epoch)."""
         epoch = _epoch(epoch)
         if epoch != self._epoch:
+            if self._resume is not None and self._resume[0] == self._epoch and self._resume[1] > 0:
+                warnings.warn(
+                    f"set_epoch({epoch}) discards the resume at step {self._resume[1]} of epoch {self._epoch} that "
+                    f"load_state_dict prepared; call set_epoch({self._epoch}) (or an accelerate DataLoader's "
+                    f"set_epoch({self._epoch})) before iterating to resume it",
+                    stacklevel=2,
+                )
             self._epoch, self._consumed, self._plan = epoch, 0, None
 
     @property
@@ -208,6 +218,34 @@ class BucketSampler:
     @property
     def world_size(self) -> int:
         return self._config["world_size"]
+
+    @property
+    def accumulation(self) -> int:
+        """Micro-batches per optimizer step the plans are arranged for."""
+        return self._config["accumulation"]
+
+    @property
+    def sampler(self) -> BucketSampler:
+        """This sampler: where accelerate's ``DataLoaderShard.set_epoch`` looks for the sampler of a batch
+        sampler it wraps, so that preparing ``DataLoader(batch_sampler=sampler)`` advances its epoch."""
+        return self
+
+    def _reconfigure(self, **changes: Any) -> None:
+        """Plans with ``changes`` to the configuration from now on (same lengths, epoch and position)."""
+        if all(self._config.get(key) == value for key, value in changes.items()):
+            return
+        lengths = self._planner.lengths()
+        self._config = {**self._config, **changes}
+        self._build([lengths])
+
+    def label_tokens(self, epoch: int | None = None) -> np.ndarray:
+        """Label tokens of every optimizer step of ``epoch`` (default: the current one), all ranks and
+        micro-batches together: ``Σ (length − 1)`` over the step's samples (int64), the
+        ``num_items_in_batch`` that makes a summed loss the true token mean of the step. A step is
+        ``accumulation`` micro-batches on every rank (see :mod:`dflash_batch.label_tokens`)."""
+        if self._lengths_cache is None:
+            self._lengths_cache = np.asarray(self._planner.lengths(), dtype=np.uint32)
+        return label_tokens.per_step(self.plan(epoch), self._lengths_cache, self.accumulation)
 
     @property
     def predicted_efficiency(self) -> float:
@@ -274,17 +312,36 @@ class BucketSampler:
         return rows, starts, lengths
 
     def __len__(self) -> int:
-        """Steps (batches) this rank runs in the current epoch."""
-        return self.plan().steps
+        """Steps (batches) this rank runs in the current epoch: the same for every epoch. Measured by
+        accelerate's ``BatchSamplerShard``, every rank's batches (see ``__iter__``)."""
+        steps = self.plan().steps
+        return steps * self.world_size if wrapping_shard(self) is not None else steps
 
-    def __iter__(self) -> Iterator[np.ndarray]:
+    def __iter__(self) -> Iterator[Any]:
         """This rank's batches of the current epoch as read-only uint32 index arrays.
 
         A batch counts as consumed once it is handed out; after ``load_state_dict`` the next iteration
         resumes at the first step not consumed. With ``oversize="truncate"`` and samples split, entries
         from ``num_samples`` on are pieces, not dataset rows: a warning says so (map a batch with
-        :meth:`pieces`, or let the :class:`Loader` do it).
+        :meth:`pieces`, or let the :class:`Loader` do it). Iterated by accelerate's ``BatchSamplerShard``
+        (a prepared ``DataLoader(batch_sampler=sampler)``), every rank's batches as lists, of which the
+        shard keeps this rank's (see :mod:`dflash_batch._accelerate`).
         """
+        shard = wrapping_shard(self)
+        if shard is not None:
+            return self._iter_for_shard()
+        return self._iter_rank()
+
+    def _iter_for_shard(self) -> Iterator[list[int]]:
+        """Every rank's batches in plan order, as lists: accelerate's ``BatchSamplerShard`` (what
+        ``accelerator.prepare`` puts around ``DataLoader(batch_sampler=sampler)``) hands rank ``r`` every
+        ``world_size``-th batch from the ``r``-th, which is exactly its share of the plan."""
+        plan, start = self._begin()
+        for batch in range(start * self.world_size, plan.steps * self.world_size):
+            self._consumed = batch // self.world_size + 1
+            yield plan[batch].tolist()
+
+    def _iter_rank(self) -> Iterator[np.ndarray]:
         if self.truncated:
             warnings.warn(
                 f"this sampler split {self.truncated} long sample(s) into pieces: batch entries ≥ "
@@ -327,12 +384,26 @@ class BucketSampler:
 
     # -- checkpoints ----------------------------------------------------------------------------------
 
-    def state_dict(self) -> dict[str, Any]:
-        """Epoch and consumed steps, plus what identifies the plan (to refuse a mismatched resume)."""
+    def state_dict(self, step: int | None = None) -> dict[str, Any]:
+        """Epoch and consumed steps, plus what identifies the plan (to refuse a mismatched resume).
+
+        ``step``: batches of the current epoch the training loop has trained on. By default, the
+        batches this sampler has handed out — exact when the loop iterates the sampler or a
+        :class:`Loader`, but a ``DataLoader`` with workers fetches batches ahead of the loop: pass the
+        count the loop has seen, or a resume skips the prefetched ones."""
+        if step is None:
+            step = self._consumed
+        else:
+            step = _int("step", step)
+            if not 0 <= step <= self._consumed:
+                raise PlanError(
+                    f"step={step} is invalid: this sampler has handed out {self._consumed} batches of epoch "
+                    f"{self._epoch}; pass how many of them the training loop has trained on"
+                )
         state = {
             "version": _STATE_VERSION,
             "epoch": self._epoch,
-            "step": self._consumed,
+            "step": step,
             "seed": self._config["seed"],
             "world_size": self.world_size,
             "num_samples": self.num_samples,

@@ -1,0 +1,42 @@
+"""Recognizing accelerate's ``BatchSamplerShard`` around a :class:`BucketSampler`.
+
+``accelerator.prepare(DataLoader(ds, batch_sampler=sampler))`` on several processes wraps the batch
+sampler in a ``BatchSamplerShard`` that keeps every ``num_processes``-th batch. A sampler that yielded
+only its own rank's batches would be sharded a second time (each rank seeing half its share, with no
+warning). accelerate offers no way to say "already sharded", so the sampler looks at who is asking:
+when its caller is a ``BatchSamplerShard`` whose processes match its ranks, it yields every rank's
+batches in plan order and the shard's pick is exactly this rank's share. A shard that does not match
+raises, naming the fix. accelerate is never imported here.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from ._core import PlanError
+
+
+def wrapping_shard(sampler: Any) -> Any | None:
+    """The ``BatchSamplerShard`` that is iterating or measuring ``sampler`` (the caller of the caller of
+    this function), checked against the sampler's ranks; ``None`` when there is none."""
+    module = sys.modules.get("accelerate.data_loader")
+    shard_type = getattr(module, "BatchSamplerShard", None)
+    if shard_type is None:
+        return None
+    caller = sys._getframe(2).f_locals.get("self")
+    if not isinstance(caller, shard_type) or getattr(caller, "batch_sampler", None) is not sampler:
+        return None
+    if caller.split_batches:
+        raise PlanError(
+            "accelerate's split_batches=True cuts every batch across processes, which breaks the plan's token "
+            "budgets; prepare the DataLoader with split_batches=False (the default)"
+        )
+    if (caller.num_processes, caller.process_index) != (sampler.world_size, sampler.rank):
+        raise PlanError(
+            f"accelerate shards this sampler over {caller.num_processes} processes (this is process "
+            f"{caller.process_index}), but it plans for world_size={sampler.world_size}, rank={sampler.rank}; "
+            "build it with world_size=accelerator.num_processes and rank=accelerator.process_index (the "
+            "defaults once accelerate has initialized torch.distributed)"
+        )
+    return caller

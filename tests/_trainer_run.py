@@ -1,0 +1,152 @@
+"""A BucketTrainer run as users run it, for tests/test_trainer.py: a tiny random Llama, several epochs,
+gradient accumulation, checkpoints, optionally killed with SIGKILL at a step and resumed, single process
+or under torchrun. Every micro-batch trained is appended to a JSON-lines record (flushed at once, so a
+kill keeps what was trained): the rank, the epoch, the optimizer steps done before it, which dataset
+rows it held, the ``num_items_in_batch`` the Trainer passed, and the label count of the batch itself.
+
+    python tests/_trainer_run.py DATA OUT RECORD [--accumulation 4] [--epochs 3] [--kill-at STEP]
+        [--resume] [--mode padded|packed] [--eval]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+
+import datasets
+import dflash_batch as db
+import numpy as np
+import torch
+import transformers
+from dflash_batch.hf import BucketTrainer
+
+ROWS = 160
+
+
+def make_dataset(path: str) -> None:
+    """Rows of 4–40 tokens whose first two tokens name the row (``1 + id // 90``, ``1 + id % 90``)."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(ROWS):
+        body = rng.integers(1, 120, int(rng.integers(2, 39))).tolist()
+        rows.append([1 + i // 90, 1 + i % 90, *body])
+    datasets.Dataset.from_dict({"input_ids": rows}).save_to_disk(path)
+
+
+def row_ids(inputs: dict) -> list[int]:
+    """The dataset rows of a batch, from their first two tokens (padded rows or packed documents)."""
+    ids = inputs["input_ids"]
+    if "attention_mask" in inputs:
+        starts = [(r, 0) for r in range(ids.shape[0])]
+    else:  # packed: a document starts where its position is 0 and it holds tokens
+        positions = inputs["position_ids"][0]
+        starts = [(0, int(j)) for j in torch.nonzero(positions == 0).flatten() if int(ids[0, j]) != 0]
+    return [(int(ids[r, j]) - 1) * 90 + int(ids[r, j + 1]) - 1 for r, j in starts]
+
+
+def label_count(inputs: dict) -> int:
+    return int((inputs["labels"][..., 1:] != -100).sum())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("data")
+    parser.add_argument("out")
+    parser.add_argument("record")
+    parser.add_argument("--accumulation", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--kill-at", type=int, default=None)
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--mode", default="padded")
+    parser.add_argument("--eval", action="store_true")
+    parser.add_argument("--save-steps", type=int, default=4)
+    options = parser.parse_args()
+
+    store = db.TokenStore(options.data)
+    sampler = db.BucketSampler(store.lengths(), max_tokens=128, seed=5, mode=options.mode)
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
+    model = transformers.LlamaForCausalLM(config)
+    args = transformers.TrainingArguments(
+        output_dir=options.out,
+        num_train_epochs=options.epochs,
+        gradient_accumulation_steps=options.accumulation,
+        learning_rate=1e-3,
+        report_to=[],
+        use_cpu=True,
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=options.save_steps,
+        eval_strategy="steps" if options.eval else "no",
+        eval_steps=5,
+        disable_tqdm=True,
+    )
+    rank = int(os.environ.get("RANK", 0))
+    record = open(f"{options.record}.{rank}", "a")
+
+    class Recording(BucketTrainer):
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            line = {
+                "rank": rank,
+                "epoch": self._train_loader.epoch,
+                "global_step": self.state.global_step,
+                "rows": row_ids(inputs),
+                "num_items": None if num_items_in_batch is None else int(num_items_in_batch),
+                "labels": label_count(inputs),
+                "intact": bool(_intact(inputs)),
+            }
+            record.write(json.dumps(line) + "\n")
+            record.flush()
+            return super().training_step(model, inputs, num_items_in_batch)
+
+        def prediction_step(self, model, inputs, *rest, **kwargs):
+            record.write(json.dumps({"rank": rank, "eval": row_ids(inputs)}) + "\n")
+            record.flush()
+            return super().prediction_step(model, inputs, *rest, **kwargs)
+
+    class Kill(transformers.TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if options.kill_at is not None and state.global_step == options.kill_at:
+                record.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    eval_dataset = datasets.load_from_disk(options.data).select(range(40)) if options.eval else None
+    trainer = Recording(
+        model=model,
+        args=args,
+        train_dataset=datasets.load_from_disk(options.data),
+        eval_dataset=eval_dataset,
+        sampler=sampler,
+        store=store,
+        callbacks=[Kill()],
+    )
+    result = trainer.train(resume_from_checkpoint=True if options.resume else None)
+    record.write(json.dumps({"rank": rank, "final_step": result.global_step, "steps": len(sampler)}) + "\n")
+    record.close()
+
+
+def _intact(inputs: dict) -> bool:
+    """Labels are the tokens where the batch holds tokens (the corruption a recycled slot caused)."""
+    labels, ids = inputs["labels"], inputs["input_ids"]
+    if "attention_mask" in inputs:
+        real = inputs["attention_mask"].bool()
+        return bool((labels[real] == ids[real]).all() and (labels[~real] == -100).all())
+    kept = labels != -100
+    return bool((labels[kept] == ids[kept]).all())
+
+
+if __name__ == "__main__":
+    if os.environ.get("MAKE_DATASET"):
+        make_dataset(os.environ["MAKE_DATASET"])
+    else:
+        main()
