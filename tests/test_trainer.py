@@ -117,11 +117,13 @@ def test_killed_mid_epoch_and_resumed_trains_every_sample_once(data, tmp_path, n
     assert min(line["global_step"] for line in after if "rows" in line) == checkpoint
     baseline = records(tmp_path / "base", nproc)
     for rank in range(nproc):
-        def sequence(lines, rank=rank):
-            return [(line["epoch"], sorted(line["rows"])) for line in lines if line.get("rank") == rank and "rows" in line]
-
-        assert sequence(before) + sequence(after) == sequence(baseline), f"rank {rank}"
+        assert sequence(before, rank) + sequence(after, rank) == sequence(baseline, rank), f"rank {rank}"
     check_against_plan(before + after, data, nproc, accumulation=4, epochs=3)
+
+
+def sequence(lines: list[dict], rank: int) -> list[tuple[int, list[int]]]:
+    """The micro-batches ``rank`` trained, in order: (epoch, rows)."""
+    return [(line["epoch"], sorted(line["rows"])) for line in lines if line.get("rank") == rank and "rows" in line]
 
 
 def test_evaluation_goes_through_the_library(data, tmp_path):
