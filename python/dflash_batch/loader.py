@@ -9,8 +9,10 @@ The pipeline, per batch::
 
 **A batch handed out stays valid for as long as the trainer holds it**, on every device: trainers that
 pull several micro-batches before training on any (the HF Trainer's gradient accumulation) get each
-one intact. On the CPU the worker collates every batch into a fresh block of exactly its size (no
-copy after collation); on CUDA the host side is a ring of ``prefetch + 1`` pinned slots, each one
+one intact. On the CPU the worker collates every batch straight into a block that no tensor handed
+out still refers to — a pool whose blocks are reused only once the trainer has dropped every tensor
+of their batch (:mod:`dflash_batch.blocks`), so there is no copy and, in steady state, no
+allocation; on CUDA the host side is a ring of ``prefetch + 1`` pinned slots, each one
 block with room for the four arrays of the largest padded batch of the epoch, copied to fresh device
 tensors (torch's caching allocator makes that cheap), and a host slot is only rewritten after the copy
 out of it has completed (its event is synchronized first). A batch's four arrays lie back to back at
@@ -44,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from . import _core
+from .blocks import BlockPool
 from .collate import KEYS, PACKED_KEYS, _pack_into, collate, output_dtype
 from .reading import TokenStore
 from .sampler import BucketSampler
@@ -143,6 +146,9 @@ class Loader:
         # Fresh host blocks per batch unless the transfer copies out of a ring (CUDA) or the user
         # opted into recycled views.
         self._fresh = not (cuda or reuse_buffers or getattr(self._transfer, "needs_ring", False))
+        self._pool = BlockPool(self._dtype, keep=prefetch + 2)
+        self._capacity_now, self._from_numpy = 0, torch.from_numpy
+        self._keys = PACKED_KEYS if self._packed else KEYS
         self._lengths = store.lengths()
         self._pipeline: _Pipeline | None = None
         self._consumed = 0
@@ -257,8 +263,9 @@ class Loader:
                 f"{ring / 2**30:,.1f} GiB, more than this machine's {memory / 2**30:,.1f} GiB; lower prefetch"
             )
         self._slot_bytes = 0
-        if self._fresh:  # tokens bounding the batches in flight; each batch gets its own block
-            return [None] * count
+        if self._fresh:  # `prefetch` tokens bound the batches in flight; each gets a block of the pool
+            self._capacity_now = capacity
+            return [None] * (count - 1)
         slots = []
         for _ in range(count):
             block = torch.empty(len(keys) * capacity, dtype=dtype, pin_memory=self.pin_memory)
@@ -273,27 +280,30 @@ class Loader:
         return slots
 
     def _fresh_slot(self, batch: np.ndarray) -> dict[str, Any]:
-        """A block of exactly ``batch``'s size (a packed row: its capacity), owned by the batch alone."""
-        import torch
-
-        dtype = getattr(torch, self._dtype)
-        if self._packed:
-            capacity = int(self.sampler.max_tokens)
-            block = torch.empty(len(PACKED_KEYS) * capacity, dtype=dtype)
-            cu = torch.empty(capacity + 1, dtype=torch.int32)
-            slot = {"block": block, "numpy": block.numpy(), "keys": PACKED_KEYS}
-            return {**slot, "cu_torch": cu, "cu_seqlens": cu.numpy()}
-        multiple = self._settings["pad_to_multiple_of"]
-        longest = int(self._lengths[batch].max()) if len(batch) else 0
-        size = len(KEYS) * len(batch) * (-(-longest // multiple) * multiple)
-        block = torch.empty(max(size, 1), dtype=dtype)
-        return {"block": block, "numpy": block.numpy(), "keys": KEYS}
+        """A block for ``batch`` that no tensor handed out still refers to (see :mod:`dflash_batch.blocks`).
+        This runs once per batch in the worker thread: it stays a few lines of Python."""
+        from_numpy, keys, capacity = self._from_numpy, self._keys, self._capacity_now
+        n = len(keys) * capacity
+        if not self._packed:
+            front = self._pool.take(n)[:n]
+            return {"block": from_numpy(front), "numpy": front, "keys": keys}
+        cu_elements = -(-(capacity + 1) * 4 // self._pool.dtype.itemsize)
+        block = self._pool.take(n + cu_elements)
+        # cu_seqlens (int32) in the block's tail, so one reference count covers the whole batch.
+        cu = block[n : n + cu_elements].view(np.int32)[: capacity + 1]
+        return {
+            "block": from_numpy(block[:n]),
+            "numpy": block[:n],
+            "keys": keys,
+            "cu_torch": from_numpy(cu),
+            "cu_seqlens": cu,
+        }
 
     @property
     def memory_bytes(self) -> int:
-        """Bytes of host memory the prefetch ring holds for the current epoch (0 when every batch has
-        its own block)."""
-        return self._slot_bytes
+        """Bytes of host memory the prefetch ring holds for the current epoch; on the CPU without
+        ``reuse_buffers``, the blocks of the batches in flight and those the trainer still holds."""
+        return self._pool.nbytes if self._fresh else self._slot_bytes
 
     # -- checkpoints ------------------------------------------------------------------------------------
 
@@ -420,7 +430,10 @@ class _Pipeline:
                 self._ahead = self._started(following)
             except Exception as error:  # this batch is fine: the error belongs to the next call
                 self._ahead = _Failed(error, "starting the host-to-device copy of the next batch")
-        self._held = index
+        if self._fresh is None:
+            self._held = index  # its slot is recycled when the trainer asks for the next batch
+        else:
+            self._free.put(index)  # its block is the batch's own; the token only bounds what is in flight
         return self._transfer.receive(payload)
 
     def _started(self, item: Any) -> Any:
