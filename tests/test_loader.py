@@ -449,3 +449,36 @@ print(digest.hexdigest())
         for _ in range(2)
     }
     assert len(digests) == 1 and len(next(iter(digests)).strip()) == 64
+
+
+def test_set_epoch_then_state_dict_records_the_new_epoch_at_step_zero(store):
+    """Regression: the Loader kept the previous epoch's step count, so a resume skipped the new epoch."""
+    loader = db.Loader(store, sampler_for(store))
+    assert len(list(loader)) == len(loader)
+    loader.set_epoch(1)
+    state = loader.state_dict()
+    assert (state["epoch"], state["step"]) == (1, 0)
+
+
+def test_num_items_in_batch_is_the_label_tokens_of_the_optimizer_step(store):
+    for world in (1, 2):
+        sampler = sampler_for(store, accumulation=3, world_size=world, rank=world - 1)
+        batches = list(db.Loader(store, sampler, num_items_in_batch=True))
+        plan = sampler.plan()
+        for step, batch in enumerate(batches):
+            window = range((step // 3) * 3 * world, min((step // 3 + 1) * 3 * world, len(plan)))
+            expected = sum(int((db.collate(store, plan[b])["labels"][:, 1:] != -100).sum()) for b in window)
+            assert batch["num_items_in_batch"] == expected, (world, step)
+    assert sampler.label_tokens().sum() == int((store.lengths() - 1).sum())
+    with pytest.raises(TypeError, match="num_items_in_batch must be a bool"):
+        db.Loader(store, sampler, num_items_in_batch=1)
+
+
+def test_skip_refuses_steps_outside_the_epoch(store):
+    loader = db.Loader(store, sampler_for(store))
+    with pytest.raises(ValueError, match=r"steps=-1 is invalid; pass 0 ≤ steps ≤"):
+        loader.skip(-1)
+    with pytest.raises(ValueError, match="is invalid"):
+        loader.skip(len(loader) + 1)
+    loader.skip(len(loader))
+    assert list(loader) == []
