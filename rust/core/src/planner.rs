@@ -9,8 +9,19 @@
 //!    buffer beyond the plan's. Unshuffled plans sort rows by length instead (evaluation).
 //! 2. **Order** the batches so every accumulation window mixes lengths (`stratify.rs`), per
 //!    forming group.
-//! 3. **Balance ranks**: match each step's batches by cost (`balance.rs`), and make the batch
-//!    count a multiple of `world_size` ([`crate::order`]).
+//! 3. **Balance ranks**: match each step's batches by cost (`balance.rs`), and bring the batch
+//!    count to the epoch's target ([`crate::order`]).
+//!
+//! **Every epoch has the same steps** ([`Planner::steps`]): trainers and LR schedules read the count
+//! once. Under a token budget the count an epoch forms scatters with its shuffle (standard deviation
+//! ~0.02·√batches, measured), so the target is set once from epoch 0's draws plus a margin of ~2.5
+//! standard deviations (none below 400 batches), rounded up to a multiple of `world_size`. An epoch
+//! that forms fewer batches splits some; one that forms more is formed again from other keyed draws
+//! of the same epoch (each exceeds with probability well under a half), and after
+//! 16 attempts from epoch 0's draws, which form exactly the reference count — so the loop
+//! ends and no sample is ever repeated or dropped. Rejected: an analytic worst-case count (a bucket's
+//! batches all cut at the rows its top edge allows), which would split batches in every epoch to
+//! reach a count no shuffle forms.
 //!
 //! Properties. Each bucket's members are in a uniformly random order every epoch, so batch
 //! membership is reshuffled every epoch. Every random draw comes from a stream owned by one unit of
