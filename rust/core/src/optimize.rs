@@ -39,6 +39,9 @@ pub const MAX_DISTINCT: usize = 1 << 15;
 pub struct Histogram {
     values: Vec<u32>,
     counts: Vec<u64>,
+    /// The shortest length counted: where the first bucket starts, also once coarsened (whose first
+    /// value is its first group's top).
+    shortest: u32,
 }
 
 impl Histogram {
@@ -79,7 +82,12 @@ impl Histogram {
                 counts.push(run.len() as u64);
             }
         }
-        Self { values, counts }
+        let shortest = values.first().copied().unwrap_or(0);
+        Self {
+            values,
+            counts,
+            shortest,
+        }
     }
 
     /// Number of distinct lengths.
@@ -105,7 +113,11 @@ impl Histogram {
                 pending = 0;
             }
         }
-        Self { values, counts }
+        Self {
+            values,
+            counts,
+            shortest: self.shortest,
+        }
     }
 }
 
@@ -331,7 +343,7 @@ fn finish(histogram: &Histogram, choices: &[Vec<u32>], config: &Config) -> Optim
     }
     tops.push(j - 1);
     tops.reverse();
-    let first = histogram.values[0].saturating_sub(1);
+    let first = histogram.shortest.saturating_sub(1);
     let edges: Vec<u32> = std::iter::once(first)
         .chain(tops.iter().map(|&t| histogram.values[t]))
         .collect();

@@ -1,0 +1,45 @@
+//! Regression tests, each named after what it guards.
+#![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
+
+use dflash_batch_core::planner::{Batching, Boundaries, Config, Mode, Planner};
+use dflash_batch_core::rng::{Pcg64, Stream};
+
+/// 200,000 lengths in 1..131,072: far more distinct lengths than the boundary optimizer works on.
+fn long_context_lengths() -> Vec<u32> {
+    let mut rng = Pcg64::new(0, 0, Stream::Workload);
+    (0..200_000)
+        .map(|_| 1 + (rng.next_u64() % 131_071) as u32)
+        .collect()
+}
+
+#[test]
+fn optimized_edges_over_many_distinct_lengths_keep_the_shortest_samples() {
+    // The coarsened histogram's first edge was its first group's top minus 1: samples below it were
+    // left out and counted as skipped, even with oversize="error".
+    let lengths = long_context_lengths();
+    let shortest = *lengths.iter().min().unwrap();
+    let configs = [
+        (Boundaries::Auto, Mode::Padded),
+        (Boundaries::Count(7), Mode::Padded),
+        (Boundaries::Auto, Mode::Packed { bucketed: true }),
+    ];
+    for (boundaries, mode) in configs {
+        let cfg = Config {
+            boundaries: boundaries.clone(),
+            mode,
+            ..Config::new(Batching::Tokens(262_144))
+        };
+        let planner = Planner::new(lengths.clone(), cfg).unwrap();
+        assert!(
+            planner.buckets().edges()[0] < shortest,
+            "{boundaries:?} {mode:?}"
+        );
+        let plan = planner.plan(0).unwrap();
+        assert_eq!(plan.stats().skipped, 0, "{boundaries:?} {mode:?}");
+        assert_eq!(
+            plan.indices().len(),
+            lengths.len(),
+            "{boundaries:?} {mode:?}"
+        );
+    }
+}
