@@ -130,6 +130,7 @@ def main() -> None:
         sampler = db.BucketSampler(lengths, max_tokens=MAX_TOKENS, world_size=world, rank=world - 1)
         median, best = timings(lambda i, s=sampler: s.plan(i + 1), max(3, args.repeats // 3))
         print(f"{world:>10} {median * 1e3:>10.1f} {best * 1e3:>8.1f} {sampler.plan(0).steps:>15,}")
+    same_steps(lengths)
     if not args.no_big:
         big = big_run(args.big)
         print(
@@ -138,6 +139,33 @@ def main() -> None:
         rss = big["peak_rss_mib"]
         limit = 1e9 / 2**20  # 1 GB = 10^9 bytes = 953.7 MiB
         print(f"  peak RSS ≤ 1 GB (953.7 MiB):       {rss:.0f} MiB  {'MET' if rss <= limit else 'MISSED'}")
+
+
+def same_steps(lengths: np.ndarray, epochs: int = 10) -> None:
+    """What one step count for every epoch costs: batches split to reach it, extra forming passes."""
+    print(f"\nevery epoch the same steps ({epochs} epochs, {WORLD} ranks)")
+    print(
+        f"{'plan':<34} {'batches':>9} {'split min/med/max':>18} {'extra steps':>12} "
+        f"{'efficiency':>11} {'drawn again':>12}"
+    )
+    six = [0, 770, 1216, 1728, 2432, 3296, 8192]
+    for name, kwargs in (
+        ("default, accumulation 4", {"accumulation": 4}),
+        ("packed rows", {"mode": "packed"}),
+        ("the seed's 6 buckets", {"boundaries": six}),
+    ):
+        sampler = db.BucketSampler(lengths, max_tokens=MAX_TOKENS, world_size=WORLD, rank=0, **kwargs)
+        stats = [sampler.plan(e).stats() for e in range(epochs)]
+        assert len({s["steps"] for s in stats}) == 1, "epochs with different step counts"
+        split = sorted(s["split_batches"] for s in stats)
+        batches = stats[0]["batches"]
+        extra = np.median(split) / (batches - np.median(split))
+        eff = np.mean([s["utilization"] if "mode" in kwargs else s["efficiency"] for s in stats])
+        again = sum(s["reformed"] > 0 for s in stats)
+        print(
+            f"{name:<34} {batches:>9,} {f'{split[0]}/{int(np.median(split))}/{split[-1]}':>18} {extra:>12.3%} "
+            f"{eff:>11.3f} {f'{again} of {epochs}':>12}"
+        )
 
 
 if __name__ == "__main__":

@@ -13,9 +13,12 @@
 //!    count to the epoch's target ([`crate::order`]).
 //!
 //! **Every epoch has the same steps** ([`Planner::steps`]): trainers and LR schedules read the count
-//! once. Under a token budget the count an epoch forms scatters with its shuffle (standard deviation
-//! ~0.02·√batches, measured), so the target is set once from epoch 0's draws plus a margin of ~2.5
-//! standard deviations (none below 400 batches), rounded up to a multiple of `world_size`. An epoch
+//! once. Under a token budget the count an epoch forms scatters with its shuffle — by a few batches
+//! with narrow buckets, by tens with the seed's 6 wide ones (measured) — so the target is set once:
+//! epoch 0's draws and three calibration draws are formed, and the target is the largest count plus
+//! their standard deviation (about two deviations above the mean), rounded up to a multiple of
+//! `world_size`. A fixed margin of 0.02·√batches sent 7 of 8 epochs with 6 buckets back for more
+//! draws (3× the planning time) and one to epoch 0's draws. An epoch
 //! that forms fewer batches splits some; one that forms more is formed again from other keyed draws
 //! of the same epoch (each exceeds with probability well under a half), and after
 //! 16 attempts from epoch 0's draws, which form exactly the reference count — so the loop
@@ -57,23 +60,50 @@ fn reform_key(epoch: u64, attempt: u64) -> u64 {
     epoch.wrapping_add(attempt.wrapping_mul(0x9E37_79B9_7F4A_7C15))
 }
 
-/// Batches added above the reference count so that other epochs, whose counts scatter around it
-/// (the standard deviation was ~0.02·√batches on the seed workload and on small sets, measured), rarely
-/// form more: about 2.5 standard deviations. Below 400 batches it is 0 and a retry (cheap there)
-/// handles the epochs that form more, so small plans are not split for nothing.
-fn margin(batches: usize) -> usize {
-    batches.isqrt() / 20
+/// Other draws formed once, besides epoch 0's, to measure how much the count scatters (epochs up to
+/// `ARRANGE_MAX_SAMPLES` samples; each costs one forming pass, once per planner).
+const CALIBRATION_DRAWS: u64 = 3;
+
+/// The key of the `i`-th calibration draw (none is an epoch's own or retry draw in practice).
+fn calibration_key(i: u64) -> u64 {
+    reform_key(REFERENCE_KEY, REFORM_ATTEMPTS + i)
 }
 
-/// The batches of every epoch from the reference epoch's `formed` count: raised by `margin` to a
-/// multiple of the ranks (split up to it), or under `drop_last` lowered by it (the rest dropped).
-fn steps_target(formed: usize, margin: usize, config: &Config) -> usize {
+/// The batches of every epoch from the counts the reference and calibration draws formed: above the
+/// largest by their standard deviation (about two standard deviations above the mean), a multiple of
+/// the ranks, split up to it; under `drop_last` below the smallest by as much, the rest dropped.
+/// Without calibration draws (huge epochs), `√batches / 20` stands in for the deviation (~0.02·√batches
+/// was measured on the seed workload with narrow buckets).
+fn steps_target(counts: &[usize], config: &Config) -> usize {
     let world = config.world_size as usize;
+    let (lo, hi) = (
+        counts.iter().min().copied().unwrap_or(0),
+        counts.iter().max().copied().unwrap_or(0),
+    );
+    let margin = if counts.len() > 1 {
+        // Counts are far below 2^53; the deviation only sizes a margin.
+        #[allow(clippy::cast_precision_loss)]
+        let (n, mean) = (
+            counts.len() as f64,
+            counts.iter().sum::<usize>() as f64 / counts.len() as f64,
+        );
+        #[allow(clippy::cast_precision_loss)]
+        let variance = counts
+            .iter()
+            .map(|&c| (c as f64 - mean).powi(2))
+            .sum::<f64>()
+            / n;
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let margin = variance.sqrt().ceil() as usize;
+        margin
+    } else {
+        hi.isqrt() / 20
+    };
     if config.drop_last {
-        let steps = formed.saturating_sub(margin) / world;
-        return if steps == 0 { formed / world } else { steps } * world;
+        let steps = lo.saturating_sub(margin) / world;
+        return if steps == 0 { lo / world } else { steps } * world;
     }
-    (formed + margin).next_multiple_of(world)
+    (hi + margin).next_multiple_of(world)
 }
 
 /// Plans epochs of one dataset under one configuration. Construction does the epoch-independent
@@ -371,20 +401,25 @@ impl Planner {
     }
 
     /// Batches every epoch's plan has, all ranks together, decided once from the reference draws
-    /// (`reference`, when the caller has just formed them).
+    /// (`reference`, when the caller has just formed them) and the calibration draws.
     fn target_batches<L: Length>(
         &self,
         former: &Former<'_, L>,
         reference: Option<&Epoch>,
     ) -> usize {
         *self.target.get_or_init(|| {
-            let formed = match reference {
-                Some(formed) => formed.offsets.len() - 1,
-                None => self.form(former, REFERENCE_KEY).1.offsets.len() - 1,
-            };
+            let count = |key| self.form(former, key).1.offsets.len() - 1;
+            let first = reference.map_or_else(|| count(REFERENCE_KEY), |f| f.offsets.len() - 1);
             let fixed = !self.config.shuffle
                 || (self.by_bucket.is_some() && matches!(self.config.batching, Batching::Rows(_)));
-            steps_target(formed, if fixed { 0 } else { margin(formed) }, &self.config)
+            if fixed {
+                return steps_target(&[first, first], &self.config);
+            }
+            let mut counts = vec![first];
+            if self.lengths.len() <= ARRANGE_MAX_SAMPLES {
+                counts.extend((1..=CALIBRATION_DRAWS).map(|i| count(calibration_key(i))));
+            }
+            steps_target(&counts, &self.config)
         })
     }
 

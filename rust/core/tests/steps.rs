@@ -41,7 +41,7 @@ fn check_epochs(planner: &Planner, samples: usize, epochs: impl IntoIterator<Ite
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
-    /// Small sets, where counts scatter most relative to their size (no margin: retries only).
+    /// Small sets, where counts scatter most relative to their size.
     #[test]
     fn small_sets_have_equal_steps_in_every_epoch(
         lengths in prop::collection::vec(1u32..600, 1..300),
@@ -111,19 +111,28 @@ fn fixed_rows_per_batch_are_never_split_for_the_count() {
 
 #[test]
 fn an_epoch_that_forms_too_many_batches_is_formed_again_and_stays_exact() {
-    // Small plans have no margin, so some epochs form one more batch than epoch 0 and are re-drawn.
+    // The margin is about two deviations, so over many seeds some epochs form more batches than the
+    // target and are drawn again; every one of them still plans each sample once in the shared steps.
     let lengths: Vec<u32> = (0..120).map(|i| 3 + i % 17).collect();
-    let planner = Planner::new(
-        lengths.clone(),
-        Config {
-            seed: 3,
+    let (mut again, mut epochs) = (0, 0);
+    for seed in 0..60 {
+        let cfg = Config {
+            seed,
             ..Config::new(Batching::Tokens(64))
-        },
-    )
-    .unwrap();
-    let reformed: u64 = (0..40)
-        .map(|e| planner.plan(e).unwrap().stats().reformed)
-        .sum();
-    assert!(reformed > 0, "no epoch needed another draw");
-    check_epochs(&planner, lengths.len(), 0..40);
+        };
+        let planner = Planner::new(lengths.clone(), cfg).unwrap();
+        for epoch in 0..40 {
+            let reformed = planner.plan(epoch).unwrap().stats().reformed;
+            assert!(reformed <= 17);
+            if reformed > 0 {
+                again += 1;
+                check_epochs(&planner, lengths.len(), [epoch]);
+            }
+            epochs += 1;
+        }
+    }
+    assert!(
+        again > 0 && again * 10 < epochs,
+        "{again} of {epochs} epochs drawn again"
+    );
 }
