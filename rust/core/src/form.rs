@@ -233,7 +233,9 @@ impl Epoch {
     /// (`planner.rs`; ~0.1% of the batches on the seed workload). The room is capped by the batches,
     /// not sized by a world of 2^31 ranks (16 GB: an abort).
     pub(crate) fn with_room(batches: usize, world_size: u32) -> Self {
-        let splits = (world_size as usize).saturating_add(batches / 256 + 64).min(batches + 1);
+        let splits = (world_size as usize)
+            .saturating_add(batches / 256 + 64)
+            .min(batches + 1);
         let mut offsets = Vec::with_capacity(batches + 1 + splits);
         offsets.push(0);
         Self {
