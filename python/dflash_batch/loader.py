@@ -285,7 +285,8 @@ class Loader:
         from_numpy, keys, capacity = self._from_numpy, self._keys, self._capacity_now
         n = len(keys) * capacity
         if not self._packed:
-            front = self._pool.take(n)[:n]
+            block = self._pool.take(n)
+            front = block if block.size == n else block[:n]
             return {"block": from_numpy(front), "numpy": front, "keys": keys}
         cu_elements = -(-(capacity + 1) * 4 // self._pool.dtype.itemsize)
         block = self._pool.take(n + cu_elements)
