@@ -83,3 +83,19 @@ def test_another_dataset_or_setting_is_still_refused():
     reseeded = db.BucketSampler(LENGTHS, max_tokens=16384, world_size=2, rank=0, seed=6)
     with pytest.raises(db.PlanError, match="seed 5 vs 6"):
         reseeded.load_state_dict(state)
+
+
+def test_a_sampler_pickled_after_an_elastic_resume_keeps_the_replanned_rest():
+    """Regression: the pickled copy (DataLoader workers, spawn) replayed the whole epoch."""
+    import pickle
+
+    old = samplers(2)
+    for s in old:
+        s.set_epoch(1)
+    trained = [i for s in old for i in run(s, 4)]
+    new = samplers(3)
+    for s in new:
+        s.load_state_dict(old[0].state_dict())
+    copies = [pickle.loads(pickle.dumps(s)) for s in new]
+    rest = [i for s in copies for i in run(s)]
+    assert sorted(trained + rest) == list(range(len(LENGTHS))), "a sample was lost or repeated"

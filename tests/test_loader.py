@@ -482,3 +482,16 @@ def test_skip_refuses_steps_outside_the_epoch(store):
         loader.skip(len(loader) + 1)
     loader.skip(len(loader))
     assert list(loader) == []
+
+
+def test_a_sampler_planned_on_other_lengths_of_the_same_count_is_refused(store):
+    """Regression: only the count was compared, so budgets planned for other lengths were accepted."""
+    other = np.full(len(store), 3, dtype=np.int64)
+    with pytest.raises(ValueError, match="planned on other lengths than the store's"):
+        db.Loader(store, db.BucketSampler(other, max_tokens=256))
+
+
+def test_a_device_the_loader_cannot_deliver_to_is_refused(store):
+    """Regression: device="meta" silently returned CPU tensors."""
+    with pytest.raises(ValueError, match="device='meta' is not supported"):
+        db.Loader(store, sampler_for(store), device="meta")

@@ -167,3 +167,14 @@ def test_wrong_source_types():
         db.read_lengths([1, 2])
     with pytest.raises(TypeError, match="a source must be a path"):
         db.TokenStore(42)
+
+
+def test_a_fifo_as_a_source_is_refused_instead_of_blocking(tmp_path):
+    """Regression: open() on a FIFO waits for a writer forever."""
+    import os
+
+    fifo = tmp_path / "lengths.arrow"
+    os.mkfifo(fifo)
+    for reader in (db.read_lengths, db.TokenStore):
+        with pytest.raises(db.DataError, match="is a FIFO, not a regular file"):
+            reader(str(fifo))

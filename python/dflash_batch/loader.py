@@ -115,6 +115,7 @@ class Loader:
                 f"the store has {len(store)} rows but the sampler plans {sampler.num_samples} samples; "
                 "build both from the same dataset"
             )
+        _check_lengths(store, sampler)
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
             raise ValueError(f"prefetch={prefetch!r} is invalid; pass an integer ≥ 1")
         self.store, self.sampler, self.prefetch = store, sampler, prefetch
@@ -125,6 +126,11 @@ class Loader:
         self._settings = {"pad_id": pad_id, "label_pad_id": label_pad_id, "pad_to_multiple_of": pad_to_multiple_of}
         collate(store, np.zeros(0, dtype=np.int64), **self._settings)  # validates the settings now
         self.device = torch.device(device) if device is not None else torch.device("cpu")
+        if self.device.type not in ("cpu", "cuda"):
+            raise ValueError(
+                f"device={device!r} is not supported; the Loader delivers CPU tensors (device=None) or copies "
+                "them to a CUDA device; move batches elsewhere yourself"
+            )
         cuda = self.device.type == "cuda"
         if not isinstance(reuse_buffers, bool):
             raise TypeError(f"reuse_buffers must be a bool, got {type(reuse_buffers).__name__}")
@@ -522,6 +528,21 @@ class _CudaTransfer:
         if cu is not None:
             cu.record_stream(current)
         return _views(block, keys, shape, cu)
+
+
+def _check_lengths(store: TokenStore, sampler: BucketSampler) -> None:
+    """The sampler planned the store's own lengths (the same count is not enough: budgets would not hold)."""
+    mine = store.lengths()
+    planned = np.asarray(sampler._planner.lengths())[: len(mine)]
+    if sampler.truncated:  # a long sample's first piece is planned at the row capacity
+        mine = np.minimum(mine, sampler.max_tokens)
+    differs = np.flatnonzero(mine != planned)
+    if len(differs):
+        row = int(differs[0])
+        raise ValueError(
+            f"the sampler was planned on other lengths than the store's ({len(differs)} rows differ; row {row}: "
+            f"{int(planned[row])} planned, {int(mine[row])} in the store); build the sampler from store.lengths()"
+        )
 
 
 def _physical_memory() -> int | None:

@@ -521,7 +521,9 @@ class BucketSampler:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         del state["_planner"], state["_plan"], state["_fingerprint_cache"]
-        state["_elastic"] = None  # a re-planned epoch is rebuilt by load_state_dict, not pickled
+        # A re-planned epoch travels as where it came from and is planned again on arrival.
+        elastic = self._elastic
+        state["_elastic"] = None if elastic is None else {k: elastic[k] for k in ("epoch", "world_size", "step")}
         state["_lengths"] = self._planner.lengths()
         return state
 
@@ -529,6 +531,11 @@ class BucketSampler:
         lengths = state.pop("_lengths")
         self.__dict__.update(state)
         self._build([lengths])
+        elastic, self._elastic = self._elastic, None
+        if elastic is not None:
+            position = (self._consumed, self._resume)
+            self._resume_elsewhere(elastic["epoch"], elastic["world_size"], elastic["step"])
+            self._consumed, self._resume = position
 
     def __repr__(self) -> str:
         c = self._config

@@ -16,6 +16,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import stat
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,8 +46,27 @@ def resolve(source: Any) -> Source:
     if isinstance(source, (list, tuple)):
         if not source:
             raise FileNotFoundError("the list of files is empty; pass at least one Arrow file")
-        return Source(paths=tuple(p for item in source for p in _paths(item)))
-    return Source(paths=tuple(_paths(source)))
+        return Source(paths=_regular(p for item in source for p in _paths(item)))
+    return Source(paths=_regular(_paths(source)))
+
+
+def _regular(paths: Any) -> tuple[str, ...]:
+    """The paths, each checked to be a regular file: opening a FIFO blocks until a writer comes (forever,
+    for a reader of a dataset), and a device is no dataset."""
+    paths = tuple(paths)
+    for path in paths:
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            continue  # the reader names the missing file
+        except PermissionError as error:
+            raise PermissionError(f"{path} cannot be read ({error.strerror}); check its permissions") from None
+        if not stat.S_ISREG(mode):
+            from ._core import DataError
+
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
+            raise DataError(f"{path} is {kind}, not a regular file; pass an Arrow file or a save_to_disk directory")
+    return paths
 
 
 def is_source(value: Any) -> bool:
