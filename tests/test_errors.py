@@ -205,3 +205,17 @@ def test_bad_epoch():
 def test_non_bool_flags():
     with pytest.raises(TypeError, match="shuffle must be a bool"):
         make(shuffle="yes")
+
+
+@pytest.mark.parametrize("threads", [0, -1, 10**6, 2**63 - 1])
+def test_threads_out_of_range_is_refused_naming_the_bound(threads):
+    """Regression: threads=10**6 spawned that many OS threads; -1 raised OverflowError."""
+    with pytest.raises(db.PlanError, match=rf"threads={threads} is invalid; pass 1 to \d+"):
+        db.BucketSampler([3, 4, 5], batch_size=2, threads=threads)
+
+
+def test_a_state_version_of_another_type_is_named_as_such():
+    sampler = db.BucketSampler([3, 4, 5], batch_size=2)
+    state = {**sampler.state_dict(), "version": "1"}
+    with pytest.raises(db.PlanError, match=r"state version '1' is not supported \(expected 1\)"):
+        sampler.load_state_dict(state)

@@ -34,3 +34,40 @@ def test_forked_child_plans_the_same_epoch():
             child.kill()
     assert got == expected
     assert child.exitcode == 0
+
+
+def _next_in_child(iterator, queue) -> None:
+    try:
+        next(iterator)
+        queue.put("no error")
+    except RuntimeError as error:
+        queue.put(str(error))
+
+
+def test_a_forked_child_iterating_an_inherited_loader_iterator_raises_instead_of_hanging(tmp_path):
+    """Regression: the child's copy of the iterator waited forever for a worker thread it does not have."""
+    import pytest
+
+    pytest.importorskip("torch")
+    import pyarrow as pa
+
+    path = str(tmp_path / "t.arrow")
+    table = pa.table({"input_ids": pa.array([[1, 2, 3]] * 50, type=pa.list_(pa.int32()))})
+    with pa.ipc.new_file(path, table.schema) as writer:
+        writer.write_table(table)
+    store = db.TokenStore(path)
+    loader = db.Loader(store, db.BucketSampler(store.lengths(), max_tokens=12))
+    iterator = iter(loader)
+    next(iterator)
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_next_in_child, args=(iterator, queue))
+    child.start()
+    try:
+        got = queue.get(timeout=60)
+    finally:
+        child.join(timeout=30)
+        if child.is_alive():
+            child.kill()
+    loader.close()
+    assert "a forked child has no copy of its worker thread" in got

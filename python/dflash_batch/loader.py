@@ -383,6 +383,7 @@ class _Pipeline:
         self._held: int | None = None
         self._ahead: Any = None  # the next ready batch, its copy started; or an end or failure
         self._closed = False
+        self._pid = os.getpid()  # its worker thread lives in this process only
         self.thread = threading.Thread(target=self._work, name="dflash-batch-loader", daemon=True)
         self.thread.start()
 
@@ -408,6 +409,11 @@ class _Pipeline:
         return self
 
     def __next__(self) -> dict[str, Any]:
+        if os.getpid() != self._pid:
+            raise RuntimeError(
+                f"this Loader iterator was started in process {self._pid}; a forked child has no copy of its worker "
+                "thread (it would wait forever): build a new Loader (or iterate it anew) in the child"
+            )
         if self._held is not None:  # the trainer is done with the previous batch: recycle its slot
             self._free.put(self._held)
             self._held = None

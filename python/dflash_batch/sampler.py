@@ -134,7 +134,7 @@ class BucketSampler:
             "drop_last": _bool("drop_last", drop_last),
             "skip_oversize": oversize == "skip",
             "pad_to_multiple_of": _positive_int("pad_to_multiple_of", pad_to_multiple_of),
-            "threads": _optional_int("threads", threads),
+            "threads": _threads(threads),
             "accumulation": 1 if accumulation is None else _positive_int("accumulation", accumulation),
             "target_efficiency": _fraction("target_efficiency", target_efficiency),
             "order": _choice("order", order, ("stratified", "random")),
@@ -425,7 +425,7 @@ class BucketSampler:
         if missing:
             raise PlanError(f"state is missing {sorted(missing)}; pass a dict from BucketSampler.state_dict()")
         if state["version"] != _STATE_VERSION:
-            raise PlanError(f"state version {state['version']} is not supported (expected {_STATE_VERSION})")
+            raise PlanError(f"state version {state['version']!r} is not supported (expected {_STATE_VERSION!r})")
         elastic = state.get("elastic")
         if state.get("world_size") != self.world_size and elastic is None:
             if state.get("fingerprint_any_ranks") == self._planner.fingerprint_any_ranks:
@@ -712,6 +712,19 @@ def _optional_int(name: str, value: Any) -> int | None:
     value = _int(name, value)
     if not -(2**63) <= value < 2**63:
         raise PlanError(f"{name}={value} is out of range")
+    return value
+
+
+def _threads(value: Any) -> int | None:
+    """``None`` or 1 ≤ threads ≤ 4 × cores: every planner thread is an OS thread (10**6 spawned a million)."""
+    if value is None:
+        return None
+    value = _int("threads", value)
+    most = 4 * (os.cpu_count() or 1)
+    if not 1 <= value <= most:
+        raise PlanError(
+            f"threads={value} is invalid; pass 1 to {most} (4 × this machine's cores), or None for the default"
+        )
     return value
 
 
