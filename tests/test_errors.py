@@ -219,3 +219,20 @@ def test_a_state_version_of_another_type_is_named_as_such():
     state = {**sampler.state_dict(), "version": "1"}
     with pytest.raises(db.PlanError, match=r"state version '1' is not supported \(expected 1\)"):
         sampler.load_state_dict(state)
+
+
+def test_a_cost_past_f32_is_a_plan_error_not_an_endless_loop():
+    """Regression: balance_tolerance with cost=(1e39, 0) looped growing a list until the OOM killer."""
+    import subprocess
+    import sys
+
+    code = (
+        "import dflash_batch as db\n"
+        "try:\n"
+        "    db.BucketSampler(db.seed_workload(2000), batch_size=4, cost=(1e39, 0), balance_tolerance=0.1).plan(0)\n"
+        "except db.PlanError as e:\n"
+        "    print('PlanError', e)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("PlanError") and "scale a and b down together" in done.stdout

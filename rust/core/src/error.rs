@@ -52,6 +52,15 @@ pub enum ErrorKind {
         /// The pair as given, formatted.
         given: String,
     },
+    /// Under the cost model a row or batch of the data costs more than rank balance can compare.
+    CostOverflow {
+        /// The pair as given, formatted.
+        given: String,
+        /// The padded length priced.
+        length: u64,
+        /// Rows of the batch priced.
+        rows: u64,
+    },
     /// A packed batch's samples hold more tokens than its row.
     PackedRowTooLong {
         /// Tokens of the samples.
@@ -223,6 +232,11 @@ impl fmt::Display for Error {
                 f,
                 "cost={given} is invalid; pass cost=\"tokens\" or (a, b) with finite a, b ≥ 0 and a + b > 0 \
                  (a row of padded length L costs a·L + b·L²)"
+            ),
+            K::CostOverflow { given, length, rows } => write!(
+                f,
+                "cost={given} prices a batch of {rows} row(s) of {length} tokens beyond 3.4e38, past what rank \
+                 balance compares (f32); scale a and b down together (only their ratio shapes the plan)"
             ),
             K::PackedRowTooLong { tokens, capacity } => write!(
                 f,

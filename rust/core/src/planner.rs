@@ -517,6 +517,7 @@ struct Prepared {
 
 fn prepare<L: Length>(lengths: &[L], config: &Config) -> Result<Prepared> {
     check_lengths(lengths)?;
+    check_cost_range(lengths, config)?;
     let admit_max = admission(lengths, config)?;
     let (buckets, predicted_efficiency) = choose_buckets(lengths, config, admit_max)?;
     let longest = lengths.iter().copied().max().map_or(0, Into::into);
@@ -556,6 +557,37 @@ fn check_lengths<L: Length>(lengths: &[L]) -> Result<()> {
         Some(row) => Err(ErrorKind::NonPositiveLength { row, value: 0 }.into()),
         None => Ok(()),
     }
+}
+
+/// Batch costs are matched as `f32` (`balance.rs`): a cost model that prices the shortest row, or a
+/// fixed-row batch of the longest, past its range would make every cost infinite (the cost-class loop
+/// then never ended).
+fn check_cost_range<L: Length>(lengths: &[L], config: &Config) -> Result<()> {
+    if config.cost.is_tokens() {
+        return Ok(());
+    }
+    let (shortest, longest) = lengths.iter().fold((u32::MAX, 0), |(lo, hi), &l| {
+        let l: u32 = l.into();
+        (lo.min(l), hi.max(l))
+    });
+    let (length, rows) = match config.batching {
+        Batching::Rows(n) => (config.padded(longest), u64::from(n)),
+        Batching::Tokens(_) => (config.padded(shortest), 1),
+    };
+    // Row counts stay far below 2^53.
+    #[allow(clippy::cast_precision_loss)]
+    let cost = config.cost.row(length) * rows as f64;
+    if cost.is_finite() && cost <= f64::from(f32::MAX) {
+        return Ok(());
+    }
+    let CostModel { linear, quadratic } = config.cost;
+    let given = format!("({linear}, {quadratic})");
+    Err(ErrorKind::CostOverflow {
+        given,
+        length,
+        rows,
+    }
+    .into())
 }
 
 /// The longest length that enters the plan: every length, or under `max_tokens` those that fit a

@@ -43,3 +43,51 @@ fn optimized_edges_over_many_distinct_lengths_keep_the_shortest_samples() {
         );
     }
 }
+
+#[test]
+fn a_cost_model_past_f32_is_refused_instead_of_looping_forever() {
+    use dflash_batch_core::error::ErrorKind;
+    use dflash_batch_core::planner::CostModel;
+    // Batch costs beyond f32 were infinite, and the cost-class construction looped until the OOM killer.
+    let huge = CostModel {
+        linear: 1e39,
+        quadratic: 0.0,
+    };
+    let rows = Config {
+        cost: huge,
+        balance_tolerance_ppm: Some(100_000),
+        ..Config::new(Batching::Rows(4))
+    };
+    let e = Planner::new(vec![3u32, 9, 27, 81], rows).unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::CostOverflow {
+                rows: 4,
+                length: 81,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("scale a and b down together"), "{e}");
+    let tokens = Config {
+        cost: CostModel {
+            linear: 1e300,
+            quadratic: 1e300,
+        },
+        ..Config::new(Batching::Tokens(1 << 20))
+    };
+    let e = Planner::new(vec![3u32, 9], tokens).unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::CostOverflow {
+                rows: 1,
+                length: 3,
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
