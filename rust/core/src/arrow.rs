@@ -30,7 +30,7 @@ use arrow_array::ArrayRef;
 use arrow_buffer::Buffer;
 use arrow_ipc::reader::RecordBatchDecoder;
 use arrow_ipc::{root_as_footer, root_as_message, MessageHeader, MetadataVersion};
-use arrow_schema::{Field, Schema, SchemaRef};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
 use crate::read_error::ReadProblem;
 
@@ -137,10 +137,28 @@ fn decode_file(
     accept(&field)?;
     let mut chunks = Vec::with_capacity(messages.len());
     let no_dictionaries = HashMap::new();
+    // Dictionary batches belong only to files with dictionary-encoded columns (never the one read).
+    let dictionaries = schema
+        .fields()
+        .iter()
+        .any(|f| holds_dictionary(f.data_type()));
     for framed in messages {
         let message = root_as_message(&bytes[framed.meta.clone()]).map_err(corrupt)?;
-        let Some(batch) = message.header_as_record_batch() else {
-            continue; // dictionary batches: the column read is never dictionary-encoded
+        let batch = match message.header_type() {
+            MessageHeader::DictionaryBatch if dictionaries => continue,
+            MessageHeader::RecordBatch => message.header_as_record_batch(),
+            _ => None,
+        };
+        // Skipping a message the reader does not understand would drop its rows without a word.
+        let Some(batch) = batch else {
+            let kind = message
+                .header_type()
+                .variant_name()
+                .unwrap_or("an unknown kind of");
+            return Err(corrupt(format!(
+                "the message at byte {} is {kind} message where a record batch belongs",
+                framed.meta.start
+            )));
         };
         if let Some(compression) = batch.compression() {
             let codec = compression
@@ -164,6 +182,22 @@ fn decode_file(
         field,
         chunks,
     })
+}
+
+/// Whether a column of this type is, or holds, a dictionary-encoded array.
+fn holds_dictionary(data_type: &DataType) -> bool {
+    match data_type {
+        DataType::Dictionary(..) => true,
+        DataType::List(f)
+        | DataType::LargeList(f)
+        | DataType::FixedSizeList(f, _)
+        | DataType::Map(f, _)
+        | DataType::ListView(f)
+        | DataType::LargeListView(f) => holds_dictionary(f.data_type()),
+        DataType::Struct(fields) => fields.iter().any(|f| holds_dictionary(f.data_type())),
+        DataType::Union(fields, _) => fields.iter().any(|(_, f)| holds_dictionary(f.data_type())),
+        _ => false,
+    }
 }
 
 fn corrupt(e: impl std::fmt::Display) -> ReadProblem {
@@ -249,6 +283,15 @@ fn stream_layout(bytes: &[u8]) -> Result<(SchemaRef, Vec<Framed>), ReadProblem> 
             )));
         }
         let Some((meta, after)) = frame_at(bytes, pos)? else {
+            // A zero length inside the file, e.g. reached through a corrupted body length, is not
+            // the end: the rows after it would be lost without a word.
+            let marker = if bytes[pos..].starts_with(&CONTINUATION) { 8 } else { 4 };
+            if pos + marker != bytes.len() {
+                return Err(corrupt(format!(
+                    "an end-of-stream marker at byte {pos} is followed by {} more bytes",
+                    bytes.len() - pos - marker
+                )));
+            }
             return Ok((schema, messages));
         };
         let message = root_as_message(&bytes[meta.clone()]).map_err(corrupt)?;
