@@ -12,7 +12,7 @@ import sys
 
 import datasets
 import dflash_batch as db
-from _trainer_run import row_ids
+from _trainer_run import leave, row_ids
 from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
@@ -52,6 +52,7 @@ def main() -> None:
     except db.PlanError as error:
         write(kind="one_rank", error=str(error))
     out.close()
+    leave()
 
 
 if __name__ == "__main__":

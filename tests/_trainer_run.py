@@ -133,6 +133,22 @@ def main() -> None:
     result = trainer.train(resume_from_checkpoint=True if options.resume else None)
     record.write(json.dumps({"rank": rank, "final_step": result.global_step, "steps": len(sampler)}) + "\n")
     record.close()
+    leave()
+
+
+def leave() -> None:
+    """Exits once every rank is done, without the interpreter's teardown: gloo's threads sometimes abort
+    (SIGABRT, "terminate called without an active exception") while a process group is torn down at
+    exit, after all the work and records are complete (seen under load in CI)."""
+    import sys
+
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _intact(inputs: dict) -> bool:

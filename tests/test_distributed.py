@@ -52,10 +52,13 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str, bad_seed_rank: 
             result["error"] = str(e)
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
     finally:
-        # Every rank's last collective has completed on every rank before any tears the group down:
-        # a rank that destroyed it while a peer's send was in flight aborted in gloo (seen once in CI).
+        # Every rank's last collective has completed on every rank, then the process leaves without
+        # tearing the group down: gloo's threads sometimes aborted the process (SIGABRT) in that
+        # teardown, after every result was written (seen in CI and under load here).
         dist.barrier()
-        dist.destroy_process_group()
+    import os
+
+    os._exit(0)
 
 
 def _run(tmp_path: Path, world: int, bad_seed_rank: int | None = None) -> list[dict]:
