@@ -89,3 +89,50 @@ def test_analyze_bad_arguments_exit_with_usage(capsys):
             main(argv)
         assert exit_info.value.code == 2
         assert f"argument {argv[-2]}: {argv[-1]} is invalid; pass an integer ≥ 1" in capsys.readouterr().err
+
+
+def test_cli_refuses_bad_arguments_before_doing_the_work(tmp_path, capsys):
+    """Regressions: an unwritable --plot, a state.json that is a list and a huge demo printed tracebacks
+    after the work; --batch-size 0 fell back to max_tokens; --loader-rows -1 was accepted; a .npy of
+    floats was truncated silently."""
+    import pytest
+
+    lengths = tmp_path / "lengths.npy"
+    np.save(lengths, np.array([100, 200, 300] * 20))
+    assert main(["analyze", str(lengths), "--plot", str(tmp_path / "missing-dir" / "p.png")]) == 2
+    assert "--plot" in capsys.readouterr().err
+    for argv in (
+        ["analyze", str(lengths), "--batch-size", "0"],
+        ["demo", "--loader-rows", "-1"],
+        ["demo", "--samples", str(10**12)],
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2
+        assert "is invalid" in capsys.readouterr().err
+    floats = tmp_path / "floats.npy"
+    np.save(floats, np.array([100.5, 200.2]))
+    assert main(["analyze", str(floats)]) == 2
+    assert "float64 values; lengths are integers" in capsys.readouterr().err
+    directory = tmp_path / "ds"
+    directory.mkdir()
+    (directory / "state.json").write_text("[1, 2]")
+    assert main(["analyze", str(directory), "--column", "input_ids"]) == 2
+    assert "holds a list, not the object save_to_disk writes" in capsys.readouterr().err
+
+
+def test_state_json_problems_name_the_file(tmp_path):
+    import dflash_batch as db
+    import pytest
+
+    directory = tmp_path / "ds"
+    directory.mkdir()
+    for text, message in (
+        ("not json", "is not JSON"),
+        ('{"_data_files": [{"name": "x"}]}', "shard entry 0 .* has no filename"),
+        ('{"_data_files": 3}', "_data_files is a int"),
+    ):
+        (directory / "state.json").write_text(text)
+        with pytest.raises(db.DataError, match=message) as info:
+            db.read_lengths(str(directory))
+        assert "state.json" in str(info.value)

@@ -4,6 +4,7 @@ lengths file: ``.npy`` or one integer per line)."""
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -29,6 +30,15 @@ def _plan_ms(sampler: BucketSampler, epochs: int) -> float:
 
 def demo(args: argparse.Namespace) -> int:
     """Plans epochs of the seed workload and compares them with today's strategies."""
+    # ~40 bytes a sample at the peak (the generator's float64 draws, the lengths, the baselines' plans).
+    need, memory = args.samples * 40, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > memory:
+        print(
+            f"dflash-batch: --samples {args.samples:,} needs about {need / 2**30:,.0f} GiB, more than this machine's "
+            f"{memory / 2**30:,.0f} GiB; pass at most {memory // 40:,}",
+            file=sys.stderr,
+        )
+        return 2
     lengths = seed_workload(args.samples, seed=args.seed)
     print(
         f"seed workload: {len(lengths):,} samples, mean {lengths.mean():.0f} tokens, "
@@ -112,7 +122,10 @@ def _loader_demo(lengths: np.ndarray, args: argparse.Namespace) -> None:
 
 def _lengths(source: str, column: str) -> np.ndarray:
     if source.endswith(".npy"):
-        return np.load(source)
+        lengths = np.load(source)
+        if lengths.dtype.kind not in "iu":  # floats would be truncated to integers without a word
+            raise ValueError(f"{source} holds {lengths.dtype} values; lengths are integers (save an integer array)")
+        return lengths
     if source.endswith((".txt", ".csv")):
         return np.loadtxt(source, dtype=np.int64)
     return read_lengths(source, column)
@@ -122,6 +135,11 @@ def analyze(args: argparse.Namespace) -> int:
     """Prints a dataset's histogram, the chosen buckets and the strategies table (or JSON, or a PNG)."""
     if (args.source is None) == (not args.demo):
         print("dflash-batch: pass a SOURCE or --demo (the generated seed workload), not both", file=sys.stderr)
+        return 2
+    if args.plot and not _writable(args.plot):
+        print(
+            f"dflash-batch: --plot {args.plot} cannot be written; pass a path in a writable directory", file=sys.stderr
+        )
         return 2
     try:
         lengths = seed_workload(args.samples) if args.demo else _lengths(args.source, args.column)
@@ -165,6 +183,30 @@ def _boundaries(text: str):
     return int(text)
 
 
+def _writable(path: str) -> bool:
+    """Whether a file can be created or replaced at ``path`` (checked before any work is done)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path) or not os.path.isdir(directory):
+        return False
+    return os.access(path if os.path.exists(path) else directory, os.W_OK)
+
+
+def _samples(text: str) -> int:
+    """A sample count the planner can hold (at most 2**32 - 1)."""
+    value = _count(text)
+    if value > 2**32 - 1:
+        raise argparse.ArgumentTypeError(f"{value} is invalid; a plan holds at most 4,294,967,295 samples")
+    return value
+
+
+def _natural(text: str) -> int:
+    """An integer ≥ 0, or argparse's error naming the option."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is invalid; pass an integer ≥ 0")
+    return value
+
+
 def _count(text: str) -> int:
     """A positive integer argument, or argparse's error naming the option."""
     value = int(text)
@@ -177,13 +219,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dflash-batch", description="Length-bucketed batch planning.")
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="plan the seed workload and compare with today's strategies")
-    d.add_argument("--samples", type=_count, default=SEED_SAMPLES)
+    d.add_argument("--samples", type=_samples, default=SEED_SAMPLES)
     d.add_argument("--max-tokens", type=int, default=16384)
     d.add_argument("--world-size", type=int, default=8)
     d.add_argument("--epochs", type=_count, default=9)
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--accumulation", type=int, default=4, help="micro-batches per optimizer step (mixing windows)")
-    d.add_argument("--loader-rows", type=int, default=50_000, help="rows of the Loader demo (0 skips it)")
+    d.add_argument("--loader-rows", type=_natural, default=50_000, help="rows of the Loader demo (0 skips it)")
     d.set_defaults(run=demo)
     a = sub.add_parser(
         "analyze",
@@ -192,10 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     a.add_argument("source", nargs="?")
     a.add_argument("--demo", action="store_true", help="analyze the generated seed workload instead")
-    a.add_argument("--samples", type=_count, default=SEED_SAMPLES, help="samples of --demo")
+    a.add_argument("--samples", type=_samples, default=SEED_SAMPLES, help="samples of --demo")
     a.add_argument("--column", default="seq_len", help="lengths column, or a list column such as input_ids")
     a.add_argument("--max-tokens", type=int, default=16384)
-    a.add_argument("--batch-size", type=int)
+    a.add_argument("--batch-size", type=_count)
     a.add_argument("--boundaries", type=_boundaries, default="auto", help="'auto', a count, or e0,e1,...")
     a.add_argument("--target-efficiency", type=float, default=0.98)
     a.add_argument("--world-size", type=int, default=8)

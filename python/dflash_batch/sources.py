@@ -99,10 +99,9 @@ def _paths(item: Any) -> list[str]:
 def _directory(path: str) -> list[str]:
     state = os.path.join(path, "state.json")
     if os.path.exists(state):
-        with open(state, encoding="utf-8") as f:
-            files = json.load(f).get("_data_files", [])
+        files = _state_files(state)
         if files:
-            return [os.path.join(path, entry["filename"]) for entry in files]
+            return [os.path.join(path, name) for name in files]
     splits = os.path.join(path, "dataset_dict.json")
     if os.path.exists(splits):
         with open(splits, encoding="utf-8") as f:
@@ -118,6 +117,30 @@ def _directory(path: str) -> list[str]:
             "pass a directory written by datasets' save_to_disk or one holding Arrow IPC files"
         )
     return files
+
+
+def _state_files(state: str) -> list[str]:
+    """The shard file names a ``save_to_disk`` directory's ``state.json`` lists, checked entry by entry."""
+    from ._core import DataError
+
+    fix = "write the dataset again with save_to_disk, or delete state.json to read the directory's Arrow files"
+    try:
+        with open(state, encoding="utf-8") as f:
+            content = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise DataError(f"{state} is not JSON ({error}); {fix}") from None
+    if not isinstance(content, dict):
+        raise DataError(f"{state} holds a {type(content).__name__}, not the object save_to_disk writes; {fix}")
+    files = content.get("_data_files", [])
+    if not isinstance(files, list):
+        raise DataError(f"{state}: _data_files is a {type(files).__name__}, not a list of shards; {fix}")
+    names = []
+    for k, entry in enumerate(files):
+        name = entry.get("filename") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or not name:
+            raise DataError(f"{state}: shard entry {k} ({entry!r}) has no filename; {fix}")
+        names.append(name)
+    return names
 
 
 def _from_dataset(dataset: Any) -> Source:
