@@ -285,7 +285,11 @@ fn stream_layout(bytes: &[u8]) -> Result<(SchemaRef, Vec<Framed>), ReadProblem> 
         let Some((meta, after)) = frame_at(bytes, pos)? else {
             // A zero length inside the file, e.g. reached through a corrupted body length, is not
             // the end: the rows after it would be lost without a word.
-            let marker = if bytes[pos..].starts_with(&CONTINUATION) { 8 } else { 4 };
+            let marker = if bytes[pos..].starts_with(&CONTINUATION) {
+                8
+            } else {
+                4
+            };
             if pos + marker != bytes.len() {
                 return Err(corrupt(format!(
                     "an end-of-stream marker at byte {pos} is followed by {} more bytes",
