@@ -11,7 +11,7 @@ import dflash_batch as db
 import numpy as np
 import pytest
 from _arrow import token_rows, token_table, write_ipc
-from dflash_batch.loader import _views
+from dflash_batch.pipeline import _views
 
 torch = pytest.importorskip("torch")
 

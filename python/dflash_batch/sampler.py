@@ -9,10 +9,7 @@ DataLoader workers and spawned processes rebuild the planner instead of copying 
 
 from __future__ import annotations
 
-import dataclasses
 import operator
-import os
-import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -21,13 +18,30 @@ import numpy as np
 
 from . import _core, label_tokens
 from ._accelerate import wrapping_shard
+from ._arguments import (
+    _bool,
+    _boundaries,
+    _choice,
+    _cost,
+    _epoch,
+    _fraction,
+    _int,
+    _is_hex,
+    _length_chunks,
+    _optional_int,
+    _positive_int,
+    _resolve_ranks,
+    _seed,
+    _threads,
+    _tolerance,
+)
 from ._core import Plan, PlanError
 from .distributed import check_ranks_agree, process_group_size
 from .reading import read_lengths
 from .sources import is_source
+from .truncate import _Pieces, _split_long
 
 _STATE_VERSION = 1
-_U64 = 1 << 64
 
 
 class BucketSampler:
@@ -544,250 +558,3 @@ class BucketSampler:
             f"BucketSampler(num_samples={self.num_samples}, {size}, buckets={len(self.edges) - 1}, "
             f"seed={c['seed']}, epoch={self._epoch}, rank={self._rank}/{self.world_size})"
         )
-
-
-# -- input checking ----------------------------------------------------------------------------------
-
-
-_U32_MAX = 2**32 - 1
-
-
-def _is_hex(text: str) -> bool:
-    """Lowercase hex digits only, as the Rust fingerprint is written (``int(text, 16)`` also took
-    prefixes, signs, underscores and spaces)."""
-    return set(text) <= set("0123456789abcdef")
-
-
-@dataclasses.dataclass(frozen=True)
-class _Pieces:
-    """The pieces past the first of samples longer than the row capacity (``oversize="truncate"``):
-    piece ``k`` is tokens ``starts[k] : starts[k] + C`` (or to the sample's end) of row ``rows[k]``."""
-
-    rows: np.ndarray
-    starts: np.ndarray
-    split: int
-
-
-def _split_long(chunks: list[np.ndarray], capacity: int) -> tuple[list[np.ndarray], _Pieces | None]:
-    """The lengths the planner plans when long samples are split into ``capacity``-token pieces: every
-    row's first piece (``min(L, C)``) in row order, then the later pieces (see ``BucketSampler.pieces``).
-
-    Arrays the size of the pieces are uint32 (4 bytes a piece): a billion pieces (a sample of billions
-    of tokens cut into tiny rows) took six int64 temporaries, 50 GB, and the process was killed."""
-    lengths = np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
-    if capacity <= 0 or lengths.size == 0 or lengths.max() <= capacity:
-        return chunks, None  # nothing to split (bad values are the planner's to report)
-    long_rows = np.flatnonzero(lengths > capacity)
-    long_lengths = lengths[long_rows].astype(np.int64)
-    if long_lengths.max() > _U32_MAX:
-        return chunks, None  # lengths past uint32 are the planner's to report
-    later = (long_lengths + capacity - 1) // capacity - 1  # pieces after the first, per long row (≥ 1)
-    total = int(later.sum())
-    if lengths.size + total > _U32_MAX:
-        raise PlanError(
-            f"oversize='truncate' would cut {len(long_rows):,} long sample(s) into {total:,} more pieces of at most "
-            f"max_tokens={capacity} tokens, past the {_U32_MAX:,} entries a plan holds; raise max_tokens or pass "
-            "oversize='skip'"
-        )
-    rows = np.repeat(long_rows.astype(np.uint32), later)
-    # Piece k = 1, 2, … of a row starts at k·C: a running sum of C that restarts at each row's first piece,
-    # where the step takes back the previous row's last start. Steps wrap in uint32, and every running
-    # sum is a start below 2^32, so the sums are exact.
-    steps = np.full(total, capacity, dtype=np.uint32)
-    firsts = np.cumsum(later) - later
-    steps[firsts[1:]] = (capacity - later[:-1] * capacity) & _U32_MAX
-    starts = np.cumsum(steps, dtype=np.uint32)
-    del steps
-    piece_lengths = np.repeat(long_lengths.astype(np.uint32), later)
-    piece_lengths -= starts
-    np.minimum(piece_lengths, capacity, out=piece_lengths)
-    first = np.minimum(lengths, capacity)
-    planned = np.concatenate([first, piece_lengths.astype(first.dtype, copy=False)])
-    return [planned], _Pieces(rows=rows, starts=starts, split=len(long_rows))
-
-
-def _length_chunks(lengths: Any) -> list[np.ndarray]:
-    """Normalizes the accepted length inputs to 1-D integer numpy arrays (zero-copy where possible)."""
-    if isinstance(lengths, (str, bytes)):
-        raise TypeError(f"lengths must be an array of integers, got {type(lengths).__name__}")
-    if _is_arrow(lengths):
-        return _arrow_chunks(lengths)
-    array = np.asarray(lengths)
-    if array.size == 0:
-        return [np.zeros(0, dtype=np.uint32)]
-    if array.ndim != 1:
-        raise PlanError(f"lengths must be 1-D, got an array of shape {array.shape}; pass one length per sample")
-    if array.dtype.kind not in "iu":
-        raise TypeError(f"lengths must be integers, got dtype {array.dtype}; convert with .astype(np.int64)")
-    return [np.ascontiguousarray(array)]
-
-
-def _is_arrow(value: Any) -> bool:
-    return type(value).__module__.startswith("pyarrow") and hasattr(value, "null_count")
-
-
-def _arrow_chunks(array: Any) -> list[np.ndarray]:
-    import pyarrow as pa
-
-    chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
-    if not pa.types.is_integer(array.type):
-        raise TypeError(f"lengths must be integers, got arrow type {array.type}")
-    out, row = [], 0
-    for chunk in chunks:
-        if chunk.null_count:
-            first = row + chunk.is_null().to_numpy(zero_copy_only=False).argmax()
-            raise PlanError(
-                f"lengths contain {array.null_count} null(s), the first at row {first}; "
-                "drop or fill those samples first"
-            )
-        out.append(chunk.to_numpy(zero_copy_only=True))
-        row += len(chunk)
-    return out or [np.zeros(0, dtype=np.uint32)]
-
-
-def _resolve_ranks(world_size: int | None, rank: int | None) -> tuple[int, int]:
-    if world_size is None or rank is None:
-        default_world, default_rank = _distributed()
-        world_size = default_world if world_size is None else world_size
-        rank = default_rank if rank is None else rank
-    world_size = _positive_int("world_size", world_size)
-    rank = _int("rank", rank)
-    if not 0 <= rank < world_size:
-        raise PlanError(f"rank={rank} is invalid for world_size={world_size}; use 0 <= rank < world_size")
-    return world_size, rank
-
-
-def _distributed() -> tuple[int, int]:
-    """(world_size, rank) from torch.distributed when initialized, else from the ``WORLD_SIZE`` and ``RANK``
-    variables that torchrun sets (a sampler built before ``init_process_group``), else (1, 0). Never
-    imports torch."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return dist.get_world_size(), dist.get_rank()
-    world, rank = os.environ.get("WORLD_SIZE"), os.environ.get("RANK")
-    if world is None or rank is None:
-        return 1, 0
-    try:
-        return int(world), int(rank)
-    except ValueError:
-        raise PlanError(
-            f"WORLD_SIZE={world!r} and RANK={rank!r} from the environment are not integers; "
-            "pass world_size= and rank= explicitly"
-        ) from None
-
-
-def _boundaries(value: Any) -> int | list[int] | None:
-    if isinstance(value, str):
-        if value != "auto":
-            raise PlanError(f"boundaries={value!r} is invalid; use 'auto', a bucket count or a list of edges")
-        return None
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        return _positive_int("boundaries", int(value))
-    try:
-        edges = [operator.index(e) for e in value]
-    except TypeError:
-        raise TypeError(f"boundaries must be 'auto', a bucket count or a list of int edges, got {value!r}") from None
-    bad = [e for e in edges if not 0 <= e < 2**32]
-    if bad:
-        raise PlanError(f"boundary edge {bad[0]} is out of range; edges must be in [0, 2**32)")
-    return edges
-
-
-def _int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    return int(value)
-
-
-def _positive_int(name: str, value: Any) -> int:
-    value = _int(name, value)
-    if value < 1 or value >= 2**32:
-        raise PlanError(f"{name}={value} is invalid; {name} must be between 1 and 4294967295")
-    return value
-
-
-def _optional_int(name: str, value: Any) -> int | None:
-    if value is None:
-        return None
-    value = _int(name, value)
-    if not -(2**63) <= value < 2**63:
-        raise PlanError(f"{name}={value} is out of range")
-    return value
-
-
-def _threads(value: Any) -> int | None:
-    """``None`` or 1 ≤ threads ≤ 4 × cores: every planner thread is an OS thread (10**6 spawned a million)."""
-    if value is None:
-        return None
-    value = _int("threads", value)
-    most = 4 * (os.cpu_count() or 1)
-    if not 1 <= value <= most:
-        raise PlanError(
-            f"threads={value} is invalid; pass 1 to {most} (4 × this machine's cores), or None for the default"
-        )
-    return value
-
-
-def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise PlanError(f"{name}={value!r} is invalid; use one of {', '.join(repr(a) for a in allowed)}")
-    return value
-
-
-def _fraction(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a number in (0, 1], got {type(value).__name__}")
-    if not 0 < value <= 1:
-        raise PlanError(f"{name}={value!r} is invalid; pass a padding efficiency in (0, 1], e.g. 0.98")
-    return float(value)
-
-
-def _cost(value: Any) -> str | tuple[float, float]:
-    if isinstance(value, str):
-        return _choice("cost", value, ("tokens",))
-    if isinstance(value, (tuple, list)) and len(value) == 2:
-        a, b = value
-        for name, c in (("a", a), ("b", b)):
-            if isinstance(c, bool) or not isinstance(c, (int, float, np.floating, np.integer)):
-                raise TypeError(f"cost=(a, b) needs numbers, got {name}={c!r}")
-        a, b = float(a), float(b)
-        if not (np.isfinite(a) and np.isfinite(b) and a >= 0 and b >= 0 and a + b > 0):
-            raise PlanError(
-                f"cost=({a}, {b}) is invalid; pass finite a, b ≥ 0 with a + b > 0 "
-                "(a row of padded length L costs a·L + b·L²)"
-            )
-        return (a, b)
-    raise TypeError(f"cost must be 'tokens' or a pair (a, b) of numbers, got {type(value).__name__} {value!r}")
-
-
-def _tolerance(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise TypeError(f"balance_tolerance must be None or a number, got {type(value).__name__}")
-    if not 0.001 <= value <= 1000:
-        raise PlanError(
-            f"balance_tolerance={value!r} is invalid; pass None or a tolerance between 0.001 and 1000, "
-            "e.g. 0.1 for steps whose batches cost within 10% of each other"
-        )
-    return float(value)
-
-
-def _seed(value: Any) -> int:
-    value = _int("seed", value)
-    if not 0 <= value < _U64:
-        raise PlanError(f"seed={value} is invalid; seed must be in [0, 2**64)")
-    return value
-
-
-def _epoch(value: Any) -> int:
-    value = _int("epoch", value)
-    if not 0 <= value < _U64:
-        raise PlanError(f"epoch={value} is invalid; epoch must be in [0, 2**64)")
-    return value
-
-
-def _bool(name: str, value: Any) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
-    return bool(value)

@@ -1,0 +1,209 @@
+"""What users pass to a :class:`~dflash_batch.BucketSampler`, checked and made plain: the lengths as 1-D
+integer arrays (zero-copy where possible), the ranks, and every setting with an error naming the value
+and the fix."""
+
+from __future__ import annotations
+
+import operator
+import os
+import sys
+from typing import Any
+
+import numpy as np
+
+from ._core import PlanError
+
+_U64 = 1 << 64
+
+
+def _is_hex(text: str) -> bool:
+    """Lowercase hex digits only, as the Rust fingerprint is written (``int(text, 16)`` also took
+    prefixes, signs, underscores and spaces)."""
+    return set(text) <= set("0123456789abcdef")
+
+
+def _length_chunks(lengths: Any) -> list[np.ndarray]:
+    """Normalizes the accepted length inputs to 1-D integer numpy arrays (zero-copy where possible)."""
+    if isinstance(lengths, (str, bytes)):
+        raise TypeError(f"lengths must be an array of integers, got {type(lengths).__name__}")
+    if _is_arrow(lengths):
+        return _arrow_chunks(lengths)
+    array = np.asarray(lengths)
+    if array.size == 0:
+        return [np.zeros(0, dtype=np.uint32)]
+    if array.ndim != 1:
+        raise PlanError(f"lengths must be 1-D, got an array of shape {array.shape}; pass one length per sample")
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"lengths must be integers, got dtype {array.dtype}; convert with .astype(np.int64)")
+    return [np.ascontiguousarray(array)]
+
+
+def _is_arrow(value: Any) -> bool:
+    return type(value).__module__.startswith("pyarrow") and hasattr(value, "null_count")
+
+
+def _arrow_chunks(array: Any) -> list[np.ndarray]:
+    import pyarrow as pa
+
+    chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
+    if not pa.types.is_integer(array.type):
+        raise TypeError(f"lengths must be integers, got arrow type {array.type}")
+    out, row = [], 0
+    for chunk in chunks:
+        if chunk.null_count:
+            first = row + chunk.is_null().to_numpy(zero_copy_only=False).argmax()
+            raise PlanError(
+                f"lengths contain {array.null_count} null(s), the first at row {first}; "
+                "drop or fill those samples first"
+            )
+        out.append(chunk.to_numpy(zero_copy_only=True))
+        row += len(chunk)
+    return out or [np.zeros(0, dtype=np.uint32)]
+
+
+def _resolve_ranks(world_size: int | None, rank: int | None) -> tuple[int, int]:
+    if world_size is None or rank is None:
+        default_world, default_rank = _distributed()
+        world_size = default_world if world_size is None else world_size
+        rank = default_rank if rank is None else rank
+    world_size = _positive_int("world_size", world_size)
+    rank = _int("rank", rank)
+    if not 0 <= rank < world_size:
+        raise PlanError(f"rank={rank} is invalid for world_size={world_size}; use 0 <= rank < world_size")
+    return world_size, rank
+
+
+def _distributed() -> tuple[int, int]:
+    """(world_size, rank) from torch.distributed when initialized, else from the ``WORLD_SIZE`` and ``RANK``
+    variables that torchrun sets (a sampler built before ``init_process_group``), else (1, 0). Never
+    imports torch."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    world, rank = os.environ.get("WORLD_SIZE"), os.environ.get("RANK")
+    if world is None or rank is None:
+        return 1, 0
+    try:
+        return int(world), int(rank)
+    except ValueError:
+        raise PlanError(
+            f"WORLD_SIZE={world!r} and RANK={rank!r} from the environment are not integers; "
+            "pass world_size= and rank= explicitly"
+        ) from None
+
+
+def _boundaries(value: Any) -> int | list[int] | None:
+    if isinstance(value, str):
+        if value != "auto":
+            raise PlanError(f"boundaries={value!r} is invalid; use 'auto', a bucket count or a list of edges")
+        return None
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return _positive_int("boundaries", int(value))
+    try:
+        edges = [operator.index(e) for e in value]
+    except TypeError:
+        raise TypeError(f"boundaries must be 'auto', a bucket count or a list of int edges, got {value!r}") from None
+    bad = [e for e in edges if not 0 <= e < 2**32]
+    if bad:
+        raise PlanError(f"boundary edge {bad[0]} is out of range; edges must be in [0, 2**32)")
+    return edges
+
+
+def _int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    return int(value)
+
+
+def _positive_int(name: str, value: Any) -> int:
+    value = _int(name, value)
+    if value < 1 or value >= 2**32:
+        raise PlanError(f"{name}={value} is invalid; {name} must be between 1 and 4294967295")
+    return value
+
+
+def _optional_int(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    value = _int(name, value)
+    if not -(2**63) <= value < 2**63:
+        raise PlanError(f"{name}={value} is out of range")
+    return value
+
+
+def _threads(value: Any) -> int | None:
+    """``None`` or 1 ≤ threads ≤ 4 × cores: every planner thread is an OS thread (10**6 spawned a million)."""
+    if value is None:
+        return None
+    value = _int("threads", value)
+    most = 4 * (os.cpu_count() or 1)
+    if not 1 <= value <= most:
+        raise PlanError(
+            f"threads={value} is invalid; pass 1 to {most} (4 × this machine's cores), or None for the default"
+        )
+    return value
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise PlanError(f"{name}={value!r} is invalid; use one of {', '.join(repr(a) for a in allowed)}")
+    return value
+
+
+def _fraction(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a number in (0, 1], got {type(value).__name__}")
+    if not 0 < value <= 1:
+        raise PlanError(f"{name}={value!r} is invalid; pass a padding efficiency in (0, 1], e.g. 0.98")
+    return float(value)
+
+
+def _cost(value: Any) -> str | tuple[float, float]:
+    if isinstance(value, str):
+        return _choice("cost", value, ("tokens",))
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        a, b = value
+        for name, c in (("a", a), ("b", b)):
+            if isinstance(c, bool) or not isinstance(c, (int, float, np.floating, np.integer)):
+                raise TypeError(f"cost=(a, b) needs numbers, got {name}={c!r}")
+        a, b = float(a), float(b)
+        if not (np.isfinite(a) and np.isfinite(b) and a >= 0 and b >= 0 and a + b > 0):
+            raise PlanError(
+                f"cost=({a}, {b}) is invalid; pass finite a, b ≥ 0 with a + b > 0 "
+                "(a row of padded length L costs a·L + b·L²)"
+            )
+        return (a, b)
+    raise TypeError(f"cost must be 'tokens' or a pair (a, b) of numbers, got {type(value).__name__} {value!r}")
+
+
+def _tolerance(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"balance_tolerance must be None or a number, got {type(value).__name__}")
+    if not 0.001 <= value <= 1000:
+        raise PlanError(
+            f"balance_tolerance={value!r} is invalid; pass None or a tolerance between 0.001 and 1000, "
+            "e.g. 0.1 for steps whose batches cost within 10% of each other"
+        )
+    return float(value)
+
+
+def _seed(value: Any) -> int:
+    value = _int("seed", value)
+    if not 0 <= value < _U64:
+        raise PlanError(f"seed={value} is invalid; seed must be in [0, 2**64)")
+    return value
+
+
+def _epoch(value: Any) -> int:
+    value = _int("epoch", value)
+    if not 0 <= value < _U64:
+        raise PlanError(f"epoch={value} is invalid; epoch must be in [0, 2**64)")
+    return value
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return bool(value)
