@@ -13,6 +13,22 @@ def _digest(plan: db.Plan) -> str:
     return hashlib.sha256(plan.indices.tobytes() + plan.offsets.tobytes()).hexdigest()
 
 
+def _in_forked_child(target, argument, timeout: float = 120) -> tuple[object, int | None]:
+    """Runs ``target(argument, queue)`` in a forked child: what it put on the queue, and its exit code. A
+    child that hangs fails the ``queue.get`` and is killed."""
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=target, args=(argument, queue))
+    child.start()
+    try:
+        got = queue.get(timeout=timeout)
+    finally:
+        child.join(timeout=30)
+        if child.is_alive():
+            child.kill()
+    return got, child.exitcode
+
+
 def _plan_in_child(sampler: db.BucketSampler, queue) -> None:
     # A digest, not the arrays: a child cannot exit until its queue is drained, and the parent reads
     # only after the plan is done.
@@ -22,18 +38,9 @@ def _plan_in_child(sampler: db.BucketSampler, queue) -> None:
 def test_forked_child_plans_the_same_epoch():
     sampler = db.BucketSampler(db.seed_workload(300_000, seed=2), max_tokens=16384, threads=2)
     expected = _digest(sampler.plan(3))  # the parent's pool exists before the fork
-    ctx = mp.get_context("fork")
-    queue = ctx.Queue()
-    child = ctx.Process(target=_plan_in_child, args=(sampler, queue))
-    child.start()
-    try:
-        got = queue.get(timeout=120)
-    finally:
-        child.join(timeout=30)
-        if child.is_alive():
-            child.kill()
+    got, exitcode = _in_forked_child(_plan_in_child, sampler)
     assert got == expected
-    assert child.exitcode == 0
+    assert exitcode == 0
 
 
 def _next_in_child(iterator, queue) -> None:
@@ -59,15 +66,6 @@ def test_a_forked_child_iterating_an_inherited_loader_iterator_raises_instead_of
     loader = db.Loader(store, db.BucketSampler(store.lengths(), max_tokens=12))
     iterator = iter(loader)
     next(iterator)
-    ctx = mp.get_context("fork")
-    queue = ctx.Queue()
-    child = ctx.Process(target=_next_in_child, args=(iterator, queue))
-    child.start()
-    try:
-        got = queue.get(timeout=60)
-    finally:
-        child.join(timeout=30)
-        if child.is_alive():
-            child.kill()
+    got, _ = _in_forked_child(_next_in_child, iterator)
     loader.close()
     assert "a forked child has no copy of its worker thread" in got
