@@ -18,8 +18,8 @@ Readers, each over the same first ``--batches`` batches of one epoch's plan (max
       ratios (this VM's speed swings up to 3x within minutes: a ratio is taken within one phase);
   (d) ``datasets`` batched ``ds[indices]`` + numpy padding → torch tensors, fresh and mapped.
 Each ratio compares like with like: fresh with fresh, mapped with mapped.
-(b) also runs with ``reuse_buffers=True`` (views of a recycled ring, the opt-in) alternating round by
-round with the default (every batch collated into its own tensors).
+(b) also runs with ``reuse_buffers=True`` (views of a recycled ring, the opt-in) against the default
+(every batch collated into its own tensors) for ``--ab-rounds`` short rounds, the order alternating.
 Correctness first: every reader's first batches equal (b)'s. Targets: collation ≥ 1 G real tokens/s with
 int32 output; the Loader ≥ 10× (d) and ≥ 50× (c); its own tensors per batch ≥ 0.90× the recycled ring.
 """
@@ -85,6 +85,9 @@ def main() -> None:
     parser.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "dflash_batch", "bench"))
     parser.add_argument("--batches", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the mapped-page comparisons (medians)")
+    parser.add_argument(
+        "--ab-rounds", type=int, default=21, help="rounds of own tensors against the recycled ring (median ratio)"
+    )
     args = parser.parse_args()
 
     import datasets
@@ -180,17 +183,27 @@ def main() -> None:
             assert all(torch.equal(got[k], want[k]) for k in KEYS), "DataLoader batch differs"
         return rate
 
-    loader_rates, zero_worker_rates, ring_rates = [], [], []
+    loader_rates, zero_worker_rates = [], []
     for _ in range(args.rounds):
         rate, _, again, _ = run_loader(loader_store)
         for got, want in zip(again, reference, strict=True):
             assert all(torch.equal(got[k], want[k]) for k in KEYS), "a second Loader differs from the first"
         loader_rates.append(rate)
-        rate, _, again, ring = run_loader(loader_store, reuse=True)
-        assert all(torch.equal(again[0][k], reference[0][k]) for k in KEYS), "the recycled ring differs"
-        ring_rates.append(rate)
         zero_worker_rates.append(per_sample_rate(0))
-    fresh_ratios = sorted(a / b for a, b in zip(loader_rates, ring_rates, strict=True))
+    # Own tensors (the default) against the recycled ring: a run of each is ~20 ms and this VM's steal
+    # time swings within seconds, so many short rounds, the order alternating, give a ratio each.
+    fresh_ratios, ring_rates = [], []
+    for round_ in range(args.ab_rounds):
+        ring_first = round_ % 2 == 1
+        if ring_first:
+            ring_rate, _, again, ring = run_loader(loader_store, reuse=True)
+        rate, _, _, _ = run_loader(loader_store)
+        if not ring_first:
+            ring_rate, _, again, ring = run_loader(loader_store, reuse=True)
+        assert all(torch.equal(again[0][k], reference[0][k]) for k in KEYS), "the recycled ring differs"
+        ring_rates.append(ring_rate)
+        fresh_ratios.append(rate / ring_rate)
+    fresh_ratios.sort()
     loader_rate = statistics.median(loader_rates)
     per_sample = {0: statistics.median(zero_worker_rates), 2: per_sample_rate(2)}
     round_ratios = sorted(a / b for a, b in zip(loader_rates, zero_worker_rates, strict=True))
@@ -206,7 +219,7 @@ def main() -> None:
         ("(b) db.Loader → torch int64, fresh mapping", loader_cold, None),
         (f"(b) db.Loader → torch int64, mapped pages, median of {args.rounds}", loader_rate, None),
         (
-            f"    reuse_buffers=True (views of a recycled ring), median of {args.rounds}",
+            f"    reuse_buffers=True (views of a recycled ring), median of {args.ab_rounds}",
             statistics.median(ring_rates),
             None,
         ),
@@ -226,9 +239,11 @@ def main() -> None:
         f"Loader ÷ (c) 0 workers, round by round: {', '.join(f'{r:.0f}×' for r in round_ratios)}; "
         f"collation ÷ memcpy: {', '.join(f'{c / m:.0%}' for c, m in zip(core_rates, memcpy_rates, strict=True))}"
     )
+    quartiles = statistics.quantiles(fresh_ratios, n=4) if len(fresh_ratios) > 1 else fresh_ratios * 3
     print(
-        "Loader with its own tensors per batch (the default) ÷ the recycled ring, round by round: "
-        + ", ".join(f"{r:.2f}" for r in fresh_ratios)
+        f"Loader with its own tensors per batch (the default) ÷ the recycled ring, {args.ab_rounds} rounds: "
+        f"quartiles {quartiles[0]:.2f} / {quartiles[1]:.2f} / {quartiles[2]:.2f}, "
+        f"range {fresh_ratios[0]:.2f}–{fresh_ratios[-1]:.2f}"
     )
     print("\ntargets")
     print(

@@ -36,11 +36,12 @@ class _Pipeline:
         fresh: Any = None,
     ) -> None:
         self._collate_into, self._batches, self._slots, self._transfer = collate_into, batches, slots, transfer
-        # fresh(batch) → a new slot for that batch alone; None: the ring `slots` is recycled.
+        # fresh() → a new slot for one batch alone, made in the trainer's thread (Python in the worker
+        # ran ~4× slower than alone, contending for the GIL: measured); None: the ring `slots` is recycled.
         self._fresh = fresh
-        self._free: queue.SimpleQueue = queue.SimpleQueue()
+        self._free: queue.SimpleQueue = queue.SimpleQueue()  # (index, slot): a ring slot, or a fresh one
         for index in range(len(slots)):
-            self._free.put(index)
+            self._free.put((index, slots[index] if fresh is None else fresh()))
         self._ready: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
         self._held: int | None = None
@@ -55,14 +56,11 @@ class _Pipeline:
         try:
             for batch in self._batches:
                 step += 1
-                index = self._free.get()
-                if index is _STOP or self._stop.is_set():
+                token = self._free.get()
+                if token is _STOP or self._stop.is_set():
                     return
-                if self._fresh is None:
-                    self._transfer.before_reuse(index)
-                    slot = self._slots[index]
-                else:
-                    slot = self._fresh(batch)
+                index, slot = token
+                self._transfer.before_reuse(index)
                 self._ready.put((index, slot, self._collate_into(batch, slot)))
             self._ready.put(_END)
         except BaseException as error:  # raised again in the trainer's thread
@@ -78,7 +76,7 @@ class _Pipeline:
                 "thread (it would wait forever): build a new Loader (or iterate it anew) in the child"
             )
         if self._held is not None:  # the trainer is done with the previous batch: recycle its slot
-            self._free.put(self._held)
+            self._free.put((self._held, self._slots[self._held]))
             self._held = None
         if self._closed:
             raise StopIteration
@@ -108,8 +106,8 @@ class _Pipeline:
                 self._ahead = _Failed(error, "starting the host-to-device copy of the next batch")
         if self._fresh is None:
             self._held = index  # its slot is recycled when the trainer asks for the next batch
-        else:
-            self._free.put(index)  # its block is the batch's own; the token only bounds what is in flight
+        else:  # this block is the batch's own; the next batch gets another, free one
+            self._free.put((index, self._fresh()))
         return self._transfer.receive(payload)
 
     def _started(self, item: Any) -> Any:
