@@ -7,6 +7,7 @@ from __future__ import annotations
 import operator
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -24,10 +25,15 @@ def _is_hex(text: str) -> bool:
 
 def _length_chunks(lengths: Any) -> list[np.ndarray]:
     """Normalizes the accepted length inputs to 1-D integer numpy arrays (zero-copy where possible)."""
-    if isinstance(lengths, (str, bytes)):
-        raise TypeError(f"lengths must be an array of integers, got {type(lengths).__name__}")
+    if isinstance(lengths, (str, bytes)) or lengths is None or np.isscalar(lengths):
+        raise TypeError(f"lengths must be an array of integers, got {type(lengths).__name__} {lengths!r:.40}")
     if _is_arrow(lengths):
         return _arrow_chunks(lengths)
+    if isinstance(lengths, Iterator):  # np.asarray makes a 0-d object array of it
+        raise TypeError(
+            f"lengths must be an array of integers, got a {type(lengths).__name__}; "
+            "pass a list or np.fromiter(lengths, dtype=np.int64)"
+        )
     array = np.asarray(lengths)
     if array.size == 0:
         return [np.zeros(0, dtype=np.uint32)]
@@ -35,6 +41,11 @@ def _length_chunks(lengths: Any) -> list[np.ndarray]:
         raise PlanError(f"lengths must be 1-D, got an array of shape {array.shape}; pass one length per sample")
     if array.dtype.kind not in "iu":
         raise TypeError(f"lengths must be integers, got dtype {array.dtype}; convert with .astype(np.int64)")
+    if not array.dtype.isnative:
+        raise TypeError(
+            f"lengths are in non-native byte order (dtype {array.dtype.str}); convert with "
+            f"lengths.astype({array.dtype.newbyteorder('=').name!r})"
+        )
     return [np.ascontiguousarray(array)]
 
 
@@ -98,7 +109,9 @@ def _boundaries(value: Any) -> int | list[int] | None:
             raise PlanError(f"boundaries={value!r} is invalid; use 'auto', a bucket count or a list of edges")
         return None
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        return _positive_int("boundaries", int(value))
+        if not 1 <= value <= 65535:  # the core's limit on buckets
+            raise PlanError(f"boundaries={value} is invalid; a bucket count must be between 1 and 65535")
+        return int(value)
     try:
         edges = [operator.index(e) for e in value]
     except TypeError:
@@ -207,3 +220,11 @@ def _bool(name: str, value: Any) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
     return bool(value)
+
+
+def _state_count(name: str, value: Any, low: int) -> None:
+    """A count in a checkpoint's state: an int from ``low`` to 2**32 - 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"state {name} must be an int, got {type(value).__name__} {value!r}")
+    if not low <= value <= 2**32 - 1:
+        raise PlanError(f"state {name}={value!r} is invalid (≥ {low} expected); pass the checkpoint's state unedited")

@@ -54,7 +54,7 @@ def collate(
     if not (isinstance(indices, np.ndarray) and indices.dtype in _INDEX_DTYPES and indices.ndim == 1):
         indices = _index_array(indices)
     inner = store._inner
-    settings = (int(pad_id), int(label_pad_id), _multiple(pad_to_multiple_of))
+    settings = (_token("pad_id", pad_id), _token("label_pad_id", label_pad_id), _multiple(pad_to_multiple_of))
     if not isinstance(inner, _core.TokenStore):
         return _collate_numpy(inner, indices, *settings, out, output_dtype(dtype))
     if out is None:
@@ -66,8 +66,19 @@ def collate(
 
 
 def _multiple(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"pad_to_multiple_of={value!r} is invalid; pass an integer ≥ 1")
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"pad_to_multiple_of must be an int, got {type(value).__name__} {value!r}")
+    if not 1 <= value <= 2**32 - 1:
+        raise ValueError(f"pad_to_multiple_of={value!r} is invalid; pass an integer between 1 and 4294967295")
+    return int(value)
+
+
+def _token(name: str, value: Any) -> int:
+    """A pad value as an int64 (the output dtype may narrow it further: checked where it is written)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"{name}={value!r} does not fit int64; pass a token id the output dtype holds")
     return int(value)
 
 
@@ -152,7 +163,13 @@ def collate_packed(
     slot = np.empty((len(PACKED_KEYS), int(capacity)), dtype=output_dtype(dtype))
     cu_seqlens = np.empty(len(indices) + 1, dtype=np.int32)
     samples, _, max_seqlen = _pack_into(
-        store, indices, slot, cu_seqlens, int(pad_id), int(label_pad_id), windows=windows
+        store,
+        indices,
+        slot,
+        cu_seqlens,
+        _token("pad_id", pad_id),
+        _token("label_pad_id", label_pad_id),
+        windows=windows,
     )
     result: dict[str, Any] = {key: slot[k : k + 1] for k, key in enumerate(PACKED_KEYS)}
     result["cu_seqlens"] = cu_seqlens[: samples + 1]

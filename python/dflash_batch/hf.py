@@ -257,7 +257,8 @@ class _Resumed:
             self.loader.skip(self.steps)
 
     def __len__(self) -> int:
-        return len(self.loader)
+        """The steps left in the resumed epoch, as accelerate's ``skip_first_batches`` counts them."""
+        return self.loader.sampler.plan().steps - self.steps
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(self.loader)

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from . import _core
-from .collate import KEYS, PACKED_KEYS, _pack_into, collate, output_dtype
+from .collate import KEYS, PACKED_KEYS, _multiple, _pack_into, _token, collate, output_dtype
 from .pipeline import _CudaTransfer, _HostTransfer, _Pipeline
 from .reading import TokenStore
 from .sampler import BucketSampler
@@ -123,7 +123,11 @@ class Loader:
         if self._packed and pad_to_multiple_of != 1:
             raise ValueError("pad_to_multiple_of applies to padded batches; a packed row is max_tokens long")
         self._dtype = output_dtype(dtype if dtype is not None else torch.int64)
-        self._settings = {"pad_id": pad_id, "label_pad_id": label_pad_id, "pad_to_multiple_of": pad_to_multiple_of}
+        self._settings = {
+            "pad_id": _token("pad_id", pad_id),
+            "label_pad_id": _token("label_pad_id", label_pad_id),
+            "pad_to_multiple_of": _multiple(pad_to_multiple_of),
+        }
         collate(store, np.zeros(0, dtype=np.int64), **self._settings)  # validates the settings now
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         if self.device.type not in ("cpu", "cuda"):
@@ -166,7 +170,7 @@ class Loader:
     # -- iteration --------------------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        """Steps this rank runs in the current epoch."""
+        """Steps the next iteration yields on this rank: the epoch's, or those left after a resume."""
         return len(self.sampler)
 
     def set_epoch(self, epoch: int) -> None:
@@ -266,26 +270,36 @@ class Loader:
         ring = count * len(keys) * capacity * np.dtype(self._dtype).itemsize
         memory = _physical_memory()
         if memory is not None and ring > memory:
-            raise MemoryError(
-                f"prefetch={self.prefetch} needs a ring of {count} slots of {capacity:,} tokens, "
-                f"{ring / 2**30:,.1f} GiB, more than this machine's {memory / 2**30:,.1f} GiB; lower prefetch"
-            )
+            raise self._ring_too_large(count, capacity, ring, f"more than this machine's {memory / 2**30:,.1f} GiB")
         self._slot_bytes = 0
         if self._fresh:  # `prefetch` tokens bound the batches in flight; each gets a block of the pool
             self._capacity_now = capacity
             return [None] * (count - 1)
         slots = []
-        for _ in range(count):
-            block = torch.empty(len(keys) * capacity, dtype=dtype, pin_memory=self.pin_memory)
-            slot = {"block": block, "numpy": block.numpy(), "keys": keys}
-            if self._packed:  # a row holds at most `capacity` samples
-                cu = torch.empty(capacity + 1, dtype=torch.int32, pin_memory=self.pin_memory)
-                slot["cu_torch"], slot["cu_seqlens"] = cu, cu.numpy()
-            slots.append(slot)
+        try:
+            for _ in range(count):
+                block = torch.empty(len(keys) * capacity, dtype=dtype, pin_memory=self.pin_memory)
+                slot = {"block": block, "numpy": block.numpy(), "keys": keys}
+                if self._packed:  # a row holds at most `capacity` samples
+                    cu = torch.empty(capacity + 1, dtype=torch.int32, pin_memory=self.pin_memory)
+                    slot["cu_torch"], slot["cu_seqlens"] = cu, cu.numpy()
+                slots.append(slot)
+        except RuntimeError as error:  # torch's allocators report running out as a RuntimeError
+            if "alloc" not in str(error).lower() and "out of memory" not in str(error).lower():
+                raise
+            raise self._ring_too_large(count, capacity, ring, "more than can be allocated now") from error
         self._slot_bytes = ring
         if self._packed:
             self._slot_bytes += len(slots) * (capacity + 1) * 4
         return slots
+
+    def _ring_too_large(self, count: int, capacity: int, ring: int, why: str) -> MemoryError:
+        multiple = self._settings["pad_to_multiple_of"]
+        cause = f"; lower pad_to_multiple_of={multiple}, which sets that width" if multiple > 1 else ""
+        return MemoryError(
+            f"prefetch={self.prefetch} needs a ring of {count} slots of {capacity:,} tokens (the epoch's "
+            f"largest padded batch), {ring / 2**30:,.1f} GiB, {why}{cause}; lower prefetch"
+        )
 
     def _fresh_slot(self) -> dict[str, Any]:
         """A block for one batch that no tensor handed out still refers to (see :mod:`dflash_batch.blocks`).

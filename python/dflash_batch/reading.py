@@ -91,7 +91,10 @@ class TokenStore:
     def __getitem__(self, index: int) -> np.ndarray:
         if isinstance(index, slice):
             raise TypeError("TokenStore rows are read one at a time; use store.gather(indices) for many rows")
-        return self._inner[operator.index(index)]
+        index, rows = operator.index(index), len(self)
+        if not -rows <= index < rows:
+            raise IndexError(f"row {index} is out of range for a dataset of {rows} rows; valid rows are 0..{rows - 1}")
+        return self._inner[index]
 
     def gather(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
         """The tokens of ``indices`` concatenated, and the ``len(indices) + 1`` int64 offsets of each row."""

@@ -32,6 +32,7 @@ from ._arguments import (
     _positive_int,
     _resolve_ranks,
     _seed,
+    _state_count,
     _threads,
     _tolerance,
 )
@@ -326,9 +327,13 @@ class BucketSampler:
         return rows, starts, lengths
 
     def __len__(self) -> int:
-        """Steps (batches) this rank runs in the current epoch: the same for every epoch. Measured by
-        accelerate's ``BatchSamplerShard``, every rank's batches (see ``__iter__``)."""
+        """Steps (batches) the next iteration yields on this rank: the whole epoch, which has the same
+        steps in every epoch (``plan().steps``), or after ``load_state_dict``/``Loader.skip`` the steps
+        left in it, as accelerate's ``skip_first_batches`` counts them. Measured by accelerate's
+        ``BatchSamplerShard``, every rank's batches (see ``__iter__``)."""
         steps = self.plan().steps
+        if self._resume is not None and self._resume[0] == self._epoch:
+            steps -= self._resume[1]
         return steps * self.world_size if wrapping_shard(self) is not None else steps
 
     def __iter__(self) -> Iterator[Any]:
@@ -435,12 +440,22 @@ class BucketSampler:
         """Resumes at ``state``: the next iteration yields exactly the rest of its epoch."""
         if not isinstance(state, dict):
             raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
-        missing = {"version", "epoch", "step", "fingerprint"} - state.keys()
+        missing = {"version", "epoch", "step", "fingerprint", "world_size"} - state.keys()
         if missing:
             raise PlanError(f"state is missing {sorted(missing)}; pass a dict from BucketSampler.state_dict()")
         if state["version"] != _STATE_VERSION:
             raise PlanError(f"state version {state['version']!r} is not supported (expected {_STATE_VERSION!r})")
+        _state_count("world_size", state["world_size"], 1)
+        _state_count("step", state["step"], 0)
         elastic = state.get("elastic")
+        if elastic is not None:
+            if not isinstance(elastic, dict) or not {"world_size", "step"} <= elastic.keys():
+                raise PlanError(
+                    f"state elastic={elastic!r} is not what state_dict() writes (a dict with world_size and "
+                    "step); pass the checkpoint's state unedited"
+                )
+            _state_count("elastic world_size", elastic["world_size"], 1)
+            _state_count("elastic step", elastic["step"], 0)
         if state.get("world_size") != self.world_size and elastic is None:
             if state.get("fingerprint_any_ranks") == self._planner.fingerprint_any_ranks:
                 self._resume_elsewhere(_epoch(state["epoch"]), state["world_size"], operator.index(state["step"]))

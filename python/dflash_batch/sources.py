@@ -93,6 +93,15 @@ def _paths(item: Any) -> list[str]:
         if not matches:
             raise FileNotFoundError(f"no files match the pattern {path!r}")
         return [p for m in matches for p in (_directory(m) if os.path.isdir(m) else [m])]
+    try:
+        os.stat(path)
+    except PermissionError as error:  # exists() says False for a file behind an unsearchable directory
+        raise PermissionError(
+            f"{path} cannot be reached ({error.strerror}): a directory on its path cannot be searched; "
+            "check its permissions"
+        ) from None
+    except OSError:
+        pass
     raise FileNotFoundError(f"{path} does not exist; pass an Arrow file, a save_to_disk directory or a glob")
 
 

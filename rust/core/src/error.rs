@@ -110,8 +110,12 @@ pub enum ErrorKind {
         max_tokens: u64,
         /// Shortest padded sample length.
         shortest: u64,
+        /// That sample's own length (before `pad_to_multiple_of`).
+        length: u32,
         /// Row of that sample.
         row: usize,
+        /// Under a cost model: the model `(linear, quadratic)` and the price of one row of that sample.
+        priced: Option<(String, String)>,
     },
     /// A sample is longer than `max_tokens` and `oversize="error"`.
     Oversize {
@@ -124,6 +128,13 @@ pub enum ErrorKind {
         /// The longest length whose row fits the budget (under the cost model and padding).
         longest: u32,
     },
+    /// The memory an operation needs could not be reserved up front.
+    OutOfMemory {
+        /// What needed it, in words.
+        what: &'static str,
+        /// Bytes it asked for.
+        bytes: u64,
+    },
     /// Not enough samples to give every rank at least one batch.
     TooFewSamplesForRanks {
         /// Samples in the plan.
@@ -132,6 +143,10 @@ pub enum ErrorKind {
         world_size: u32,
         /// Whether `drop_last` dropped every batch (its message cannot suggest passing it).
         drop_last: bool,
+        /// Batches formed within the budget.
+        batches: usize,
+        /// Batches the plan needs (a multiple of `world_size`: every rank runs the same steps).
+        needed: usize,
     },
     /// A step index past the end of the plan.
     StepOutOfRange {
@@ -273,7 +288,37 @@ impl fmt::Display for Error {
                     )
                 }
             }
-            K::MaxTokensBelowShortest { max_tokens, shortest, row } => write!(
+            K::MaxTokensBelowShortest {
+                max_tokens,
+                shortest,
+                length,
+                row,
+                priced: Some((model, price)),
+            } => write!(
+                f,
+                "cost={model} prices one row of the shortest sample ({length} tokens at row {row}, \
+                 {shortest} padded) at {price}, above max_tokens {max_tokens} (the budget in the \
+                 cost's units), so no batch can be formed; raise max_tokens or lower the cost's \
+                 coefficients"
+            ),
+            K::MaxTokensBelowShortest {
+                max_tokens,
+                shortest,
+                length,
+                row,
+                priced: None,
+            } if u64::from(*length) != *shortest => write!(
+                f,
+                "max_tokens {max_tokens} is smaller than the shortest sample padded to \
+                 pad_to_multiple_of ({length} tokens at row {row}, {shortest} padded), so no batch \
+                 can be formed; raise max_tokens or lower pad_to_multiple_of"
+            ),
+            K::MaxTokensBelowShortest {
+                max_tokens,
+                shortest,
+                row,
+                ..
+            } => write!(
                 f,
                 "max_tokens {max_tokens} is smaller than the shortest sample ({shortest} tokens at row \
                  {row}), so no batch can be formed; raise max_tokens"
@@ -292,20 +337,42 @@ impl fmt::Display for Error {
                 samples,
                 world_size,
                 drop_last: false,
-            } => write!(
-                f,
-                "{samples} sample(s) cannot give each of world_size {world_size} ranks a batch without \
-                 repeating samples; use fewer ranks or pass drop_last=True"
-            ),
+                batches,
+                needed,
+            } => {
+                write!(
+                    f,
+                    "{samples} sample(s) cannot give each of world_size {world_size} ranks a batch \
+                     without repeating samples: they formed {batches} batch(es) within the budget, the \
+                     plan needs {needed} (every rank runs the same steps), and a batch cannot be split \
+                     below one sample; use fewer ranks or a smaller max_tokens"
+                )?;
+                if batches >= &(*world_size as usize) {
+                    write!(
+                        f,
+                        ", or pass drop_last=True (it leaves out the samples of {} batch(es))",
+                        batches % *world_size as usize
+                    )?;
+                }
+                Ok(())
+            }
             K::TooFewSamplesForRanks {
                 samples,
                 world_size,
                 drop_last: true,
+                ..
             } => write!(
                 f,
                 "{samples} sample(s) cannot give each of world_size {world_size} ranks a batch: fewer \
                  batches than ranks, and drop_last=True dropped them all; use fewer ranks or smaller \
                  batches"
+            ),
+            K::OutOfMemory { what, bytes } => write!(
+                f,
+                "{what} needs {:.1} MiB, which cannot be allocated (this process's address space limit, \
+                 `ulimit -v`, or the machine's memory is exhausted); free memory, raise the limit or use \
+                 fewer samples",
+                *bytes as f64 / f64::from(1u32 << 20)
             ),
             K::StepOutOfRange { step, steps } => write!(
                 f,

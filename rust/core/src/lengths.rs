@@ -151,6 +151,17 @@ impl Builder {
         Self { lengths }
     }
 
+    /// [`Builder::new`], its storage reserved fallibly: [`ErrorKind::OutOfMemory`] where it does not fit.
+    pub fn try_new(longest: u32, count: usize) -> crate::Result<Self> {
+        const WHAT: &str = "copying the lengths";
+        let lengths = if longest <= u32::from(u16::MAX) {
+            Lengths::U16(crate::memory::vec_with_capacity(WHAT, count)?)
+        } else {
+            Lengths::U32(crate::memory::vec_with_capacity(WHAT, count)?)
+        };
+        Ok(Self { lengths })
+    }
+
     /// Appends `values` (checked by [`scan`]: positive and at most the `longest` given to `new`).
     pub fn extend<T: Copy + Into<i128>>(&mut self, values: &[T]) {
         let widen = |v: T| u32::try_from(v.into()).unwrap_or(u32::MAX);

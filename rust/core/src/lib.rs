@@ -59,6 +59,7 @@ mod fast_stream;
 pub mod fingerprint;
 mod form;
 pub mod lengths;
+pub mod memory;
 pub mod mixing;
 pub mod optimize;
 pub mod order;

@@ -68,6 +68,8 @@ pub fn split_to(
         samples: indices.len(),
         world_size,
         drop_last: false,
+        batches,
+        needed: target,
     };
     // Every batch keeps at least one row: without enough rows no split can work, and trying sized
     // a heap by `needed` (34 GB for world_size = 2^31: an abort).
@@ -418,7 +420,9 @@ mod tests {
             &ErrorKind::TooFewSamplesForRanks {
                 samples: 2,
                 world_size: 4,
-                drop_last: false
+                drop_last: false,
+                batches: 1,
+                needed: 4,
             }
         );
         // A world far larger than the samples is refused before anything is sized by it.

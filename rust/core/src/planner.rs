@@ -39,6 +39,7 @@ pub use crate::config::{
 use crate::error::{ErrorKind, Result};
 use crate::form::{sorted_by_length, Epoch, Former, ARRANGE_MAX_SAMPLES, COMPANION_MIN_SAMPLES};
 use crate::lengths::{Length, Lengths};
+use crate::memory;
 use crate::optimize::{auto_edges, optimal_edges, predicted_efficiency, Histogram};
 use crate::order::{drop_to, expand_per_batch, gather, reorder_region, split_to, to_usize};
 use crate::plan::{Plan, Stats};
@@ -140,6 +141,10 @@ impl Planner {
     pub fn new(lengths: impl Into<Lengths>, config: Config) -> Result<Self> {
         let lengths = lengths.into();
         config.validate()?;
+        memory::reserve(
+            "preparing the planner",
+            lengths.len() as u64 * memory::PREPARE_BYTES_PER_SAMPLE,
+        )?;
         let prepared = with_lengths!(&lengths, v => prepare(v, &config))?;
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
         let by_bucket =
@@ -267,6 +272,10 @@ impl Planner {
 
     /// [`Planner::plan`] for one storage width of the lengths.
     fn plan_with<L: Length>(&self, lengths: &[L], epoch: u64) -> Result<Plan> {
+        memory::reserve(
+            "planning an epoch",
+            lengths.len() as u64 * memory::PLAN_BYTES_PER_SAMPLE,
+        )?;
         let former = self.former(lengths);
         let (mut order, mut formed, key, reformed) = self.form_within(&former, epoch);
         let target = self.target_batches(&former, None);
@@ -336,6 +345,8 @@ impl Planner {
                 samples,
                 world_size,
                 drop_last: self.config.drop_last,
+                batches: 0,
+                needed: world_size as usize,
             }
             .into());
         }
@@ -581,7 +592,7 @@ fn check_cost_range<L: Length>(lengths: &[L], config: &Config) -> Result<()> {
         return Ok(());
     }
     let CostModel { linear, quadratic } = config.cost;
-    let given = format!("({linear}, {quadratic})");
+    let given = format!("({linear:?}, {quadratic:?})");
     Err(ErrorKind::CostOverflow {
         given,
         length,
@@ -601,11 +612,20 @@ fn admission<L: Length>(lengths: &[L], config: &Config) -> Result<u32> {
     let fits = |l: u32| l <= admit_max;
     if let Some((row, &shortest)) = lengths.iter().enumerate().min_by_key(|(_, &l)| l) {
         if !fits(shortest.into()) {
-            let shortest = config.padded(shortest.into());
+            let length: u32 = shortest.into();
+            let shortest = config.padded(length);
+            let packed = matches!(config.mode, Mode::Packed { .. });
+            let priced = (!config.cost.is_tokens() && !packed).then(|| {
+                let CostModel { linear, quadratic } = config.cost;
+                let price = config.cost.row(shortest);
+                (format!("({linear:?}, {quadratic:?})"), format!("{price:e}"))
+            });
             return Err(ErrorKind::MaxTokensBelowShortest {
                 max_tokens: budget,
                 shortest,
+                length,
                 row,
+                priced,
             }
             .into());
         }

@@ -389,7 +389,9 @@ fn errors_name_the_row_and_value() {
         &ErrorKind::MaxTokensBelowShortest {
             max_tokens: 16,
             shortest: 40,
-            row: 0
+            length: 40,
+            row: 0,
+            priced: None,
         }
     );
     let edges = Config {
@@ -419,9 +421,13 @@ fn errors_name_the_row_and_value() {
         &ErrorKind::TooFewSamplesForRanks {
             samples: 3,
             world_size: 5,
-            drop_last: false
+            drop_last: false,
+            batches: 2,
+            needed: 5,
         }
     );
+    // Fewer batches than ranks: drop_last would drop them all, so it is not suggested.
+    assert!(!e.to_string().contains("drop_last"), "{e}");
     // With drop_last the message cannot suggest it: it says every batch was dropped.
     let dropping = Config {
         world_size: 5,

@@ -15,7 +15,7 @@ mod planning;
 use dflash_batch_core::error::{Error, ErrorKind};
 use dflash_batch_core::ReadProblem;
 use numpy::PyArray1;
-use pyo3::exceptions::{PyIndexError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -36,7 +36,8 @@ pyo3::create_exception!(
 
 /// The one mapping from core errors to Python exceptions: I/O failures become the matching `OSError`
 /// subclass (`FileNotFoundError`, `PermissionError`, ...), unreadable data `DataError`, rows past the
-/// end `IndexError`, small buffers `ValueError`, and everything else `PlanError`.
+/// end `IndexError`, small buffers `ValueError`, memory that cannot be reserved `MemoryError`, and
+/// everything else `PlanError`.
 fn to_py(err: Error) -> PyErr {
     match err.kind() {
         ErrorKind::Read {
@@ -50,6 +51,7 @@ fn to_py(err: Error) -> PyErr {
             PyValueError::new_err(err.to_string())
         }
         ErrorKind::RowOutOfRange { .. } => PyIndexError::new_err(err.to_string()),
+        ErrorKind::OutOfMemory { .. } => PyMemoryError::new_err(err.to_string()),
         _ => PlanError::new_err(err.to_string()),
     }
 }

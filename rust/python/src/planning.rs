@@ -10,7 +10,7 @@ use dflash_batch_core::planner::{
     Batching, Boundaries, Config, CostModel, Mode, Order, Oversize, Planner as CorePlanner,
 };
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyUntypedArrayMethods};
-use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PySlice};
 
@@ -58,7 +58,7 @@ fn lengths_from_chunks(chunks: &[Bound<'_, PyAny>]) -> PyResult<Lengths> {
         longest = longest.max(chunk_longest);
         rows += size;
     }
-    let mut builder = Builder::new(longest, rows);
+    let mut builder = Builder::try_new(longest, rows).map_err(to_py)?;
     for chunk in chunks {
         extend_chunk(chunk, &mut builder)?;
     }
@@ -365,8 +365,22 @@ impl Plan {
     }
 
     /// Batch `i` (negative counts from the end) as a read-only view into `indices`.
-    fn __getitem__<'py>(&self, py: Python<'py>, i: isize) -> PyResult<Bound<'py, PyAny>> {
+    fn __getitem__<'py>(
+        &self,
+        py: Python<'py>,
+        i: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let len = self.__len__(py);
+        // Past isize either way is out of range, not an OverflowError.
+        let i: isize = match i.extract() {
+            Ok(i) => i,
+            Err(err) if err.is_instance_of::<PyOverflowError>(py) => {
+                return Err(PyIndexError::new_err(format!(
+                    "batch {i} out of range for a plan of {len} batches"
+                )))
+            }
+            Err(err) => return Err(err),
+        };
         let index = if i < 0 { i + len as isize } else { i };
         let index = usize::try_from(index)
             .ok()
