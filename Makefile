@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 EXTRAS ?= dev,torch
 export PYO3_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: demo test test-rust test-python lint bench build venv clean
+.PHONY: demo test test-rust test-python fuzz lint bench build venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,15 @@ test-rust:
 
 test-python:
 	DFLASH_REQUIRE_TORCH=1 $(BIN)/python -m pytest
+
+# The adversarial suite at length (a few examples of it run in `make test`): FUZZ_EXAMPLES hypothesis
+# examples per entry point, each a batch of cases in a capped child; tallies land in fuzz-report.jsonl.
+FUZZ_EXAMPLES ?= 300
+fuzz: build
+	rm -f fuzz-report.jsonl
+	DFLASH_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) DFLASH_FUZZ_REPORT=$(abspath fuzz-report.jsonl) \
+		$(BIN)/python -m pytest -q tests/test_adversarial.py tests/test_arrow_mutations.py tests/test_arrow_fuzz.py
+	$(BIN)/python tests/_adversary.py fuzz-report.jsonl
 
 lint: venv
 	cargo fmt --all --check
