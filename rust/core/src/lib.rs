@@ -55,6 +55,7 @@ pub mod column;
 pub mod config;
 pub mod dataset;
 pub mod error;
+mod error_message;
 mod fast_stream;
 pub mod fingerprint;
 mod form;
