@@ -9,14 +9,13 @@ DataLoader workers and spawned processes rebuild the planner instead of copying 
 
 from __future__ import annotations
 
-import operator
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from . import _core, label_tokens
+from . import _core, checkpoint, label_tokens
 from ._accelerate import wrapping_shard
 from ._arguments import (
     _bool,
@@ -25,14 +24,11 @@ from ._arguments import (
     _cost,
     _epoch,
     _fraction,
-    _int,
-    _is_hex,
     _length_chunks,
     _optional_int,
     _positive_int,
     _resolve_ranks,
     _seed,
-    _state_count,
     _threads,
     _tolerance,
 )
@@ -41,8 +37,6 @@ from .distributed import check_ranks_agree, process_group_size
 from .reading import read_lengths
 from .sources import is_source
 from .truncate import _Pieces, _split_long
-
-_STATE_VERSION = 1
 
 
 class BucketSampler:
@@ -410,134 +404,12 @@ class BucketSampler:
         batches this sampler has handed out — exact when the loop iterates the sampler or a
         :class:`Loader`, but a ``DataLoader`` with workers fetches batches ahead of the loop: pass the
         count the loop has seen, or a resume skips the prefetched ones."""
-        if step is None:
-            step = self._consumed
-        else:
-            step = _int("step", step)
-            if not 0 <= step <= self._consumed:
-                raise PlanError(
-                    f"step={step} is invalid: this sampler has handed out {self._consumed} batches of epoch "
-                    f"{self._epoch}; pass how many of them the training loop has trained on"
-                )
-        state = {
-            "version": _STATE_VERSION,
-            "epoch": self._epoch,
-            "step": step,
-            "seed": self._config["seed"],
-            "world_size": self.world_size,
-            "num_samples": self.num_samples,
-            "fingerprint": self._fingerprint(),
-            "fingerprint_any_ranks": self._planner.fingerprint_any_ranks,
-            # Plain values (lists, not tuples), so a mismatched resume can name the setting that differs.
-            "settings": self._settings(),
-        }
-        if self._elastic is not None and self._elastic["epoch"] == self._epoch:
-            # This epoch's plan is the re-planned rest of an epoch begun on other ranks.
-            state["elastic"] = {"world_size": self._elastic["world_size"], "step": self._elastic["step"]}
-        return state
+        return checkpoint.state_of(self, step)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resumes at ``state``: the next iteration yields exactly the rest of its epoch."""
-        if not isinstance(state, dict):
-            raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
-        missing = {"version", "epoch", "step", "fingerprint", "world_size"} - state.keys()
-        if missing:
-            raise PlanError(f"state is missing {sorted(missing)}; pass a dict from BucketSampler.state_dict()")
-        if state["version"] != _STATE_VERSION:
-            raise PlanError(f"state version {state['version']!r} is not supported (expected {_STATE_VERSION!r})")
-        _state_count("world_size", state["world_size"], 1)
-        _state_count("step", state["step"], 0)
-        elastic = state.get("elastic")
-        if elastic is not None:
-            if not isinstance(elastic, dict) or not {"world_size", "step"} <= elastic.keys():
-                raise PlanError(
-                    f"state elastic={elastic!r} is not what state_dict() writes (a dict with world_size and "
-                    "step); pass the checkpoint's state unedited"
-                )
-            _state_count("elastic world_size", elastic["world_size"], 1)
-            _state_count("elastic step", elastic["step"], 0)
-        if state.get("world_size") != self.world_size and elastic is None:
-            if state.get("fingerprint_any_ranks") == self._planner.fingerprint_any_ranks:
-                self._resume_elsewhere(_epoch(state["epoch"]), state["world_size"], operator.index(state["step"]))
-                return
-        if elastic is not None and state["fingerprint"] == self._fingerprint():
-            # A checkpoint inside an epoch already resumed elastically, on these same ranks.
-            epoch = _epoch(state["epoch"])
-            self._resume_elsewhere(epoch, elastic["world_size"], operator.index(elastic["step"]))
-            step = operator.index(state["step"])
-            steps = self.plan().steps
-            if not 0 <= step <= steps:
-                raise PlanError(f"step {step} is outside the resumed epoch {epoch}, which has {steps} steps")
-            self._consumed, self._resume = step, (epoch, step)
-            return
-        if elastic is not None:
-            raise PlanError(
-                f"state was taken in epoch {state['epoch']} after it had moved from world_size "
-                f"{elastic['world_size']} to {state['world_size']}; finish that epoch on world_size "
-                f"{state['world_size']}, or resume from a checkpoint taken at another point"
-            )
-        if state["fingerprint"] != self._fingerprint():
-            raise PlanError(
-                f"state was saved for a different dataset or configuration ({self._differences(state)}); "
-                "resume with the sampler settings and lengths of the checkpointed run"
-            )
-        epoch, step = _epoch(state["epoch"]), operator.index(state["step"])
-        self.set_epoch(epoch)
-        steps = self.plan().steps
-        if not 0 <= step <= steps:
-            raise PlanError(f"step {step} is outside epoch {epoch}, which has {steps} steps")
-        self._consumed = step
-        self._resume = (epoch, step)
-
-    def _resume_elsewhere(self, epoch: int, old_world: int, step: int) -> None:
-        """Resumes ``epoch`` after ``step`` steps on ``old_world`` ranks: the samples those steps did not
-        reach are planned again across this sampler's ranks (same seed and epoch, so every rank computes
-        the same plan); later epochs are planned as usual."""
-        old = _core.Planner([self._planner.lengths()], **self._rust_config(world_size=old_world))
-        old_plan = old.plan(epoch)
-        if not 0 <= step <= old_plan.steps:
-            raise PlanError(f"step {step} is outside epoch {epoch}, which had {old_plan.steps} steps")
-        indices = np.asarray(old_plan.indices)
-        done = int(old_plan.offsets[step * old_world])
-        remaining = np.setdiff1d(indices, indices[:done]).astype(np.uint32)
-        self.set_epoch(epoch)
-        self._plan = None
-        if len(remaining) == 0:  # the epoch was finished: nothing left to run
-            self._elastic = None
-            self._consumed, self._resume = self.plan().steps, (epoch, self.plan().steps)
-            return
-        plan = self._planner.plan_subset(epoch, remaining)
-        self._elastic = {"epoch": epoch, "plan": plan, "world_size": old_world, "step": step}
-        self._consumed, self._resume = 0, (epoch, 0)
-
-    def _settings(self) -> dict[str, Any]:
-        """The configuration that shapes the plan, as plain values (a checkpoint may go through JSON)."""
-        return {
-            key: list(value) if isinstance(value, tuple) else value
-            for key, value in self._config.items()
-            if key not in ("threads", "world_size")
-        }
-
-    def _differences(self, state: dict[str, Any]) -> str:
-        """What differs between a checkpoint's plan and this sampler's, in words."""
-        mine = {"num_samples": self.num_samples, "world_size": self.world_size, **self._settings()}
-        theirs = {"num_samples": state.get("num_samples"), "world_size": state.get("world_size")}
-        theirs.update(state.get("settings") or {})
-        differing = [
-            f"{key} {theirs[key]!r} vs {mine[key]!r}" for key in mine if key in theirs and theirs[key] != mine[key]
-        ]
-        if differing:
-            return "checkpoint vs this sampler: " + ", ".join(differing)
-        if "settings" not in state:
-            return f"num_samples {self.num_samples}, seed and world_size match; the rest is not recorded in this state"
-        written = self._fingerprint()
-        fingerprint = state.get("fingerprint")
-        if not (isinstance(fingerprint, str) and len(fingerprint) == len(written) and _is_hex(fingerprint)):
-            return f"its fingerprint {fingerprint!r} is not one this library writes: a corrupted or edited checkpoint"
-        return (
-            f"the same {self.num_samples} samples and settings, but different lengths: another dataset, "
-            "or the same one tokenized differently"
-        )
+        """Resumes at ``state``: the next iteration yields exactly the rest of its epoch (see
+        :mod:`dflash_batch.checkpoint`)."""
+        checkpoint.load(self, state)
 
     def _fingerprint(self) -> str:
         """Lengths and configuration (not the rank), hashed in Rust once: neither ever changes."""
@@ -563,7 +435,7 @@ class BucketSampler:
         elastic, self._elastic = self._elastic, None
         if elastic is not None:
             position = (self._consumed, self._resume)
-            self._resume_elsewhere(elastic["epoch"], elastic["world_size"], elastic["step"])
+            checkpoint.resume_elsewhere(self, elastic["epoch"], elastic["world_size"], elastic["step"])
             self._consumed, self._resume = position
 
     def __repr__(self) -> str:
