@@ -78,6 +78,10 @@ class _Block:
             return False
         return not self.counted or (_USES(self.pointer) <= self.uses and _refs(self.storage) <= self.storage_refs)
 
+    def handout(self) -> tuple[torch.Tensor, np.ndarray]:
+        """The block's tensor (without use counts, a new one over it) and its array."""
+        return (self.tensor if self.counted else torch.from_numpy(self.array)), self.array
+
     def moved(self) -> bool:
         return self.counted and self.tensor.data_ptr() != self.address
 
@@ -106,11 +110,11 @@ class BlockPool:
                 if block.moved():  # its storage now lives elsewhere (shared memory): no longer ours
                     break
                 blocks.append(block)
-                return (block.tensor if block.counted else torch.from_numpy(block.array)), block.array
+                return block.handout()
         self._release_spare(elements)
         block = _Block(elements, self.dtype, self.counted)
         blocks.append(block)
-        return (block.tensor if block.counted else torch.from_numpy(block.array)), block.array
+        return block.handout()
 
     def _release_spare(self, elements: int) -> None:
         """Drops free blocks too small for ``elements``, moved ones and free blocks beyond ``keep``."""
