@@ -75,6 +75,13 @@ class Planner:
         balance_tolerance: float | None = None,
     ) -> None: ...
     def plan(self, epoch: int) -> Plan: ...
+    def plan_resumed(self, epoch: int, old_world: int, step: int) -> tuple[Plan, npt.NDArray[np.uint32]]:
+        """The rest of ``epoch`` after ``step`` steps on ``old_world`` ranks, planned on these ranks, and
+        the rows carried into the next epoch (ascending; empty unless the rest cannot fill whole steps, in
+        which case the plan has no batches). Raises PlanError for a step past that epoch's end."""
+    def plan_carrying(self, epoch: int, carried: npt.NDArray[np.uint32]) -> Plan:
+        """``epoch`` planned over every row plus ``carried`` (from ``plan_resumed`` of the epoch before).
+        Raises IndexError for a row past the dataset."""
     @property
     def predicted_efficiency(self) -> float: ...
     @property

@@ -9,11 +9,9 @@ The functions take the sampler and read and set its position (``_epoch``, ``_con
 from __future__ import annotations
 
 import operator
+import warnings
 from typing import Any
 
-import numpy as np
-
-from . import _core
 from ._arguments import _epoch, _int, _is_hex, _state_count
 from ._core import PlanError
 
@@ -43,9 +41,17 @@ def state_of(sampler: Any, step: int | None) -> dict[str, Any]:
         # Plain values (lists, not tuples), so a mismatched resume can name the setting that differs.
         "settings": settings(sampler),
     }
-    if sampler._elastic is not None and sampler._elastic["epoch"] == sampler._epoch:
+    elastic = sampler._elastic
+    if elastic is not None and elastic["epoch"] == sampler._epoch:
         # This epoch's plan is the re-planned rest of an epoch begun on other ranks.
-        state["elastic"] = {"world_size": sampler._elastic["world_size"], "step": sampler._elastic["step"]}
+        state["elastic"] = {"world_size": elastic["world_size"], "step": elastic["step"]}
+    elif elastic is not None and elastic["epoch"] + 1 == sampler._epoch and len(elastic["carried"]):
+        # This epoch's plan also holds the samples that rest carried (see resume_elsewhere).
+        state["elastic"] = {
+            "world_size": elastic["world_size"],
+            "step": elastic["step"],
+            "carried_from": elastic["epoch"],
+        }
     return state
 
 
@@ -74,9 +80,22 @@ def load(sampler: Any, state: dict[str, Any]) -> None:
             resume_elsewhere(sampler, _epoch(state["epoch"]), state["world_size"], operator.index(state["step"]))
             return
     if elastic is not None and state["fingerprint"] == sampler._fingerprint():
-        # A checkpoint inside an epoch already resumed elastically, on these same ranks.
+        # A checkpoint inside an epoch already resumed elastically (or carrying its rest), on these ranks.
         epoch = _epoch(state["epoch"])
-        resume_elsewhere(sampler, epoch, elastic["world_size"], operator.index(elastic["step"]))
+        origin = _epoch(elastic.get("carried_from", epoch))
+        if origin not in (epoch, epoch - 1):
+            raise PlanError(
+                f"state elastic carried_from={origin!r} is not epoch {epoch} or the one before; pass the "
+                "checkpoint's state unedited"
+            )
+        resume_elsewhere(sampler, origin, elastic["world_size"], operator.index(elastic["step"]))
+        if origin != epoch:
+            if not len(sampler._elastic["carried"]):
+                raise PlanError(
+                    f"state says epoch {epoch} carries samples of epoch {origin}, but that epoch's rest "
+                    "fits these ranks; pass the checkpoint's state unedited"
+                )
+            sampler.set_epoch(epoch)
         step = operator.index(state["step"])
         steps = sampler.plan().steps
         if not 0 <= step <= steps:
@@ -84,6 +103,13 @@ def load(sampler: Any, state: dict[str, Any]) -> None:
         sampler._consumed, sampler._resume = step, (epoch, step)
         return
     if elastic is not None:
+        if "carried_from" in elastic:
+            raise PlanError(
+                f"state was taken in epoch {state['epoch']}, which also trains samples epoch "
+                f"{elastic['carried_from']} left when it moved from world_size {elastic['world_size']} to "
+                f"{state['world_size']}; finish epoch {state['epoch']} on world_size {state['world_size']}, or "
+                "resume from a checkpoint taken at another point"
+            )
         raise PlanError(
             f"state was taken in epoch {state['epoch']} after it had moved from world_size "
             f"{elastic['world_size']} to {state['world_size']}; finish that epoch on world_size "
@@ -104,25 +130,32 @@ def load(sampler: Any, state: dict[str, Any]) -> None:
 
 
 def resume_elsewhere(sampler: Any, epoch: int, old_world: int, step: int) -> None:
-    """Resumes ``epoch`` after ``step`` steps on ``old_world`` ranks: the samples those steps did not
-    reach are planned again across the sampler's ranks (same seed and epoch, so every rank computes the
-    same plan); later epochs are planned as usual."""
-    old = _core.Planner([sampler._planner.lengths()], **sampler._rust_config(world_size=old_world))
-    old_plan = old.plan(epoch)
-    if not 0 <= step <= old_plan.steps:
-        raise PlanError(f"step {step} is outside epoch {epoch}, which had {old_plan.steps} steps")
-    indices = np.asarray(old_plan.indices)
-    done = int(old_plan.offsets[step * old_world])
-    remaining = np.setdiff1d(indices, indices[:done]).astype(np.uint32)
+    """Resumes ``epoch`` after ``step`` steps on ``old_world`` ranks: the Rust core plans the samples
+    those steps did not reach across the sampler's ranks (same seed and epoch, so every rank computes
+    the same plan), or, when they are too few to give every rank whole steps, carries them into the
+    next epoch's plan (see ``resume.rs``). Later epochs are planned as usual."""
+    plan, carried = sampler._planner.plan_resumed(epoch, old_world, step)
     sampler.set_epoch(epoch)
     sampler._plan = None
-    if len(remaining) == 0:  # the epoch was finished: nothing left to run
-        sampler._elastic = None
-        sampler._consumed, sampler._resume = sampler.plan().steps, (epoch, sampler.plan().steps)
-        return
-    plan = sampler._planner.plan_subset(epoch, remaining)
-    sampler._elastic = {"epoch": epoch, "plan": plan, "world_size": old_world, "step": step}
+    sampler._elastic = {"epoch": epoch, "plan": plan, "world_size": old_world, "step": step, "carried": carried}
     sampler._consumed, sampler._resume = 0, (epoch, 0)
+    if len(carried):
+        warnings.warn(
+            f"the {len(carried)} sample(s) left in epoch {epoch} after step {step} on world_size {old_world} "
+            f"cannot give each of world_size {sampler.world_size} ranks a batch in whole steps; epoch {epoch} "
+            f"ends here and they are carried into epoch {epoch + 1}, which plans them with all its samples "
+            f"(they are trained twice there; if the run ends with epoch {epoch}, they are not trained)",
+            stacklevel=4,
+        )
+
+
+def carried_plan(sampler: Any, epoch: int) -> Any:
+    """Epoch ``epoch``'s plan when it carries the rest of an elastically resumed epoch before it,
+    else None."""
+    elastic = sampler._elastic
+    if elastic is None or epoch != elastic["epoch"] + 1 or not len(elastic["carried"]):
+        return None
+    return sampler._planner.plan_carrying(epoch, elastic["carried"])
 
 
 def settings(sampler: Any) -> dict[str, Any]:

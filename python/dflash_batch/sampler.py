@@ -198,7 +198,9 @@ class BucketSampler:
             return self._plan
         if self._elastic is not None and self._elastic["epoch"] == epoch:
             return self._elastic["plan"]
-        plan = self._planner.plan(epoch)
+        plan = checkpoint.carried_plan(self, epoch)
+        if plan is None:
+            plan = self._planner.plan(epoch)
         if epoch == self._epoch:
             self._plan = plan
         return plan
@@ -434,9 +436,11 @@ class BucketSampler:
         self._build([lengths])
         elastic, self._elastic = self._elastic, None
         if elastic is not None:
-            position = (self._consumed, self._resume)
-            checkpoint.resume_elsewhere(self, elastic["epoch"], elastic["world_size"], elastic["step"])
-            self._consumed, self._resume = position
+            position = (self._epoch, self._consumed, self._resume)
+            with warnings.catch_warnings():  # the original said it once; copies (workers) do not repeat it
+                warnings.simplefilter("ignore")
+                checkpoint.resume_elsewhere(self, elastic["epoch"], elastic["world_size"], elastic["step"])
+            self._epoch, self._consumed, self._resume = position
 
     def __repr__(self) -> str:
         c = self._config

@@ -146,6 +146,17 @@ pub enum ErrorKind {
         /// Batches the plan needs (a multiple of `world_size`: every rank runs the same steps).
         needed: usize,
     },
+    /// A checkpoint's step past the end of the epoch it was taken in, on the ranks it was taken on.
+    ResumeStepOutOfRange {
+        /// The checkpoint's step.
+        step: u64,
+        /// Steps that epoch had.
+        steps: u64,
+        /// The epoch.
+        epoch: u64,
+        /// The ranks it ran on.
+        world_size: u32,
+    },
     /// A step index past the end of the plan.
     StepOutOfRange {
         /// Requested step.

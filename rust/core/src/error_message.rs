@@ -168,6 +168,16 @@ impl fmt::Display for Error {
                  fewer samples",
                 *bytes as f64 / f64::from(1u32 << 20)
             ),
+            K::ResumeStepOutOfRange {
+                step,
+                steps,
+                epoch,
+                world_size,
+            } => write!(
+                f,
+                "step {step} is outside epoch {epoch}, which had {steps} steps on world_size \
+                 {world_size}; resume from a checkpoint this run wrote, unedited"
+            ),
             K::StepOutOfRange { step, steps } => write!(
                 f,
                 "step {step} is past the end of the epoch ({steps} steps); resume from a step < {steps}"

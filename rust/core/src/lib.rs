@@ -70,6 +70,7 @@ pub mod plan;
 pub mod planner;
 pub mod pool;
 pub mod read_error;
+pub mod resume;
 pub mod rng;
 mod rules;
 mod stratify;

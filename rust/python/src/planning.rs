@@ -232,18 +232,34 @@ impl Planner {
         self.wrap(py, plan)
     }
 
-    /// Plans `epoch` over only the rows `keep` (uint32 row numbers, e.g. the samples an interrupted
-    /// epoch has not reached yet): indices are rows of the full dataset (GIL released).
-    fn plan_subset(
+    /// The rest of `epoch` after `step` steps on `old_world` ranks, planned on these ranks, and the
+    /// rows carried into the next epoch when the rest cannot fill whole steps (GIL released).
+    fn plan_resumed(
         &self,
         py: Python<'_>,
         epoch: u64,
-        keep: PyReadonlyArray1<'_, u32>,
+        old_world: u32,
+        step: u64,
+    ) -> PyResult<(Plan, Py<PyArray1<u32>>)> {
+        let inner = Arc::clone(&self.inner);
+        let resumed = py
+            .detach(move || inner.plan_resumed(epoch, old_world, step))
+            .map_err(to_py)?;
+        let carried = read_only(PyArray1::from_vec(py, resumed.carried))?;
+        Ok((self.wrap(py, resumed.plan)?, carried))
+    }
+
+    /// Plans `epoch` over every row plus the rows `carried` from the epoch before (GIL released).
+    fn plan_carrying(
+        &self,
+        py: Python<'_>,
+        epoch: u64,
+        carried: PyReadonlyArray1<'_, u32>,
     ) -> PyResult<Plan> {
-        let rows = keep.as_slice()?.to_vec();
+        let carried = carried.as_slice()?.to_vec();
         let inner = Arc::clone(&self.inner);
         let plan = py
-            .detach(move || inner.plan_subset(epoch, &rows))
+            .detach(move || inner.plan_carrying(epoch, &carried))
             .map_err(to_py)?;
         self.wrap(py, plan)
     }
