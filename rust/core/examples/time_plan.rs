@@ -1,6 +1,8 @@
 //! Times planning of the seed workload:
 //! `cargo run --release --example time_plan -- THREADS EPOCHS [BUCKETS|auto|packed] [ACCUMULATION] [TOLERANCE_PPM]`
-//! (defaults: 1 thread, 41 epochs, 6 buckets, accumulation 1, no tolerance; `packed`: packed rows).
+//! (defaults: 1 thread, 41 epochs, 6 buckets, accumulation 1, no tolerance; `packed`: packed rows;
+//! `stream`: auto buckets formed by the streaming loop larger epochs use; `sorted`: unshuffled;
+//! `rows`: batches of 8 rows).
 #![allow(clippy::expect_used, missing_docs, clippy::print_stdout)]
 use dflash_batch_core::planner::{Batching, Boundaries, Config, Mode, Planner};
 use dflash_batch_core::workload::{seed_lengths, SEED_SAMPLES};
@@ -17,7 +19,7 @@ fn main() {
         .unwrap_or(41);
     let arg = |i: usize| std::env::args().nth(i);
     let (boundaries, mode) = match arg(3).as_deref() {
-        Some("auto") => (Boundaries::Auto, Mode::Padded),
+        Some("auto" | "stream" | "sorted" | "rows") => (Boundaries::Auto, Mode::Padded),
         Some("packed") => (Boundaries::Auto, Mode::Packed { bucketed: false }),
         other => (
             Boundaries::Count(other.and_then(|a| a.parse().ok()).unwrap_or(6)),
@@ -26,17 +28,26 @@ fn main() {
     };
     let accumulation = arg(4).and_then(|a| a.parse().ok()).unwrap_or(1);
     let balance_tolerance_ppm = arg(5).and_then(|a| a.parse().ok());
+    let shape = arg(3).unwrap_or_default();
     let config = Config {
+        shuffle: shape != "sorted",
         boundaries,
         accumulation,
         balance_tolerance_ppm,
         mode,
         world_size: 8,
-        ..Config::new(Batching::Tokens(16_384))
+        ..Config::new(if shape == "rows" {
+            Batching::Rows(8)
+        } else {
+            Batching::Tokens(16_384)
+        })
     };
-    let planner = Planner::new(seed_lengths(SEED_SAMPLES, 0), config)
+    let mut planner = Planner::new(seed_lengths(SEED_SAMPLES, 0), config)
         .expect("valid config")
         .with_threads(threads);
+    if shape == "stream" {
+        planner = planner.with_streamed_epochs();
+    }
     let mut times: Vec<f64> = (1..=epochs)
         .map(|e| {
             let start = Instant::now();
@@ -46,8 +57,23 @@ fn main() {
         })
         .collect();
     times.sort_by(f64::total_cmp);
+    // A digest of epoch 1's plan: two builds that print the same one planned the same batches.
+    let plan = planner.plan(1).expect("plan");
+    let digest = plan
+        .offsets()
+        .iter()
+        .chain(
+            plan.indices()
+                .iter()
+                .map(|&i| u64::from(i))
+                .collect::<Vec<_>>()
+                .iter(),
+        )
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &v| {
+            (h ^ v).wrapping_mul(0x0100_0000_01b3)
+        });
     println!(
-        "threads {threads}: median {:.2} ms, best {:.2} ms",
+        "threads {threads}: median {:.2} ms, best {:.2} ms, plan {digest:016x}",
         times[times.len() / 2],
         times[0]
     );
