@@ -5,8 +5,7 @@
 
 In one run: dflash_batch ``mode="packed"`` (plain and ``bucketed=True``) against a Python random-order
 first-fit over 64 open rows (the kind of packer HF ``DataCollatorWithFlattening`` users and axolotl's
-multipack run in Python). Targets
-(issue 6): utilization ≥ 0.99, plan ≤ 30 ms per epoch and ≥ 50× the Python first-fit, p99 rank
+multipack run in Python). Targets: utilization ≥ 0.99, plan ≤ 30 ms per epoch and ≥ 50× the Python first-fit, p99 rank
 imbalance ≤ 1.05. Every plan is checked first (every sample once, no row over C).
 """
 

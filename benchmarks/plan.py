@@ -4,7 +4,7 @@
     python benchmarks/plan.py --no-big   # skip the 100M-lengths run
 
 Correctness is asserted first (every sample exactly once, every batch within budget); then medians are
-printed side by side with ratios. Targets (issue 2): ≤ 10 ms per epoch, ≥ 50× HF transformers'
+printed side by side with ratios. Targets: ≤ 10 ms per epoch, ≥ 50× HF transformers'
 LengthGroupedSampler, 100M lengths ≤ 2 s and ≤ 1 GB peak RSS (measured in a child process).
 """
 
@@ -124,7 +124,7 @@ def main() -> None:
     if hf is not None:
         ratio, best_ratio = hf[0][0] / six[0], hf[0][1] / six[1]
         print(f"  ≥ 50× LengthGroupedSampler:        {ratio:.0f}× [{best_ratio:.0f}×]  {ok(ratio >= 50)}")
-    print("\nplan time per rank vs world_size (every rank plans the one global epoch: issue 7)")
+    print("\nplan time per rank vs world_size (every rank plans the one global epoch)")
     print(f"{'world_size':>10} {'median ms':>10} {'best ms':>8} {'steps per rank':>15}")
     for world in (1, 8, 64, 512):
         sampler = db.BucketSampler(lengths, max_tokens=MAX_TOKENS, world_size=world, rank=world - 1)

@@ -10,7 +10,7 @@ runs once untimed first).
 
 Gathers run twice over the same batches: the first pass pays the page faults of a fresh mapping (a first
 epoch), the second shows a long-lived store. Correctness is asserted before timing: lengths equal the
-generated ones, gathered tokens equal what ``datasets`` returns. Targets (issue 3): lengths from
+generated ones, gathered tokens equal what ``datasets`` returns. Targets: lengths from
 ``seq_len`` for 902K rows ≤ 50 ms, from ``input_ids`` offsets ≤ 100 ms, ``TokenStore.gather`` of a
 16K-token batch ≥ 20× faster than ``ds[list_of_indices]``.
 """

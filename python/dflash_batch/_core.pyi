@@ -1,6 +1,8 @@
-"""Type stubs of the Rust extension module."""
+"""Type stubs of the Rust extension module: every native function and class, with what it returns and
+raises (``tests/test_stubs.py`` checks them against the module). The public API wraps these; call them
+directly only to build something the wrappers do not."""
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -15,7 +17,11 @@ class DataError(ValueError):
 
 def read_lengths(
     paths: Sequence[str], column: str, progress: Callable[[int], object] | None = None
-) -> npt.NDArray[np.uint32]: ...
+) -> npt.NDArray[np.uint32]:
+    """The length of every row of ``paths`` (Arrow IPC files, in order) from ``column``: an integer
+    column, or a list column whose offsets give the lengths; a read-only array owned by Rust.
+    ``progress`` is called with the rows read so far. Raises DataError for a file or column that cannot
+    be read so, OSError for a file that cannot be opened, MemoryError when the lengths do not fit."""
 
 class TokenStore:
     """A token column kept memory-mapped; rows are read-only views into the files."""
@@ -26,16 +32,26 @@ class TokenStore:
         column: str,
         rows: npt.NDArray[np.uint64] | None = None,
         progress: Callable[[int], object] | None = None,
-    ) -> None: ...
+    ) -> None:
+        """Maps ``column`` (a list of int32, int64 or uint32) of ``paths``; ``rows``: the row count of
+        each file, when known, to skip counting. Raises DataError, OSError as ``read_lengths``."""
     @property
-    def dtype(self) -> str: ...
+    def dtype(self) -> str:
+        """The numpy dtype name of the tokens: ``int32``, ``int64`` or ``uint32``."""
     def __len__(self) -> int: ...
-    def lengths(self) -> npt.NDArray[np.uint32]: ...
-    def __getitem__(self, index: int) -> npt.NDArray[np.integer]: ...
-    def gather(self, indices: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.integer], npt.NDArray[np.int64]]: ...
+    def lengths(self) -> npt.NDArray[np.uint32]:
+        """Tokens per row, as a new read-only array."""
+    def __getitem__(self, key: int) -> npt.NDArray[np.integer]:
+        """Row ``key``'s tokens, a read-only view into the mapped file (negative counts from the end).
+        Raises IndexError past the rows, TypeError for a non-integer."""
+    def gather(self, indices: npt.NDArray[np.integer]) -> tuple[npt.NDArray[np.integer], npt.NDArray[np.int64]]:
+        """The tokens of ``indices`` concatenated, and the ``len(indices) + 1`` offsets delimiting each
+        row; both new arrays owned by the caller. Raises IndexError for a row past the store, TypeError
+        for an array that is not integers."""
 
 class Plan:
-    """One epoch's batches for all ranks in training order (CSR, read-only numpy arrays)."""
+    """One epoch's batches for all ranks in training order (CSR, read-only numpy arrays). Batch ``i`` is
+    ``indices[offsets[i]:offsets[i+1]]``; step ``s`` on rank ``r`` is batch ``s * world_size + r``."""
 
     @property
     def offsets(self) -> npt.NDArray[np.uint64]: ...
@@ -46,14 +62,27 @@ class Plan:
     @property
     def epoch(self) -> int: ...
     @property
-    def steps(self) -> int: ...
-    def __len__(self) -> int: ...
-    def __getitem__(self, i: int) -> npt.NDArray[np.uint32]: ...
-    def __iter__(self) -> Iterator[npt.NDArray[np.uint32]]: ...
-    def stats(self) -> dict[str, int | float | None]: ...
-    def churn(self, other: Plan) -> float | None: ...
+    def steps(self) -> int:
+        """Steps per rank: ``len(self) // world_size``."""
+    def __len__(self) -> int:
+        """Batches, all ranks together."""
+    def __getitem__(self, key: int) -> npt.NDArray[np.uint32]:
+        """Batch ``key`` (negative counts from the end), a read-only view. Raises IndexError past the
+        batches, TypeError for a non-integer."""
+    def stats(self) -> dict[str, int | float | None]:
+        """Figures of the plan: batches, steps, samples, real and padded tokens, efficiency, skipped,
+        dropped and split batches, buckets, rows per batch, and its mixing and rank balance."""
+    def largest_padded(self, start: int, rank: int, pad_to_multiple_of: int) -> int:
+        """Elements of the largest padded batch ``rank`` runs from step ``start`` on: rows × longest
+        length rounded up to ``pad_to_multiple_of``; 1 when it runs none. Raises ValueError for a rank
+        past ``world_size``."""
+    def churn(self, other: Plan) -> float | None:
+        """Share of sample pairs batched together here that are batched together again in ``other``;
+        None when no batch holds two samples. Raises ValueError for plans of different datasets."""
 
 class Planner:
+    """Validated lengths and configuration, from which any epoch's plan is computed."""
+
     def __init__(
         self,
         chunks: Sequence[npt.NDArray[np.integer]],
@@ -73,8 +102,15 @@ class Planner:
         order: str = "stratified",
         cost: str | tuple[float, float] | None = None,
         balance_tolerance: float | None = None,
-    ) -> None: ...
-    def plan(self, epoch: int) -> Plan: ...
+        mode: str = "padded",
+        bucketed: bool = False,
+    ) -> None:
+        """Copies the lengths (``chunks`` of any integer dtype, concatenated) and prepares the buckets.
+        Raises PlanError for invalid lengths or settings, TypeError for a wrong type, MemoryError when
+        the lengths do not fit."""
+    def plan(self, epoch: int) -> Plan:
+        """Plans ``epoch`` (GIL released). Raises PlanError when the samples cannot give every rank a
+        batch, MemoryError when planning cannot reserve its working memory."""
     def plan_resumed(self, epoch: int, old_world: int, step: int) -> tuple[Plan, npt.NDArray[np.uint32]]:
         """The rest of ``epoch`` after ``step`` steps on ``old_world`` ranks, planned on these ranks, and
         the rows carried into the next epoch (ascending; empty unless the rest cannot fill whole steps, in
@@ -83,13 +119,125 @@ class Planner:
         """``epoch`` planned over every row plus ``carried`` (from ``plan_resumed`` of the epoch before).
         Raises IndexError for a row past the dataset."""
     @property
-    def predicted_efficiency(self) -> float: ...
+    def predicted_efficiency(self) -> float:
+        """The padding efficiency plans are predicted to measure with the chosen edges."""
     @property
     def steps(self) -> int:
         """Steps per rank of every epoch: the same for all epochs of this configuration and data."""
     @property
-    def edges(self) -> list[int]: ...
+    def edges(self) -> list[int]:
+        """The bucket edges in use."""
     @property
-    def fingerprint(self) -> str: ...
-    def lengths(self) -> npt.NDArray[np.uint32]: ...
-    def __len__(self) -> int: ...
+    def fingerprint(self) -> str:
+        """16 hex digits identifying the lengths and configuration."""
+    @property
+    def fingerprint_any_ranks(self) -> str:
+        """As ``fingerprint``, but equal for any ``world_size`` (for resuming on another number of
+        ranks)."""
+    def lengths(self) -> npt.NDArray[np.uint32]:
+        """The lengths, as a new array."""
+    def __len__(self) -> int:
+        """Samples."""
+
+def collate_into(
+    store: TokenStore,
+    indices: npt.NDArray[np.integer],
+    input_ids: npt.NDArray[np.integer],
+    attention_mask: npt.NDArray[np.integer],
+    labels: npt.NDArray[np.integer],
+    position_ids: npt.NDArray[np.integer],
+    pad_id: int,
+    label_pad_id: int,
+    pad_to_multiple_of: int,
+) -> tuple[int, int]:
+    """Writes the padded batch ``indices`` into the four buffers (contiguous, writeable, one dtype,
+    int64 or int32, each at least rows × L elements); returns ``(rows, L)``. Raises ValueError for a
+    buffer too small or of another dtype, IndexError for a row past the store."""
+
+def collate_slot(
+    store: TokenStore,
+    indices: npt.NDArray[np.integer],
+    slot: npt.NDArray[np.integer],
+    pad_id: int,
+    label_pad_id: int,
+    pad_to_multiple_of: int,
+) -> tuple[int, int]:
+    """``collate_into`` into one C-contiguous 1-D array: for ``n = rows × L``, elements ``[0, n)``,
+    ``[n, 2n)``, ``[2n, 3n)``, ``[3n, 4n)`` are input_ids, attention_mask, labels, position_ids.
+    Raises as ``collate_into``."""
+
+def collate_new(
+    store: TokenStore,
+    indices: npt.NDArray[np.integer],
+    pad_id: int,
+    label_pad_id: int,
+    pad_to_multiple_of: int,
+    dtype: str,
+) -> tuple[
+    npt.NDArray[np.integer], npt.NDArray[np.integer], npt.NDArray[np.integer], npt.NDArray[np.integer], int, int
+]:
+    """The padded batch ``indices`` in four new 1-D arrays of ``dtype`` ("int64" or "int32") owned by
+    Rust, and ``rows``, ``L``: reshape each to ``[rows, L]``. Raises ValueError for another dtype,
+    IndexError for a row past the store."""
+
+def collate_packed_slot(
+    store: TokenStore,
+    indices: npt.NDArray[np.integer],
+    slot: npt.NDArray[np.integer],
+    cu_seqlens: npt.NDArray[np.int32],
+    pad_id: int,
+    label_pad_id: int,
+    starts: npt.NDArray[np.uint32] | None = None,
+    lengths: npt.NDArray[np.uint32] | None = None,
+) -> tuple[int, int, int]:
+    """Writes the packed batch ``indices`` into ``slot`` (C-contiguous ``[4, capacity]``, int64 or
+    int32: input_ids, labels, position_ids, seq_idx) and its ``cu_seqlens``; returns ``(samples, real
+    tokens, max_seqlen)``. ``starts``/``lengths`` make entry ``s`` the window ``starts[s] ..
+    starts[s] + lengths[s]`` of its sample. Raises ValueError for a row longer than the slot or a
+    buffer too small, IndexError for a row past the store."""
+
+def window_tv(
+    offsets: npt.NDArray[np.uint64], indices: npt.NDArray[np.uint32], lengths: npt.NDArray[np.uint32], window: int
+) -> float | None:
+    """Mean total-variation distance of windows of ``window`` consecutive batches from the whole's token
+    deciles; None without a complete window. Raises ValueError for inconsistent arrays."""
+
+def rank_imbalance(
+    offsets: npt.NDArray[np.uint64],
+    indices: npt.NDArray[np.uint32],
+    lengths: npt.NDArray[np.uint32],
+    world_size: int,
+    pad_to_multiple_of: int,
+) -> tuple[float, float, float] | None:
+    """``(p50, p99, max)`` over steps of max/min padded tokens among each step's ``world_size`` batches;
+    None without a step. Raises ValueError for inconsistent arrays."""
+
+def churn(
+    a_offsets: npt.NDArray[np.uint64],
+    a_indices: npt.NDArray[np.uint32],
+    b_offsets: npt.NDArray[np.uint64],
+    b_indices: npt.NDArray[np.uint32],
+    samples: int,
+) -> float | None:
+    """Share of sample pairs batched together in ``a`` that are batched together again in ``b``; None
+    when no batch of ``a`` holds two samples. Raises ValueError for inconsistent arrays."""
+
+def split_long(
+    chunks: Sequence[npt.NDArray[np.integer]], capacity: int
+) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32], npt.NDArray[np.uint32], int] | None:
+    """``oversize="truncate"``: the lengths cut into pieces of at most ``capacity`` tokens —
+    ``(planned lengths, rows of the later pieces, their first tokens, samples split)`` — or None when no
+    sample is longer. Every row's first piece is its entry; later pieces follow, in row order. Raises
+    PlanError for invalid lengths or more entries than a plan holds, TypeError for a wrong type,
+    MemoryError when the pieces do not fit."""
+
+def locate_pieces(
+    entries: npt.NDArray[np.int64],
+    samples: int,
+    planned: npt.NDArray[np.uint32],
+    rows: npt.NDArray[np.uint32] | None = None,
+    starts: npt.NDArray[np.uint32] | None = None,
+) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
+    """The token windows ``(rows, starts, lengths)`` of plan ``entries`` (the first ``samples`` are
+    dataset rows; ``rows``/``starts`` from ``split_long`` map the later ones). Raises PlanError for an
+    entry that is not one of the plans'."""

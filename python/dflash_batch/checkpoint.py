@@ -3,7 +3,8 @@
 the samples the checkpointed steps did not reach are planned again — and how a mismatch is put in words.
 
 The functions take the sampler and read and set its position (``_epoch``, ``_consumed``, ``_resume``,
-``_elastic``): this module is the sampler's checkpoint half, split from it to keep one concept a file.
+``_elastic``): this module is the sampler's checkpoint half (pickling too), split from it to keep one
+concept a file.
 """
 
 from __future__ import annotations
@@ -187,3 +188,28 @@ def differences(sampler: Any, state: dict[str, Any]) -> str:
         f"the same {sampler.num_samples} samples and settings, but different lengths: another dataset, "
         "or the same one tokenized differently"
     )
+
+
+def pickled(sampler: Any) -> dict[str, Any]:
+    """``sampler.__getstate__``: configuration, position and lengths, never Rust memory. A re-planned
+    epoch travels as where it came from and is planned again on arrival."""
+    state = sampler.__dict__.copy()
+    del state["_planner"], state["_plan"], state["_fingerprint_cache"]
+    elastic = sampler._elastic
+    state["_elastic"] = None if elastic is None else {k: elastic[k] for k in ("epoch", "world_size", "step")}
+    state["_lengths"] = sampler._planner.lengths()
+    return state
+
+
+def unpickled(sampler: Any, state: dict[str, Any]) -> None:
+    """``sampler.__setstate__``."""
+    lengths = state.pop("_lengths")
+    sampler.__dict__.update(state)
+    sampler._build([lengths])
+    elastic, sampler._elastic = sampler._elastic, None
+    if elastic is not None:
+        position = (sampler._epoch, sampler._consumed, sampler._resume)
+        with warnings.catch_warnings():  # the original said it once; copies (workers) do not repeat it
+            warnings.simplefilter("ignore")
+            resume_elsewhere(sampler, elastic["epoch"], elastic["world_size"], elastic["step"])
+        sampler._epoch, sampler._consumed, sampler._resume = position

@@ -245,19 +245,11 @@ class Loader:
         return views["input_ids"].shape
 
     def _capacity(self, plan: Any, world: int, rank: int, start: int) -> int:
-        """Elements of the largest padded batch this rank runs from ``start`` on (vectorized over the plan);
-        a packed row's capacity."""
+        """Elements of the largest padded batch this rank runs from ``start`` on (the Rust core's
+        ``largest_padded``); a packed row's capacity."""
         if self._packed:
             return int(self.sampler.max_tokens)
-        steps = np.arange(start, plan.steps, dtype=np.int64) * world + rank
-        if len(steps) == 0:
-            return 1
-        offsets = plan.offsets.astype(np.int64)
-        sizes = np.diff(offsets)
-        longest = np.maximum.reduceat(self._lengths[plan.indices], np.minimum(offsets[:-1], len(plan.indices) - 1))
-        multiple = self._settings["pad_to_multiple_of"]
-        padded = np.where(sizes == 0, 0, sizes * (-(-longest.astype(np.int64) // multiple) * multiple))
-        return max(int(padded[steps].max()), 1)
+        return plan.largest_padded(start, rank, self._settings["pad_to_multiple_of"])
 
     def _slots(self, capacity: int, steps: int) -> list[dict[str, Any]]:
         """``prefetch + 1`` slots of ``capacity`` elements per array (pinned for CUDA), at most one more

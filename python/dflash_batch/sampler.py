@@ -36,7 +36,7 @@ from ._core import Plan, PlanError
 from .distributed import check_ranks_agree, process_group_size
 from .reading import read_lengths
 from .sources import is_source
-from .truncate import _Pieces, _split_long
+from .truncate import _locate, _Pieces, _split_long
 
 
 class BucketSampler:
@@ -301,26 +301,9 @@ class BucketSampler:
         :func:`collate_packed` with ``starts``/``lengths`` do it for you). Without pieces, ``rows`` is the
         batch and every window is a whole sample.
         """
-        given = np.asarray(batch)
-        if given.size and given.dtype.kind not in "iu":  # 0.5 would have been read as entry 0
-            raise TypeError(f"batch must hold integer entries, got dtype {given.dtype}")
-        entries = given.astype(np.int64)
-        if entries.ndim != 1 or (entries.size and (entries.min() < 0 or entries.max() >= len(self._planner))):
-            raise PlanError(
-                f"batch must be a 1-D array of entries of this sampler's plans (0 ≤ entry < {len(self._planner)})"
-            )
         if self._lengths_cache is None:
             self._lengths_cache = np.asarray(self._planner.lengths(), dtype=np.uint32)
-        lengths = self._lengths_cache[entries]
-        n = self.num_samples
-        if self._pieces is None:
-            return entries.astype(np.uint32), np.zeros(len(entries), dtype=np.uint32), lengths
-        later = entries >= n
-        rows = entries.astype(np.uint32)
-        starts = np.zeros(len(entries), dtype=np.uint32)
-        rows[later] = self._pieces.rows[entries[later] - n]
-        starts[later] = self._pieces.starts[entries[later] - n]
-        return rows, starts, lengths
+        return _locate(self._pieces, batch, self.num_samples, self._lengths_cache)
 
     def __len__(self) -> int:
         """Steps (batches) the next iteration yields on this rank: the whole epoch, which has the same
@@ -422,25 +405,10 @@ class BucketSampler:
     # -- pickling: configuration and lengths, never Rust memory ---------------------------------------
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        del state["_planner"], state["_plan"], state["_fingerprint_cache"]
-        # A re-planned epoch travels as where it came from and is planned again on arrival.
-        elastic = self._elastic
-        state["_elastic"] = None if elastic is None else {k: elastic[k] for k in ("epoch", "world_size", "step")}
-        state["_lengths"] = self._planner.lengths()
-        return state
+        return checkpoint.pickled(self)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        lengths = state.pop("_lengths")
-        self.__dict__.update(state)
-        self._build([lengths])
-        elastic, self._elastic = self._elastic, None
-        if elastic is not None:
-            position = (self._epoch, self._consumed, self._resume)
-            with warnings.catch_warnings():  # the original said it once; copies (workers) do not repeat it
-                warnings.simplefilter("ignore")
-                checkpoint.resume_elsewhere(self, elastic["epoch"], elastic["world_size"], elastic["step"])
-            self._epoch, self._consumed, self._resume = position
+        checkpoint.unpickled(self, state)
 
     def __repr__(self) -> str:
         c = self._config

@@ -1,8 +1,8 @@
 //! Time to plan one epoch of the seed workload (902,087 samples, max_tokens = 16,384).
 #![allow(clippy::expect_used, missing_docs)]
 use criterion::{criterion_group, criterion_main, Criterion};
-use dflash_batch_core::planner::{Batching, Boundaries, Config, Planner};
 use dflash_batch_core::workload::{seed_lengths, SEED_SAMPLES};
+use dflash_batch_core::{Batching, Boundaries, Config, Planner};
 
 fn plan_epoch(c: &mut Criterion) {
     let lengths = seed_lengths(SEED_SAMPLES, 0);

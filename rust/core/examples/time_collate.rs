@@ -9,8 +9,8 @@
     clippy::cast_precision_loss
 )]
 use dflash_batch_core::collate::{collate_padded, Buffers, OutputToken, Padding};
-use dflash_batch_core::planner::{Batching, Config, Planner};
 use dflash_batch_core::TokenStore;
+use dflash_batch_core::{Batching, Config, Planner};
 use std::time::Instant;
 
 fn main() {

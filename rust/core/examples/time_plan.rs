@@ -4,8 +4,8 @@
 //! `stream`: auto buckets formed by the streaming loop larger epochs use; `sorted`: unshuffled;
 //! `rows`: batches of 8 rows).
 #![allow(clippy::expect_used, missing_docs, clippy::print_stdout)]
-use dflash_batch_core::planner::{Batching, Boundaries, Config, Mode, Planner};
 use dflash_batch_core::workload::{seed_lengths, SEED_SAMPLES};
+use dflash_batch_core::{Batching, Boundaries, Config, Mode, Planner};
 use std::time::Instant;
 
 fn main() {

@@ -41,7 +41,6 @@ pub enum Lengths {
 
 /// Runs `$body` with `$v` bound to the lengths as a typed slice (`&[u16]` or `&[u32]`), so generic
 /// code is compiled once per width and never branches per sample.
-#[macro_export]
 macro_rules! with_lengths {
     ($lengths:expr, $v:ident => $body:expr) => {
         match $lengths {
@@ -56,6 +55,7 @@ macro_rules! with_lengths {
         }
     };
 }
+pub(crate) use with_lengths;
 
 impl Lengths {
     /// Number of samples.
@@ -152,7 +152,7 @@ impl Builder {
     }
 
     /// [`Builder::new`], its storage reserved fallibly: [`ErrorKind::OutOfMemory`] where it does not fit.
-    pub fn try_new(longest: u32, count: usize) -> crate::Result<Self> {
+    pub fn try_new(longest: u32, count: usize) -> crate::error::Result<Self> {
         const WHAT: &str = "copying the lengths";
         let lengths = if longest <= u32::from(u16::MAX) {
             Lengths::U16(crate::memory::vec_with_capacity(WHAT, count)?)

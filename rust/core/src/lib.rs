@@ -26,6 +26,15 @@
 //!   (epochs up to 16.7M samples); no panics on bad input — every failure is an [`Error`] whose
 //!   message names the value and the fix.
 //!
+//! # Layout
+//!
+//! * [`read`] — Arrow IPC files memory-mapped, length columns, token stores.
+//! * [`plan`] — configuration, bucket edges, and the epoch pipeline (`plan/planner.rs` lists its
+//!   stages: admit → shuffle and form → order and balance → split for ranks → the [`Plan`]).
+//! * [`collate`] — padded and packed batches written into caller-provided buffers.
+//! * [`metrics`] — how well a plan mixes lengths and balances ranks.
+//! * [`error`], [`lengths`], [`memory`], [`pool`], [`rng`], [`workload`] — what the rest shares.
+//!
 //! # Example
 //!
 //! ```
@@ -45,43 +54,23 @@
 // One `unsafe` block in the crate: memory-mapping a file (see `arrow.rs`).
 #![deny(unsafe_code)]
 
-pub mod arrow;
-mod balance;
-pub mod buckets;
-mod by_bucket;
 pub mod collate;
-pub mod collate_packed;
-pub mod column;
-pub mod config;
-pub mod dataset;
 pub mod error;
-mod error_message;
-mod fast_stream;
-pub mod fingerprint;
-mod form;
 pub mod lengths;
 pub mod memory;
-pub mod mixing;
-pub mod optimize;
-pub mod order;
-mod pack;
-pub mod permute;
+pub mod metrics;
 pub mod plan;
-pub mod planner;
 pub mod pool;
-pub mod read_error;
-pub mod resume;
+pub mod read;
 pub mod rng;
-mod rules;
-mod stratify;
-pub mod tokens;
 pub mod workload;
 
-pub use buckets::Buckets;
-pub use config::{Batching, Boundaries, Config, CostModel, Mode, Order, Oversize};
-pub use dataset::read_lengths;
+pub use error::read::ReadProblem;
 pub use error::{Error, ErrorKind, Result};
+pub use plan::buckets::Buckets;
+pub use plan::config::{Batching, Boundaries, Config, CostModel, Mode, Order, Oversize};
+pub use plan::planner::Planner;
+pub use plan::resume::Resumed;
 pub use plan::{Plan, Stats};
-pub use planner::Planner;
-pub use read_error::ReadProblem;
-pub use tokens::{Gathered, TokenStore, Tokens};
+pub use read::dataset::read_lengths;
+pub use read::tokens::{Gathered, TokenStore, Tokens};

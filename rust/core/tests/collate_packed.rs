@@ -11,10 +11,10 @@
 mod common;
 
 use common::{batch, tokens_column, write_ipc};
-use dflash_batch_core::collate::Padding;
-use dflash_batch_core::collate_packed::{
+use dflash_batch_core::collate::packed::{
     collate_packed, collate_packed_windows, Packed, PackedBuffers, Windows,
 };
+use dflash_batch_core::collate::Padding;
 use dflash_batch_core::{ErrorKind, TokenStore};
 use proptest::prelude::*;
 

@@ -2,11 +2,9 @@
 // Test helpers outside #[test] fns: unwrapping and narrowing casts of small test values are fine here.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 
-use dflash_batch_core::error::ErrorKind;
-use dflash_batch_core::plan::Plan;
-use dflash_batch_core::planner::{
-    Batching, Boundaries, Config, CostModel, Mode, Oversize, Planner,
-};
+use dflash_batch_core::ErrorKind;
+use dflash_batch_core::Plan;
+use dflash_batch_core::{Batching, Boundaries, Config, CostModel, Mode, Oversize, Planner};
 use proptest::prelude::*;
 
 fn config(batching: Batching) -> Config {
@@ -346,7 +344,7 @@ fn golden_large_plan() {
         let plan = planner.plan(2).unwrap();
         check_invariants(&lengths, &balanced, &planner, &plan);
         assert_eq!(plan_hash(&plan), GOLDEN_BALANCED_HASH, "threads {threads}");
-        // Epochs past 16.7M samples stream (`form.rs`): pinned here on a small one.
+        // Epochs past 16.7M samples stream (`form/stream.rs`): pinned here on a small one.
         let planner = Planner::new(lengths.clone(), cfg.clone())
             .unwrap()
             .with_streamed_epochs()
@@ -364,7 +362,7 @@ const GOLDEN_BALANCED_HASH: u64 = 9_911_645_515_073_206_738;
 /// epoch shares.
 const GOLDEN_LARGE_HASH: u64 = 15_563_905_350_398_706_058;
 
-/// The streamed path (`form.rs`).
+/// The streamed path (`form/stream.rs`).
 const GOLDEN_STREAMED_HASH: u64 = 1_859_787_616_227_019_243;
 
 #[test]

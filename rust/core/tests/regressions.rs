@@ -1,8 +1,8 @@
 //! Regression tests, each named after what it guards.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 
-use dflash_batch_core::planner::{Batching, Boundaries, Config, Mode, Planner};
 use dflash_batch_core::rng::{Pcg64, Stream};
+use dflash_batch_core::{Batching, Boundaries, Config, Mode, Planner};
 
 /// 200,000 lengths in 1..131,072: far more distinct lengths than the boundary optimizer works on.
 fn long_context_lengths() -> Vec<u32> {
@@ -46,8 +46,8 @@ fn optimized_edges_over_many_distinct_lengths_keep_the_shortest_samples() {
 
 #[test]
 fn a_cost_model_past_f32_is_refused_instead_of_looping_forever() {
-    use dflash_batch_core::error::ErrorKind;
-    use dflash_batch_core::planner::CostModel;
+    use dflash_batch_core::CostModel;
+    use dflash_batch_core::ErrorKind;
     // Batch costs beyond f32 were infinite, and the cost-class construction looped until the OOM killer.
     let huge = CostModel {
         linear: 1e39,

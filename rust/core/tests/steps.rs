@@ -2,9 +2,9 @@
 //! trainers and LR schedulers read the count once.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 
-use dflash_batch_core::error::ErrorKind;
-use dflash_batch_core::planner::{Batching, Config, Mode, Planner};
 use dflash_batch_core::workload::seed_lengths;
+use dflash_batch_core::ErrorKind;
+use dflash_batch_core::{Batching, Config, Mode, Planner};
 use proptest::prelude::*;
 
 /// Every admitted sample exactly once in every epoch, and the epoch's steps equal `steps`.

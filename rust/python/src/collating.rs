@@ -1,11 +1,11 @@
 //! The collation binding: `collate_into` (caller-provided buffers, as the Loader uses) and
 //! `collate_new` (new arrays owned by Rust).
 
+use dflash_batch_core::collate::packed::{collate_packed_windows, Packed, PackedBuffers, Windows};
 use dflash_batch_core::collate::{
     collate_padded, collate_padded_block, Buffers, OutputToken, Padding,
 };
-use dflash_batch_core::collate_packed::{collate_packed_windows, Packed, PackedBuffers, Windows};
-use dflash_batch_core::error::Result as CoreResult;
+use dflash_batch_core::Result as CoreResult;
 use numpy::{
     Element, PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArray1, PyReadwriteArrayDyn,
     PyUntypedArrayMethods,

@@ -10,10 +10,12 @@
 mod reading;
 mod collating;
 mod metrics;
+mod plan;
 mod planning;
+mod truncating;
 
-use dflash_batch_core::error::{Error, ErrorKind};
 use dflash_batch_core::ReadProblem;
+use dflash_batch_core::{Error, ErrorKind};
 use numpy::PyArray1;
 use pyo3::exceptions::{PyIndexError, PyMemoryError, PyValueError};
 use pyo3::prelude::*;
@@ -69,9 +71,11 @@ pub(crate) fn read_only<T: numpy::Element>(
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<planning::Planner>()?;
-    m.add_class::<planning::Plan>()?;
+    m.add_class::<plan::Plan>()?;
     m.add_class::<reading::TokenStore>()?;
     m.add_function(wrap_pyfunction!(reading::read_lengths, m)?)?;
+    m.add_function(wrap_pyfunction!(truncating::split_long, m)?)?;
+    m.add_function(wrap_pyfunction!(truncating::locate_pieces, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_into, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_new, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_slot, m)?)?;

@@ -1,7 +1,7 @@
 //! The mixing and balance figures of any CSR batching (not only dflash_batch plans), so baselines
 //! are scored by the same code as plans: `window_tv`, `rank_imbalance`, `churn`.
 
-use dflash_batch_core::mixing::{self, Deciles};
+use dflash_batch_core::metrics::{self, Deciles};
 use numpy::PyReadonlyArray1;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -45,7 +45,7 @@ pub(crate) fn window_tv(
     }
     Ok(py.detach(|| {
         let deciles = Deciles::new(lengths);
-        mixing::window_tv(offsets, indices, lengths, &deciles, window)
+        metrics::window_tv(offsets, indices, lengths, &deciles, window)
     }))
 }
 
@@ -83,7 +83,7 @@ pub(crate) fn rank_imbalance(
             * pad_to_multiple_of) as f64;
         padded
     };
-    let got = py.detach(|| mixing::rank_imbalance(offsets, indices, world_size, cost));
+    let got = py.detach(|| metrics::rank_imbalance(offsets, indices, world_size, cost));
     Ok(got.map(|i| (i.p50, i.p99, i.max)))
 }
 
@@ -101,5 +101,5 @@ pub(crate) fn churn(
     let b = (b_offsets.as_slice()?, b_indices.as_slice()?);
     check_csr(a.0, a.1, samples)?;
     check_csr(b.0, b.1, samples)?;
-    Ok(py.detach(|| mixing::churn(a, b, samples)))
+    Ok(py.detach(|| metrics::churn(a, b, samples)))
 }

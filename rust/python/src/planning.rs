@@ -1,19 +1,18 @@
-//! The planner's binding: `Planner` (validated lengths + configuration) and `Plan` (one epoch, CSR,
-//! zero-copy numpy arrays).
+//! The planner's binding: `Planner` (validated lengths + configuration), which makes `Plan`s
+//! (`plan.rs`).
 
 use std::sync::{Arc, OnceLock};
 
 use dflash_batch_core::lengths::{scan, Builder, Lengths};
-use dflash_batch_core::mixing::{self, Deciles};
-use dflash_batch_core::plan::Stats;
-use dflash_batch_core::planner::{
+use dflash_batch_core::metrics::Deciles;
+use dflash_batch_core::{
     Batching, Boundaries, Config, CostModel, Mode, Order, Oversize, Planner as CorePlanner,
 };
-use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyUntypedArrayMethods};
-use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError, PyValueError};
+use numpy::{PyArray1, PyReadonlyArray1};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PySlice};
 
+use crate::plan::Plan;
 use crate::{read_only, to_py};
 
 /// Runs `$body` with `$slice` bound to the chunk's values as a typed slice, whatever its integer dtype.
@@ -51,7 +50,7 @@ fn extend_chunk(chunk: &Bound<'_, PyAny>, builder: &mut Builder) -> PyResult<()>
 
 /// Lengths from 1-D integer numpy arrays: checked first, then stored in the narrowest type, so no
 /// temporary full-width copy exists.
-fn lengths_from_chunks(chunks: &[Bound<'_, PyAny>]) -> PyResult<Lengths> {
+pub(crate) fn lengths_from_chunks(chunks: &[Bound<'_, PyAny>]) -> PyResult<Lengths> {
     let (mut longest, mut rows) = (0, 0);
     for chunk in chunks {
         let (chunk_longest, size) = scan_chunk(chunk, rows)?;
@@ -312,197 +311,16 @@ impl Planner {
 
 impl Planner {
     /// A core plan as the Python `Plan` (its arrays handed to numpy without a copy).
-    fn wrap(&self, py: Python<'_>, plan: dflash_batch_core::plan::Plan) -> PyResult<Plan> {
+    fn wrap(&self, py: Python<'_>, plan: dflash_batch_core::Plan) -> PyResult<Plan> {
         let (world_size, epoch) = (plan.world_size(), plan.epoch());
         let (offsets, indices, stats) = plan.into_parts();
-        Ok(Plan {
-            offsets: read_only(PyArray1::from_vec(py, offsets))?,
-            indices: read_only(PyArray1::from_vec(py, indices))?,
-            world_size,
-            epoch,
+        Ok(Plan::new(
+            read_only(PyArray1::from_vec(py, offsets))?,
+            read_only(PyArray1::from_vec(py, indices))?,
+            (world_size, epoch),
             stats,
-            planner: Arc::clone(&self.inner),
-            deciles: Arc::clone(&self.deciles),
-            window: self.accumulation as usize * world_size as usize,
-        })
+            (Arc::clone(&self.inner), Arc::clone(&self.deciles)),
+            self.accumulation as usize * world_size as usize,
+        ))
     }
-}
-
-/// One epoch's batches for all ranks, in training order (CSR). Batch `i` is
-/// `indices[offsets[i]:offsets[i+1]]`; step `s` on rank `r` is batch `s * world_size + r`.
-#[pyclass(frozen, name = "Plan", module = "dflash_batch._core", sequence)]
-pub(crate) struct Plan {
-    offsets: Py<PyArray1<u64>>,
-    indices: Py<PyArray1<u32>>,
-    world_size: u32,
-    epoch: u64,
-    stats: Stats,
-    /// The planner that made it, for the mixing figures (which need the lengths).
-    planner: Arc<CorePlanner>,
-    deciles: Arc<OnceLock<Deciles>>,
-    /// Batches per mixing window: `accumulation × world_size`.
-    window: usize,
-}
-
-#[pymethods]
-impl Plan {
-    /// CSR offsets (uint64, `len(plan) + 1` entries), owned by the plan, read-only.
-    #[getter]
-    fn offsets(&self, py: Python<'_>) -> Py<PyArray1<u64>> {
-        self.offsets.clone_ref(py)
-    }
-
-    /// Sample indices of every batch in training order (uint32), read-only.
-    #[getter]
-    fn indices(&self, py: Python<'_>) -> Py<PyArray1<u32>> {
-        self.indices.clone_ref(py)
-    }
-
-    /// Ranks the plan was made for.
-    #[getter]
-    fn world_size(&self) -> u32 {
-        self.world_size
-    }
-
-    /// The epoch this plan belongs to.
-    #[getter]
-    fn epoch(&self) -> u64 {
-        self.epoch
-    }
-
-    /// Steps per rank.
-    #[getter]
-    fn steps(&self) -> u64 {
-        self.stats.steps
-    }
-
-    fn __len__(&self, py: Python<'_>) -> usize {
-        self.offsets.bind(py).len() - 1
-    }
-
-    /// Batch `i` (negative counts from the end) as a read-only view into `indices`.
-    fn __getitem__<'py>(
-        &self,
-        py: Python<'py>,
-        i: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let len = self.__len__(py);
-        // Past isize either way is out of range, not an OverflowError.
-        let i: isize = match i.extract() {
-            Ok(i) => i,
-            Err(err) if err.is_instance_of::<PyOverflowError>(py) => {
-                return Err(PyIndexError::new_err(format!(
-                    "batch {i} out of range for a plan of {len} batches"
-                )))
-            }
-            Err(err) => return Err(err),
-        };
-        let index = if i < 0 { i + len as isize } else { i };
-        let index = usize::try_from(index)
-            .ok()
-            .filter(|&x| x < len)
-            .ok_or_else(|| {
-                PyIndexError::new_err(format!(
-                    "batch {i} out of range for a plan of {len} batches"
-                ))
-            })?;
-        let offsets = self.offsets.bind(py).readonly();
-        let offsets = offsets.as_slice()?;
-        let (start, end) = (offsets[index], offsets[index + 1]);
-        let slice = PySlice::new(py, to_isize(start)?, to_isize(end)?, 1);
-        self.indices.bind(py).as_any().get_item(slice)
-    }
-
-    /// Figures about the plan: batches, steps, samples, real_tokens, padded_tokens (a packed row:
-    /// its capacity), efficiency, utilization (real tokens / (batches × max_tokens)), skipped,
-    /// dropped, dropped_batches, split_batches, reformed (extra forming passes to keep the shared
-    /// step count), buckets, min_rows, max_rows; and, computed on each
-    /// call (O(samples), GIL released), window, window_tv and rank_imbalance_p50/p99/max (on the
-    /// configuration's cost).
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let offsets = self.offsets.bind(py).readonly();
-        let indices = self.indices.bind(py).readonly();
-        let csr = (offsets.as_slice()?, indices.as_slice()?);
-        let (planner, deciles, window) = (&self.planner, &self.deciles, self.window);
-        let report = py.detach(|| {
-            let deciles = deciles.get_or_init(|| Deciles::of_lengths(planner.lengths()));
-            mixing::report(planner, deciles, csr, window)
-        });
-        let s = &self.stats;
-        let d = PyDict::new(py);
-        for (key, value) in [
-            ("batches", s.batches),
-            ("steps", s.steps),
-            ("samples", s.samples),
-            ("real_tokens", s.real_tokens),
-            ("padded_tokens", s.padded_tokens),
-            ("skipped", s.skipped),
-            ("dropped", s.dropped),
-            ("dropped_batches", s.dropped_batches),
-            ("split_batches", s.split_batches),
-            ("reformed", s.reformed),
-            ("buckets", s.buckets),
-            ("min_rows", s.min_rows),
-            ("max_rows", s.max_rows),
-        ] {
-            d.set_item(key, value)?;
-        }
-        d.set_item("efficiency", s.efficiency())?;
-        // Real tokens over the token budget of every batch (for packed rows: their capacity).
-        let utilization = match self.planner.config().batching {
-            // Token counts stay far below 2^53.
-            #[allow(clippy::cast_precision_loss)]
-            Batching::Tokens(t) if s.batches > 0 => {
-                Some(s.real_tokens as f64 / (s.batches as f64 * t as f64))
-            }
-            _ => None,
-        };
-        d.set_item("utilization", utilization)?;
-        d.set_item("world_size", self.world_size)?;
-        d.set_item("epoch", self.epoch)?;
-        d.set_item("window", self.window)?;
-        d.set_item("window_tv", report.window_tv)?;
-        let imbalance = report.imbalance;
-        d.set_item("rank_imbalance_p50", imbalance.map(|i| i.p50))?;
-        d.set_item("rank_imbalance_p99", imbalance.map(|i| i.p99))?;
-        d.set_item("rank_imbalance_max", imbalance.map(|i| i.max))?;
-        Ok(d)
-    }
-
-    /// The share of sample pairs sharing a batch in this plan that share one again in `other` (a plan
-    /// of the same planner, e.g. the next epoch); `None` when this plan has no batch of two.
-    fn churn(&self, py: Python<'_>, other: &Plan) -> PyResult<Option<f64>> {
-        let (a_offsets, a_indices) = (
-            self.offsets.bind(py).readonly(),
-            self.indices.bind(py).readonly(),
-        );
-        let (b_offsets, b_indices) = (
-            other.offsets.bind(py).readonly(),
-            other.indices.bind(py).readonly(),
-        );
-        let a = (a_offsets.as_slice()?, a_indices.as_slice()?);
-        let b = (b_offsets.as_slice()?, b_indices.as_slice()?);
-        let samples = self.planner.lengths().len();
-        if other.planner.lengths().len() != samples {
-            return Err(PyValueError::new_err(
-                "the plans cover different datasets; churn compares two plans of the same lengths",
-            ));
-        }
-        Ok(py.detach(|| mixing::churn(a, b, samples)))
-    }
-
-    fn __repr__(&self, py: Python<'_>) -> String {
-        format!(
-            "Plan(epoch={}, batches={}, steps={}, world_size={}, efficiency={:.4})",
-            self.epoch,
-            self.__len__(py),
-            self.stats.steps,
-            self.world_size,
-            self.stats.efficiency()
-        )
-    }
-}
-
-fn to_isize(v: u64) -> PyResult<isize> {
-    isize::try_from(v).map_err(|_| PyValueError::new_err("offset exceeds the address space"))
 }

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use dflash_batch_core::pool::PrivatePool;
-use dflash_batch_core::tokens::{Gathered, TokenStore as CoreStore, Tokens};
+use dflash_batch_core::{Gathered, TokenStore as CoreStore, Tokens};
 use numpy::ndarray::ArrayView1;
 use numpy::{Element, PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;

@@ -1,0 +1,303 @@
+//! How well a plan mixes lengths, and how evenly it loads ranks: the figures that tell whether the
+//! optimizer sees the whole dataset in every accumulation window and whether any rank waits.
+//!
+//! * **`window_tv`**: the epoch's batches, in training order across all ranks, are cut into windows of
+//!   `G = accumulation × world_size` consecutive batches (an incomplete last window is left out). The
+//!   length axis is cut into 10 token-weighted deciles. For each window, the total-variation distance
+//!   `½ Σ_d |p_d − q_d|` between the window's share of tokens per decile `p` and the whole epoch's `q`
+//!   (≈ 0.1 each); `window_tv` is the mean over windows. 0: every window looks like the dataset; sorted
+//!   batches: ≈ 0.9. A length value is never split between deciles: it belongs to the decile where the
+//!   middle of its token mass falls, and `q` is measured with the same assignment, so ties at a decile
+//!   edge cannot bias the distance.
+//! * **churn** (between two plans): the share of sample pairs sharing a batch in the first plan that
+//!   share one again in the second.
+//! * **rank imbalance**: per step, the most over the least cost among the step's `world_size`
+//!   batches (padded tokens, or the configuration's cost model `a·L + b·L²` per row; a packed row
+//!   costs `Σ a·l + b·l²` over its samples); reported as its median, 99th percentile and maximum.
+
+use crate::lengths::{with_lengths, Length};
+
+/// Deciles of the token mass over lengths. Decile boundaries rise with length, so nine thresholds
+/// describe them whatever the longest length: a table with an entry per length up to the longest
+/// took 9 bytes per possible length, 36 GB (an abort) for a length near u32::MAX.
+#[derive(Debug, Clone)]
+pub struct Deciles {
+    /// `first[d - 1]`: the shortest length in decile `d` or above, for `d` in 1..=9 (`u64::MAX`
+    /// when no length is).
+    first: [u64; 9],
+    /// The whole epoch's share of tokens per decile (the `q` of the module docs).
+    pub share: [f64; 10],
+}
+
+/// Longest length up to which the token mass is always counted in a table (8 bytes a length, 32 MB
+/// here); past it only while the table is no larger than a sorted copy of the lengths (4 bytes a
+/// sample), which counts it otherwise.
+const TABLE_MAX: usize = 1 << 22;
+
+impl Deciles {
+    /// Deciles of `lengths` (every sample counted; samples of length 0 carry no tokens).
+    pub fn new<L: Length>(lengths: &[L]) -> Self {
+        let longest = lengths.iter().map(|&l| l.into()).max().unwrap_or(0) as usize;
+        // The token mass of every length present, shortest first.
+        let masses: Vec<(u32, u64)> = if longest <= TABLE_MAX.max(lengths.len() / 2) {
+            let mut tokens_at = vec![0u64; longest + 1];
+            for &l in lengths {
+                let l: u32 = l.into();
+                tokens_at[l as usize] += u64::from(l);
+            }
+            // Lengths index a table of at most `longest + 1` ≤ u32::MAX + 1 entries.
+            #[allow(clippy::cast_possible_truncation)]
+            tokens_at
+                .iter()
+                .enumerate()
+                .filter(|&(_, &t)| t > 0)
+                .map(|(l, &t)| (l as u32, t))
+                .collect()
+        } else {
+            let mut sorted: Vec<u32> = lengths.iter().map(|&l| l.into()).collect();
+            sorted.sort_unstable();
+            let mut masses: Vec<(u32, u64)> = Vec::new();
+            for l in sorted.into_iter().filter(|&l| l > 0) {
+                match masses.last_mut() {
+                    Some((last, tokens)) if *last == l => *tokens += u64::from(l),
+                    _ => masses.push((l, u64::from(l))),
+                }
+            }
+            masses
+        };
+        let total: u64 = masses.iter().map(|&(_, t)| t).sum();
+        let (mut below, mut mass, mut first) = (0u64, [0u64; 10], [u64::MAX; 9]);
+        for (l, tokens) in masses {
+            // The middle of this length's token mass, as a fraction of all tokens, picks its decile.
+            let middle = 2 * u128::from(below) + u128::from(tokens);
+            let decile = (10 * middle / (2 * u128::from(total))).min(9);
+            // decile ≤ 9 by the `min`.
+            #[allow(clippy::cast_possible_truncation)]
+            let decile = decile as usize;
+            for threshold in &mut first[..decile] {
+                *threshold = (*threshold).min(u64::from(l));
+            }
+            mass[decile] += tokens;
+            below += tokens;
+        }
+        Self {
+            first,
+            share: mass.map(|m| fraction(m, total)),
+        }
+    }
+
+    /// Deciles of a planner's stored lengths.
+    pub fn of_lengths(lengths: &crate::lengths::Lengths) -> Self {
+        with_lengths!(lengths, v => Self::new(v))
+    }
+
+    /// The decile of a length: that of the longest length seen at or below it (lengths past the
+    /// longest seen count in its decile). Counting the thresholds passed has no branch to mispredict.
+    #[inline]
+    pub fn of(&self, length: u32) -> usize {
+        let length = u64::from(length);
+        self.first.iter().filter(|&&t| t <= length).count()
+    }
+}
+
+/// The rows of batches `first..last` of a CSR plan.
+fn rows<'a>(offsets: &[u64], indices: &'a [u32], first: usize, last: usize) -> &'a [u32] {
+    // Offsets index `indices`, which lives in memory: they fit in usize.
+    #[allow(clippy::cast_possible_truncation)]
+    let range = offsets[first] as usize..offsets[last] as usize;
+    &indices[range]
+}
+
+fn fraction(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        return 0.0;
+    }
+    // Token counts stay far below 2^53; these are reports, not exact values.
+    #[allow(clippy::cast_precision_loss)]
+    let ratio = part as f64 / whole as f64;
+    ratio
+}
+
+/// The mean total-variation distance of windows of `window` consecutive batches from `deciles.share`
+/// (see the module docs), or `None` when the plan has no complete window.
+pub fn window_tv<L: Length>(
+    offsets: &[u64],
+    indices: &[u32],
+    lengths: &[L],
+    deciles: &Deciles,
+    window: usize,
+) -> Option<f64> {
+    let batches = offsets.len().saturating_sub(1);
+    let windows = batches.checked_div(window)?;
+    if windows == 0 {
+        return None;
+    }
+    let mut sum = 0.0;
+    for w in 0..windows {
+        let mut mass = [0u64; 10];
+        for &row in rows(offsets, indices, w * window, (w + 1) * window) {
+            let length: u32 = lengths[row as usize].into();
+            mass[deciles.of(length)] += u64::from(length);
+        }
+        let total: u64 = mass.iter().sum();
+        let distance: f64 = mass
+            .iter()
+            .zip(&deciles.share)
+            .map(|(&m, &q)| (fraction(m, total) - q).abs())
+            .sum();
+        sum += distance / 2.0;
+    }
+    // Window counts stay far below 2^53.
+    #[allow(clippy::cast_precision_loss)]
+    let mean = sum / windows as f64;
+    Some(mean)
+}
+
+/// Per-step rank imbalance (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Imbalance {
+    /// Median over steps of max/min padded tokens among the step's batches.
+    pub p50: f64,
+    /// 99th percentile over steps.
+    pub p99: f64,
+    /// Worst step.
+    pub max: f64,
+}
+
+/// The rank imbalance of a plan whose batch `i` costs `cost(members)`; `None` for an empty plan.
+pub fn rank_imbalance(
+    offsets: &[u64],
+    indices: &[u32],
+    world_size: usize,
+    cost: impl Fn(&[u32]) -> f64,
+) -> Option<Imbalance> {
+    let batches = offsets.len().saturating_sub(1);
+    let steps = batches.checked_div(world_size)?;
+    let mut ratios: Vec<f64> = (0..steps)
+        .map(|s| {
+            let costs = (s * world_size..(s + 1) * world_size)
+                .map(|b| cost(rows(offsets, indices, b, b + 1)));
+            let (lo, hi) = costs.fold((f64::INFINITY, 0.0f64), |(lo, hi), c| {
+                (lo.min(c), hi.max(c))
+            });
+            if lo <= 0.0 {
+                f64::INFINITY
+            } else {
+                hi / lo
+            }
+        })
+        .collect();
+    if ratios.is_empty() {
+        return None;
+    }
+    ratios.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        // The rank of the quantile, rounded up, within 0..len.
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let rank = ((q * ratios.len() as f64).ceil() as usize).clamp(1, ratios.len()) - 1;
+        ratios[rank]
+    };
+    Some(Imbalance {
+        p50: at(0.5),
+        p99: at(0.99),
+        max: ratios[ratios.len() - 1],
+    })
+}
+
+/// The share of sample pairs that share a batch in plan `a` and again in plan `b` (plans over the same
+/// `samples` sample ids); `None` when `a` has no pair at all.
+pub fn churn(a: (&[u64], &[u32]), b: (&[u64], &[u32]), samples: usize) -> Option<f64> {
+    let batch_in_a = batch_of(a, samples);
+    let pairs = |k: u64| k * k.saturating_sub(1) / 2;
+    let total: u64 = a.0.windows(2).map(|w| pairs(w[1] - w[0])).sum();
+    if total == 0 {
+        return None;
+    }
+    let (mut again, mut members) = (0u64, Vec::new());
+    for i in 0..b.0.len().saturating_sub(1) {
+        members.clear();
+        members.extend(
+            rows(b.0, b.1, i, i + 1)
+                .iter()
+                .map(|&r| batch_in_a.get(r as usize).copied().unwrap_or(u32::MAX))
+                .filter(|&id| id != u32::MAX),
+        );
+        members.sort_unstable();
+        for run in members.chunk_by(|x, y| x == y) {
+            again += pairs(run.len() as u64);
+        }
+    }
+    Some(fraction(again, total))
+}
+
+/// `batch[sample]`: the batch of each sample in `plan`, `u32::MAX` for samples not in it.
+fn batch_of((offsets, indices): (&[u64], &[u32]), samples: usize) -> Vec<u32> {
+    let mut batch = vec![u32::MAX; samples];
+    for i in 0..offsets.len().saturating_sub(1) {
+        // Batch counts fit in u32: there are at most as many batches as samples.
+        #[allow(clippy::cast_possible_truncation)]
+        let id = i as u32;
+        for &r in rows(offsets, indices, i, i + 1) {
+            if let Some(slot) = batch.get_mut(r as usize) {
+                *slot = id;
+            }
+        }
+    }
+    batch
+}
+
+#[cfg(test)]
+mod tests;
+
+/// The mixing and balance figures of one of `planner`'s plans, given as CSR.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Report {
+    /// [`window_tv`] over windows of the given size; `None` without a complete window.
+    pub window_tv: Option<f64>,
+    /// [`rank_imbalance`] in padded tokens; `None` for an empty plan.
+    pub imbalance: Option<Imbalance>,
+}
+
+/// [`window_tv`] and [`rank_imbalance`] of a plan made by `planner` (whose lengths `deciles` were built
+/// from), for windows of `window` batches.
+pub fn report(
+    planner: &crate::plan::planner::Planner,
+    deciles: &Deciles,
+    (offsets, indices): (&[u64], &[u32]),
+    window: usize,
+) -> Report {
+    with_lengths!(planner.lengths(), lengths => report_with(planner.config(), lengths, deciles, (offsets, indices), window))
+}
+
+fn report_with<L: Length>(
+    config: &crate::plan::config::Config,
+    lengths: &[L],
+    deciles: &Deciles,
+    (offsets, indices): (&[u64], &[u32]),
+    window: usize,
+) -> Report {
+    let packed = matches!(config.mode, crate::plan::config::Mode::Packed { .. });
+    let cost = |members: &[u32]| {
+        if packed {
+            // A packed row computes on its samples: Σ a·l + b·l².
+            return members
+                .iter()
+                .map(|&r| config.cost.row(u64::from(lengths[r as usize].into())))
+                .sum();
+        }
+        let longest: u32 = members
+            .iter()
+            .map(|&r| lengths[r as usize].into())
+            .max()
+            .unwrap_or(0);
+        config.batch_cost(members.len() as u64, longest)
+    };
+    Report {
+        window_tv: window_tv(offsets, indices, lengths, deciles, window),
+        imbalance: rank_imbalance(offsets, indices, config.world_size as usize, cost),
+    }
+}

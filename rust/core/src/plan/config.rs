@@ -1,0 +1,363 @@
+//! What determines a plan besides the lengths, the seed and the epoch: batch sizing, bucket edges,
+//! ranks, and the policies for leftovers and oversize samples.
+
+use crate::error::{ErrorKind, Result};
+
+/// The padding efficiency `Boundaries::Auto` aims for, in parts per million.
+pub const DEFAULT_TARGET_EFFICIENCY_PPM: u32 = 980_000;
+
+/// How batches are sized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Batching {
+    /// A fixed number of rows per batch.
+    Rows(u32),
+    /// A padded-token budget: `rows × round_up(longest row) ≤ budget`.
+    Tokens(u64),
+}
+
+impl Batching {
+    /// Builds the batching rule from the two optional settings, exactly one of which must be given.
+    pub fn from_options(batch_size: Option<i64>, max_tokens: Option<i64>) -> Result<Self> {
+        match (batch_size, max_tokens) {
+            (Some(_), Some(_)) => Err(ErrorKind::BatchSpec { both: true }.into()),
+            (None, None) => Err(ErrorKind::BatchSpec { both: false }.into()),
+            (Some(n), None) => match u32::try_from(n) {
+                Ok(n) if n > 0 => Ok(Batching::Rows(n)),
+                _ => Err(setting("batch_size", n, "between 1 and 4294967295")),
+            },
+            (None, Some(t)) => match u64::try_from(t) {
+                Ok(t) if t > 0 => Ok(Batching::Tokens(t)),
+                _ => Err(setting("max_tokens", t, "≥ 1")),
+            },
+        }
+    }
+}
+
+/// Where bucket edges come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Boundaries {
+    /// The fewest optimized buckets whose predicted efficiency reaches `target_efficiency_ppm`
+    /// (see `optimize.rs`).
+    Auto,
+    /// This many buckets, placed to minimize padding (see `optimize.rs`).
+    Count(usize),
+    /// Explicit edges; bucket `i` holds lengths in `(edges[i], edges[i + 1]]`.
+    Edges(Vec<u32>),
+}
+
+/// How the batches of a shuffled epoch are ordered (see `arrange.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Every stretch of consecutive batches draws from the buckets in proportion to the data: a
+    /// low-discrepancy interleaving with a random phase per bucket, epoch and group.
+    Stratified,
+    /// A seeded shuffle of the batches within each of the epoch's (at most 16) groups.
+    Random,
+}
+
+/// The compute cost of one row of padded length `L`: `linear·L + quadratic·L²` (attention makes long
+/// rows cost more than their tokens). With a token budget, a batch's cost `rows × cost(L)` must stay
+/// within the budget, and rank balance compares these costs. The default, `(1, 0)`, is padded tokens.
+/// Compared bit for bit, so a configuration stays `Eq` and fingerprints are exact.
+#[derive(Debug, Clone, Copy)]
+pub struct CostModel {
+    /// Cost per token.
+    pub linear: f64,
+    /// Cost per token squared (attention).
+    pub quadratic: f64,
+}
+
+impl CostModel {
+    /// Padded tokens: `rows × L`.
+    pub const TOKENS: Self = Self {
+        linear: 1.0,
+        quadratic: 0.0,
+    };
+
+    /// The cost of one row of padded length `padded`. Plain IEEE arithmetic (no `mul_add`, no
+    /// transcendental functions), so it is bit-identical on every machine.
+    #[inline]
+    pub fn row(&self, padded: u64) -> f64 {
+        // Lengths stay far below 2^53.
+        #[allow(clippy::cast_precision_loss)]
+        let l = padded as f64;
+        self.linear * l + self.quadratic * l * l
+    }
+
+    /// Whether this is the default token cost, which keeps integer arithmetic everywhere.
+    pub fn is_tokens(&self) -> bool {
+        *self == Self::TOKENS
+    }
+}
+
+impl PartialEq for CostModel {
+    fn eq(&self, other: &Self) -> bool {
+        self.linear.to_bits() == other.linear.to_bits()
+            && self.quadratic.to_bits() == other.quadratic.to_bits()
+    }
+}
+
+impl Eq for CostModel {}
+
+/// What a batch is: rows padded to their longest, or samples packed end to end into one row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `rows × round_up(longest) ≤ max_tokens` (or `batch_size` rows), every row padded to the longest.
+    Padded,
+    /// Samples concatenated into a row of `max_tokens` tokens (for varlen attention: `pack.rs`);
+    /// `bucketed`: only samples of one length bucket share a row.
+    Packed {
+        /// Pack within length buckets, so each row's longest sample is predictable.
+        bucketed: bool,
+    },
+}
+
+/// What to do with samples that fit no batch under `max_tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Oversize {
+    /// Fail, naming the first such sample.
+    Error,
+    /// Leave them out of every plan and count them in [`crate::plan::output::Stats::skipped`].
+    Skip,
+}
+
+/// Everything that, with the lengths, `seed` and `epoch`, determines a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Batch sizing rule.
+    pub batching: Batching,
+    /// Bucket edges.
+    pub boundaries: Boundaries,
+    /// Seed of every random stream.
+    pub seed: u64,
+    /// Shuffle (training) or length-sorted order (evaluation).
+    pub shuffle: bool,
+    /// Number of ranks sharing the epoch.
+    pub world_size: u32,
+    /// Drop the last `batches mod world_size` batches instead of splitting batches.
+    pub drop_last: bool,
+    /// Policy for samples over `max_tokens`.
+    pub oversize: Oversize,
+    /// Padded lengths are rounded up to a multiple of this.
+    pub pad_to_multiple_of: u32,
+    /// The efficiency `Boundaries::Auto` aims for, in parts per million (1 to 1,000,000).
+    pub target_efficiency_ppm: u32,
+    /// Batch order of shuffled epochs.
+    pub order: Order,
+    /// Micro-batches per optimizer step: the mixing window is `accumulation × world_size` batches,
+    /// and steps are matched for rank balance inside it (see `balance.rs`).
+    pub accumulation: u32,
+    /// Cost of a row, for the token budget and for rank balance.
+    pub cost: CostModel,
+    /// Padded or packed batches.
+    pub mode: Mode,
+    /// Rank-balance tolerance in parts per million: `None` matches steps only inside each mixing
+    /// window (mixing first); `Some(t)` forms every step from batches whose costs are within a factor
+    /// `1 + t/10⁶` where the data allows, at a cost to mixing (see `balance.rs`).
+    pub balance_tolerance_ppm: Option<u32>,
+}
+
+impl Config {
+    /// A training configuration with the library defaults around `batching`.
+    pub fn new(batching: Batching) -> Self {
+        Self {
+            batching,
+            boundaries: Boundaries::Auto,
+            seed: 0,
+            shuffle: true,
+            world_size: 1,
+            drop_last: false,
+            oversize: Oversize::Error,
+            pad_to_multiple_of: 1,
+            target_efficiency_ppm: DEFAULT_TARGET_EFFICIENCY_PPM,
+            order: Order::Stratified,
+            accumulation: 1,
+            cost: CostModel::TOKENS,
+            balance_tolerance_ppm: None,
+            mode: Mode::Padded,
+        }
+    }
+
+    /// The cost of a batch of `rows` rows whose longest row has `longest` tokens (before padding).
+    #[inline]
+    pub fn batch_cost(&self, rows: u64, longest: u32) -> f64 {
+        // Row counts stay far below 2^53.
+        #[allow(clippy::cast_precision_loss)]
+        let rows = rows as f64;
+        rows * self.cost.row(self.padded(longest))
+    }
+
+    /// Batches per mixing window: `accumulation × world_size` (saturating: both may be near 2^32,
+    /// and a window that long only means one window for the epoch).
+    pub fn window(&self) -> usize {
+        (self.accumulation as usize).saturating_mul(self.world_size as usize)
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.world_size == 0 {
+            return Err(setting("world_size", 0, "≥ 1"));
+        }
+        if self.pad_to_multiple_of == 0 {
+            return Err(setting("pad_to_multiple_of", 0, "≥ 1"));
+        }
+        if !(1..=1_000_000).contains(&self.target_efficiency_ppm) {
+            return Err(ErrorKind::InvalidSetting {
+                name: "target_efficiency",
+                value: i128::from(self.target_efficiency_ppm),
+                expected: "in (0, 1] (given here in parts per million)",
+            }
+            .into());
+        }
+        if self.accumulation == 0 {
+            return Err(setting(
+                "accumulation",
+                0,
+                "≥ 1 (micro-batches per optimizer step)",
+            ));
+        }
+        if let Some(ppm) = self.balance_tolerance_ppm.filter(|&t| t < 1000) {
+            return Err(ErrorKind::InvalidSetting {
+                name: "balance_tolerance",
+                value: i128::from(ppm),
+                expected:
+                    "≥ 0.001 (given here in parts per million; e.g. 0.1 for steps within 10%), \
+                           or None to balance only inside mixing windows",
+            }
+            .into());
+        }
+        let CostModel { linear, quadratic } = self.cost;
+        let valid = |c: f64| c.is_finite() && c >= 0.0;
+        if !valid(linear) || !valid(quadratic) || linear + quadratic <= 0.0 {
+            let given = format!("({linear}, {quadratic})");
+            return Err(ErrorKind::InvalidCost { given }.into());
+        }
+        if let Mode::Packed { .. } = self.mode {
+            if let Batching::Rows(_) = self.batching {
+                return Err(ErrorKind::PackedSetting {
+                    problem: "needs max_tokens (the row capacity), not batch_size",
+                }
+                .into());
+            }
+            if self.pad_to_multiple_of != 1 {
+                return Err(ErrorKind::PackedSetting {
+                    problem: "pads no rows, so pad_to_multiple_of must be 1 (the row is max_tokens long)",
+                }
+                .into());
+            }
+            // A packed row is one tensor of max_tokens tokens, and the packer counts its room in
+            // u32: a larger capacity was clipped there, so stats disagreed with the rows.
+            if let Batching::Tokens(capacity) = self.batching {
+                if capacity > u64::from(u32::MAX) {
+                    return Err(ErrorKind::InvalidSetting {
+                        name: "max_tokens",
+                        value: i128::from(capacity),
+                        expected: "≤ 4294967295 (2^32 - 1) in packed mode: a row is one tensor of \
+                                   max_tokens tokens",
+                    }
+                    .into());
+                }
+            }
+        }
+        match self.batching {
+            Batching::Rows(0) => Err(setting("batch_size", 0, "≥ 1")),
+            Batching::Tokens(0) => Err(setting("max_tokens", 0, "≥ 1")),
+            _ => Ok(()),
+        }
+    }
+
+    /// `length` rounded up to `pad_to_multiple_of`. Runs twice per sample in the hot loop, so powers
+    /// of two (the usual 1, 8, 64, 128) avoid the division.
+    #[inline]
+    pub fn padded(&self, length: u32) -> u64 {
+        let (l, pad) = (u64::from(length), u64::from(self.pad_to_multiple_of));
+        if pad.is_power_of_two() {
+            (l + pad - 1) & !(pad - 1)
+        } else {
+            l.div_ceil(pad) * pad
+        }
+    }
+}
+
+fn setting(name: &'static str, value: i64, expected: &'static str) -> crate::error::Error {
+    ErrorKind::InvalidSetting {
+        name,
+        value: i128::from(value),
+        expected,
+    }
+    .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(change: impl FnOnce(&mut Config)) -> Option<ErrorKind> {
+        let mut config = Config::new(Batching::Tokens(1024));
+        change(&mut config);
+        config.validate().err().map(|e| e.kind().clone())
+    }
+
+    #[test]
+    fn each_setting_error_names_its_setting() {
+        let name = |kind: Option<ErrorKind>| match kind {
+            Some(ErrorKind::InvalidSetting { name, .. }) => name,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(name(check(|c| c.accumulation = 0)), "accumulation");
+        assert_eq!(
+            name(check(|c| c.balance_tolerance_ppm = Some(999))),
+            "balance_tolerance"
+        );
+        assert_eq!(check(|c| c.balance_tolerance_ppm = Some(1000)), None);
+        assert_eq!(name(check(|c| c.world_size = 0)), "world_size");
+        let packed_over = |c: &mut Config| {
+            c.mode = Mode::Packed { bucketed: false };
+            c.batching = Batching::Tokens(1 << 32);
+        };
+        assert_eq!(name(check(packed_over)), "max_tokens");
+        let message = crate::error::Error::from(check(packed_over).unwrap()).to_string();
+        assert!(
+            message.contains("max_tokens=4294967296") && message.contains("packed mode"),
+            "{message}"
+        );
+        let packed_max = |c: &mut Config| {
+            c.mode = Mode::Packed { bucketed: false };
+            c.batching = Batching::Tokens(u64::from(u32::MAX));
+        };
+        assert_eq!(check(packed_max), None);
+    }
+
+    #[test]
+    fn cost_models_must_be_finite_non_negative_and_not_zero() {
+        for (linear, quadratic) in [
+            (-1.0, 0.0),
+            (0.0, 0.0),
+            (f64::NAN, 1.0),
+            (1.0, f64::INFINITY),
+        ] {
+            let got = check(|c| c.cost = CostModel { linear, quadratic });
+            assert!(
+                matches!(got, Some(ErrorKind::InvalidCost { .. })),
+                "{linear}, {quadratic}: {got:?}"
+            );
+        }
+        assert_eq!(
+            check(|c| c.cost = CostModel {
+                linear: 0.0,
+                quadratic: 1e-3
+            }),
+            None
+        );
+        let message = crate::error::Error::from(ErrorKind::InvalidCost {
+            given: "(0, 0)".into(),
+        })
+        .to_string();
+        assert!(message.contains("a·L + b·L²"), "{message}");
+        // Row cost: 2·10 + 0.5·100.
+        let model = CostModel {
+            linear: 2.0,
+            quadratic: 0.5,
+        };
+        assert!((model.row(10) - 70.0).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,270 @@
+//! Forming a shuffled padded epoch bucket by bucket: the default path up to
+//! `form::ARRANGE_MAX_SAMPLES` samples.
+//!
+//! The planner keeps the admitted rows grouped by bucket ([`ByBucket`], built once). Each epoch:
+//!
+//! 1. **Shuffle and cut, per bucket** (parallel over buckets, largest first): the bucket's rows, with
+//!    their lengths, are shuffled into the epoch buffer with the bucket's own stream `(seed, epoch,
+//!    bucket)` (an inside-out Fisher–Yates: no copy first), then cut into batches front to back by
+//!    the batching rule, in place. Only the last batch of a bucket can be partial. Every batch is a
+//!    contiguous run of the buffer; nothing is copied per batch.
+//! 2. **Arrange, balance and place, per group** (parallel over groups): group `g` of `G` takes the
+//!    `g`-th `G`-th of every bucket's complete batches — a stratified random sample of the epoch, so
+//!    its length mix is the dataset's — orders them (`arrange.rs`), matches the ranks of its whole
+//!    mixing windows (`balance.rs`), and writes their rows, in that order, into its region of the
+//!    plan's buffer. The group's remainder of a window joins the epoch's tail (`form::Epoch`).
+//! 3. The buckets' partial batches go to the tail too, in a seeded order.
+//!
+//! The batches are exactly those of streaming a shuffled bucket through the rule, as the general
+//! stream (`form/stream.rs`) does; the difference is the work. The stream draws a global permutation
+//! (a scatter into cache-sized chunks, then a Fisher–Yates per chunk), looks up every sample's
+//! bucket, keeps an open batch per bucket and copies each closed batch back, then moves every row
+//! once more to order the group: ~206 instructions a sample on the seed workload (callgrind). Here
+//! there is one Fisher–Yates per sample, a sequential cut with no per-batch copy, and one move into
+//! place: ~139 (6 buckets, one thread). Large epochs keep the stream: this path holds 16 more bytes
+//! a sample (the grouping and the epoch buffer, a row and a length each), which past 16.7M samples
+//! would break the 1 GB budget at 100M.
+
+use std::sync::Mutex;
+
+use crate::lengths::Length;
+use crate::plan::arrange::arrange;
+use crate::plan::balance::{match_windows, stream, Unit};
+use crate::plan::config::Mode;
+use crate::plan::form::batches::{Epoch, Formed};
+use crate::plan::form::cut::{length_of, place, row_of, Batches, Derived, Run};
+use crate::plan::form::rule::{closing_order, take, Filling, OpenBatches};
+use crate::plan::form::stream::Former;
+use crate::plan::form::MAX_GROUPS;
+use crate::plan::permute::{run, run_largest_first, split_chunks};
+use crate::plan::rules::{table_entry_parts, Rules};
+use crate::rng::{shuffle_into, Pcg64, Stream};
+
+/// Rows per forming group, about: enough windows per group that few batches go to the tail, small
+/// enough that a group's rows (≤ 256 KB) stay in cache while they are ordered and moved.
+const GROUP_ROWS: usize = 1 << 16;
+
+/// The admitted rows grouped by bucket, ascending inside each: what every epoch shuffles. Each
+/// carries its length (`row << 32 | length`), so cutting reads lengths in order where looking each
+/// up would be a cache miss (a fifth of the cut's time, measured).
+#[derive(Debug)]
+pub(crate) struct ByBucket {
+    pairs: Vec<u64>,
+    /// Bucket `b`'s rows are `pairs[starts[b]..starts[b + 1]]`.
+    starts: Vec<usize>,
+    /// The epoch buffer of the last plan, for the next (concurrent plans each take their own).
+    spare: Mutex<Vec<u64>>,
+}
+
+impl ByBucket {
+    /// Groups the rows of `lengths` that `rules` admits by bucket (a counting sort, O(n)).
+    pub(crate) fn new<L: Length>(lengths: &[L], rules: &Rules, buckets: usize) -> Self {
+        let mut starts = vec![0usize; buckets + 1];
+        for &l in lengths {
+            if let Some((b, _)) = rules.get(l.into()) {
+                starts[b + 1] += 1;
+            }
+        }
+        for b in 0..buckets {
+            starts[b + 1] += starts[b];
+        }
+        let mut next = starts.clone();
+        let mut pairs = vec![0u64; starts[buckets]];
+        for (row, &l) in lengths.iter().enumerate() {
+            let length: u32 = l.into();
+            if let Some((b, _)) = rules.get(length) {
+                pairs[next[b]] = (row as u64) << 32 | u64::from(length);
+                next[b] += 1;
+            }
+        }
+        Self {
+            pairs,
+            starts,
+            spare: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// An epoch buffer as long as `pairs`: the spare one, or a new one. Its contents are garbage.
+    fn take_buffer(&self) -> Vec<u64> {
+        let spare = self.spare.lock().map(|mut s| std::mem::take(&mut *s));
+        match spare {
+            Ok(buffer) if buffer.len() == self.pairs.len() => buffer,
+            _ => vec![0; self.pairs.len()],
+        }
+    }
+
+    /// Keeps `buffer` for the next epoch.
+    fn give_back(&self, buffer: Vec<u64>) {
+        if let Ok(mut spare) = self.spare.lock() {
+            *spare = buffer;
+        }
+    }
+
+    /// Admitted rows.
+    pub(crate) fn len(&self) -> usize {
+        self.pairs.len()
+    }
+}
+
+impl<L: Length> Former<'_, L> {
+    /// Forms a shuffled padded epoch from `by_bucket`, as the module docs describe.
+    pub(crate) fn form_by_bucket(
+        &self,
+        by_bucket: &ByBucket,
+        epoch: u64,
+        pool: Option<&rayon::ThreadPool>,
+    ) -> (Vec<u32>, Epoch) {
+        debug_assert!(matches!(self.config.mode, Mode::Padded));
+        let n = by_bucket.len();
+        // Reused across epochs: zeroing a fresh one cost as much as a tenth of the epoch (measured).
+        let mut shuffled = by_bucket.take_buffer();
+        let tasks: Vec<_> = split_chunks(&mut shuffled, &by_bucket.starts)
+            .into_iter()
+            .enumerate()
+            .collect();
+        let cuts: Vec<Batches> = run_largest_first(
+            pool,
+            tasks,
+            |(_, rows)| rows.len(),
+            |(b, rows)| {
+                let first = by_bucket.starts[b];
+                // Bucket counts fit in u32 (the planner caps them at 65,535).
+                #[allow(clippy::cast_possible_truncation)]
+                let mut rng = Pcg64::new(self.config.seed, epoch, Stream::Bucket(b as u32));
+                shuffle_into(
+                    &mut rng,
+                    &by_bucket.pairs[first..by_bucket.starts[b + 1]],
+                    rows,
+                );
+                self.cut(rows, first)
+            },
+        );
+
+        let groups = (n / GROUP_ROWS).clamp(1, MAX_GROUPS);
+        let share = |cut: &Batches, g: usize| {
+            (g * cut.complete / groups)..((g + 1) * cut.complete / groups)
+        };
+        // Each group's region of the plan buffer, then the partial batches'.
+        let mut region_starts = vec![0usize];
+        for g in 0..groups {
+            let rows: usize = cuts.iter().map(|c| c.rows(share(c, g))).sum();
+            region_starts.push(region_starts[g] + rows);
+        }
+        region_starts.push(n);
+        let mut order = vec![0u32; n];
+        let mut regions = split_chunks(&mut order, &region_starts);
+        let partial_region = regions.pop().unwrap_or_default();
+        let partials = self.place_partials(&cuts, &shuffled, partial_region, epoch);
+        let tasks: Vec<_> = regions.into_iter().enumerate().collect();
+        let parts = run(pool, tasks, |(g, out)| {
+            let mut batches = Batches::with_capacity(cuts.iter().map(|c| share(c, g).len()).sum());
+            for cut in &cuts {
+                batches.extend(cut, share(cut, g));
+            }
+            // Groups number at most MAX_GROUPS.
+            #[allow(clippy::cast_possible_truncation)]
+            self.place_group(&batches, &shuffled, out, epoch, g as u32)
+        });
+
+        let batches: usize = cuts.iter().map(Batches::len).sum();
+        let mut total = Epoch::with_room(batches, self.config.world_size);
+        for (g, part) in parts.into_iter().enumerate() {
+            total.append(&mut order, region_starts[g], part);
+        }
+        total.append(&mut order, region_starts[groups], partials);
+        total.finish(&mut order);
+        by_bucket.give_back(shuffled);
+        (order, total)
+    }
+
+    /// Cuts one shuffled bucket, `rows` at `first` of the epoch buffer, into batches front to back:
+    /// a batch closes when the next row would break the rule, or when it is full (no row of the
+    /// bucket could join), exactly as the general stream closes it.
+    fn cut(&self, pairs: &[u64], first: usize) -> Batches {
+        match self.rules.table.as_deref() {
+            // Every row of a bucket is admitted, so its entry holds its capacity.
+            Some(table) => self.cut_with(pairs, first, |length| {
+                table
+                    .get(length as usize)
+                    .map_or(u32::MAX, |&e| table_entry_parts(e).1)
+            }),
+            None => self.cut_with(pairs, first, |length| {
+                self.rules.get(length).map_or(u32::MAX, |(_, c)| c)
+            }),
+        }
+    }
+
+    /// [`Self::cut`] with `fits(length)`: the most rows a batch holding that length may have
+    /// (`u32::MAX` never closes a batch).
+    #[inline]
+    fn cut_with(&self, pairs: &[u64], first: usize, fits: impl Fn(u32) -> u32) -> Batches {
+        // Every closed batch but the last holds at least two rows in the common case (and at least
+        // one always): room for that many saves most reallocation.
+        let room = pairs.len() / 2 + 1;
+        let mut cut = Batches::with_capacity(room);
+        let mut run = Run {
+            fill: Filling::EMPTY,
+            start: first,
+        };
+        for &pair in pairs {
+            let length = length_of(pair);
+            take(&mut run, &mut cut, 0, fits(length), (row_of(pair), length));
+        }
+        cut.complete = cut.len();
+        if run.fill.len > 0 {
+            let fill = run.fill;
+            run.close(0, &fill, &mut cut);
+        }
+        cut
+    }
+
+    /// Orders one group's `batches` (in the epoch buffer `shuffled`), matches the ranks of its whole
+    /// windows, and writes their rows in that order into `out`.
+    fn place_group(
+        &self,
+        batches: &Batches,
+        shuffled: &[u64],
+        out: &mut [u32],
+        epoch: u64,
+        group: u32,
+    ) -> Formed {
+        let config = self.config;
+        let m = batches.len();
+        let derived = Derived::new(batches, config);
+        let mut sequence = arrange(&derived.mean, m, m, config.order, config.seed, epoch, group);
+        let main = m / config.window() * config.window();
+        // Cost classes regroup the whole epoch later (see `form/stream.rs`).
+        if config.balance_tolerance_ppm.is_none() {
+            let mut rng = Pcg64::new(config.seed, epoch, stream(Unit::Group(group)));
+            match_windows(&mut sequence[..main], &derived.cost, config, &mut rng);
+        }
+        place(batches, &derived, &sequence, shuffled, out, main)
+    }
+
+    /// The buckets' partial batches, in a seeded order, written into `out`: all of them go to the
+    /// epoch's tail.
+    fn place_partials(
+        &self,
+        cuts: &[Batches],
+        shuffled: &[u64],
+        out: &mut [u32],
+        epoch: u64,
+    ) -> Formed {
+        let partial: Vec<usize> = (0..cuts.len())
+            .filter(|&b| cuts[b].len() > cuts[b].complete)
+            .collect();
+        let partial = closing_order(self.config.seed, partial, Some((epoch, u32::MAX)));
+        let mut batches = Batches::default();
+        for &b in &partial {
+            batches.extend(&cuts[b], cuts[b].complete..cuts[b].len());
+        }
+        let derived = Derived::new(&batches, self.config);
+        // Batch numbers fit in u32 (at most one per bucket).
+        #[allow(clippy::cast_possible_truncation)]
+        let in_order: Vec<u32> = (0..batches.len() as u32).collect();
+        place(&batches, &derived, &in_order, shuffled, out, 0)
+    }
+}
+
+#[cfg(test)]
+mod tests;

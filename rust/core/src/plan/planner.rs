@@ -1,0 +1,426 @@
+//! Lengths + configuration → the [`Plan`] of one epoch: the pipeline, called in order from
+//! [`Planner::new`] (once) and [`Planner::plan`] (per epoch).
+//!
+//! Once per planner:
+//!
+//! 0. **Admit** (`prepare.rs`): lengths and configuration checked, oversize samples admitted or
+//!    refused, bucket edges chosen (`optimize.rs`), per-length rules derived (`rules.rs`).
+//!
+//! Per epoch, for `(seed, epoch)`:
+//!
+//! 1. **Shuffle and form** (`form/`): shuffled padded epochs of up to 16.7M samples shuffle every
+//!    bucket with its own stream and cut it front to back (`form/by_bucket.rs`); larger epochs and
+//!    packed ones draw a uniformly random permutation of all rows (`permute.rs`) and stream it
+//!    through the open batches of every bucket (`form/stream.rs`); unshuffled plans sort rows by
+//!    length (evaluation). Every path cuts with the one rule of `form/rule.rs`.
+//! 2. **Order** each forming group's batches so every accumulation window mixes lengths
+//!    (`arrange.rs`), and **balance** its windows' ranks by cost (`balance.rs`), while the group's
+//!    rows are in cache.
+//! 3. **Split for ranks** (`split.rs`): bring the batch count to the epoch's target, the same for
+//!    every epoch (`steps.rs`), by splitting tail batches (or dropping them under `drop_last`), and
+//!    balance the tail.
+//! 4. **Assemble** the [`Plan`] and its [`Stats`] (`output.rs`).
+//!
+//! A checkpoint resumed on another number of ranks re-plans the rest of its epoch (`resume.rs`).
+//!
+//! Properties. Each bucket's members are in a uniformly random order every epoch, so batch
+//! membership is reshuffled every epoch. Every random draw comes from a stream owned by one unit of
+//! work (a bucket, a group, a block of windows), so the plan is bit-identical for any thread count.
+
+use crate::error::{ErrorKind, Result};
+use crate::lengths::with_lengths;
+use crate::lengths::{Length, Lengths};
+use crate::memory;
+use crate::plan::balance::{balance_classes, match_windows, stream, Unit};
+use crate::plan::buckets::Buckets;
+use crate::plan::config::{Batching, Config, Mode};
+use crate::plan::form::{ByBucket, Epoch, Former, ARRANGE_MAX_SAMPLES, COMPANION_MIN_SAMPLES};
+use crate::plan::output::{Plan, Stats};
+use crate::plan::prepare::prepare;
+use crate::plan::rules::Rules;
+use crate::plan::split::{drop_to, expand_per_batch, gather, reorder_region, split_to, to_usize};
+use crate::plan::steps::{
+    calibration_key, reform_key, steps_target, CALIBRATION_DRAWS, REFERENCE_KEY, REFORM_ATTEMPTS,
+};
+use crate::pool::PrivatePool;
+use crate::rng::Pcg64;
+use std::sync::OnceLock;
+
+/// Plans epochs of one dataset under one configuration. Construction does the epoch-independent
+/// work (validation, edges, the bucket lookup table); [`Planner::plan`] does the rest.
+#[derive(Debug)]
+pub struct Planner {
+    lengths: Lengths,
+    config: Config,
+    buckets: Buckets,
+    /// The padding efficiency the plans are predicted to have (see `optimize.rs`).
+    predicted_efficiency: f64,
+    rules: Rules,
+    /// Per bucket, the most rows any batch of it can hold (the capacity at its shortest length):
+    /// a batch that reaches it is full.
+    bucket_capacity: Vec<u32>,
+    admitted: u64,
+    /// Sum of the admitted lengths: every admitted sample is in every plan (less `drop_last`'s).
+    admitted_tokens: u64,
+    /// The shortest admitted length.
+    shortest: u32,
+    companion_min: usize,
+    general_only: bool,
+    /// Admitted rows by bucket, for shuffled padded epochs up to `ARRANGE_MAX_SAMPLES`
+    /// (`by_bucket.rs`); `None` streams the epoch instead (`form/stream.rs`).
+    by_bucket: Option<ByBucket>,
+    /// Batches of every epoch's plan (see [`Planner::steps`]), set by the first plan or query.
+    target: OnceLock<usize>,
+    pool: PrivatePool,
+}
+
+impl Planner {
+    /// Validates `lengths` and `config` and prepares the buckets. `lengths` may be a `Vec<u32>`
+    /// (stored as `u16` when every length fits) or [`Lengths`] built by a binding.
+    pub fn new(lengths: impl Into<Lengths>, config: Config) -> Result<Self> {
+        let lengths = lengths.into();
+        config.validate()?;
+        memory::reserve(
+            "preparing the planner",
+            lengths.len() as u64 * memory::PREPARE_BYTES_PER_SAMPLE,
+        )?;
+        let prepared = with_lengths!(&lengths, v => prepare(v, &config))?;
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+        let by_bucket =
+            (config.shuffle && config.mode == Mode::Padded && lengths.len() <= ARRANGE_MAX_SAMPLES)
+                .then(|| {
+                    let buckets = prepared.buckets.count();
+                    with_lengths!(&lengths, v => ByBucket::new(v, &prepared.rules, buckets))
+                });
+        Ok(Self {
+            lengths,
+            config,
+            buckets: prepared.buckets,
+            predicted_efficiency: prepared.predicted_efficiency,
+            rules: prepared.rules,
+            bucket_capacity: prepared.bucket_capacity,
+            admitted: prepared.admitted,
+            admitted_tokens: prepared.admitted_tokens,
+            shortest: prepared.shortest,
+            companion_min: COMPANION_MIN_SAMPLES,
+            general_only: false,
+            by_bucket,
+            target: OnceLock::new(),
+            pool: PrivatePool::new(threads),
+        })
+    }
+
+    /// Uses `threads` worker threads (1 = plan on the calling thread). The plan does not change.
+    #[must_use]
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.pool = PrivatePool::new(threads);
+        self
+    }
+
+    /// Forms every epoch with the general loop instead of the table-driven one (a speed trade that
+    /// never changes the plan; exposed so tests can prove that). Only streamed epochs have the choice:
+    /// see [`Planner::with_streamed_epochs`].
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_general_stream(mut self) -> Self {
+        self.general_only = true;
+        self
+    }
+
+    /// Streams shuffled epochs (`form/stream.rs`), as epochs past `ARRANGE_MAX_SAMPLES` samples always
+    /// do, instead of forming them bucket by bucket (`by_bucket.rs`): exposed so tests can check the
+    /// stream's loops on small inputs.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_streamed_epochs(mut self) -> Self {
+        self.by_bucket = None;
+        self
+    }
+
+    /// Carries lengths through the permutation from `samples` on (a speed/memory trade that never
+    /// changes the plan; exposed so tests can prove that on small inputs).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_companion_threshold(mut self, samples: usize) -> Self {
+        self.companion_min = samples;
+        self
+    }
+
+    /// The bucket edges in use.
+    pub fn buckets(&self) -> &Buckets {
+        &self.buckets
+    }
+
+    /// The padding efficiency plans are predicted to measure with the chosen edges (see
+    /// `optimize.rs`); within a point of the measured one on the seed workload.
+    pub fn predicted_efficiency(&self) -> f64 {
+        self.predicted_efficiency
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The sample lengths.
+    pub fn lengths(&self) -> &Lengths {
+        &self.lengths
+    }
+
+    /// Fingerprint of the lengths and configuration (see `fingerprint.rs`).
+    pub fn fingerprint(&self) -> u64 {
+        with_lengths!(&self.lengths, v => crate::plan::fingerprint::fingerprint(v, &self.config))
+    }
+
+    /// Fingerprint of the lengths and configuration as if for one rank: the same for any
+    /// `world_size`, so a checkpoint can be resumed on another number of ranks.
+    pub fn fingerprint_any_ranks(&self) -> u64 {
+        let config = Config {
+            world_size: 1,
+            ..self.config.clone()
+        };
+        with_lengths!(&self.lengths, v => crate::plan::fingerprint::fingerprint(v, &config))
+    }
+
+    /// Plans `epoch`: every batch of every rank, in training order.
+    pub fn plan(&self, epoch: u64) -> Result<Plan> {
+        with_lengths!(&self.lengths, v => self.plan_with(v, epoch))
+    }
+
+    /// [`Planner::plan`] for one storage width of the lengths.
+    fn plan_with<L: Length>(&self, lengths: &[L], epoch: u64) -> Result<Plan> {
+        memory::reserve(
+            "planning an epoch",
+            lengths.len() as u64 * memory::PLAN_BYTES_PER_SAMPLE,
+        )?;
+        let former = self.former(lengths);
+        let (mut order, mut formed, key, reformed) = self.form_within(&former, epoch);
+        let target = self.target_batches(&former, None);
+        let world_size = self.config.world_size;
+        let mut real_tokens = self.admitted_tokens;
+        let cost = |members: &[u32]| self.cost(lengths, members);
+        let mut split_batches = 0;
+        let (mut dropped, mut dropped_batches) = (0, 0);
+        if formed.offsets.len() - 1 > target {
+            // Only drop_last keeps more than the target after forming.
+            let gone = drop_to(&mut formed.offsets, &order, target, cost);
+            let tail = &order[gone.rows.clone()];
+            real_tokens -= tokens_of(lengths, tail);
+            formed.padded_tokens -= gone.cost;
+            (dropped, dropped_batches) = (tail.len() as u64, gone.batches);
+            order.truncate(gone.rows.start);
+            formed.cost.truncate(formed.offsets.len() - 1);
+        } else {
+            // Splits come from the tail, so the main batches' windows stay aligned (`Epoch`).
+            let first = formed.tail_start;
+            let split = split_to(&mut formed.offsets, &order, target, world_size, first, cost)?;
+            formed.padded_tokens = formed.padded_tokens - split.before + split.after;
+            split_batches = split.batches;
+            // Costs exist only where batches are ordered and balanced (see `Formed::new`).
+            if !formed.cost.is_empty() {
+                expand_per_batch(&mut formed.cost, &split, &formed.offsets, |s, e| {
+                    let rows = &order[to_usize(s)..to_usize(e)];
+                    let longest = rows.iter().map(|&r| lengths[r as usize].into()).max();
+                    // Matched, not summed (see `Formed::cost`).
+                    #[allow(clippy::cast_possible_truncation)]
+                    let cost = self
+                        .config
+                        .batch_cost(rows.len() as u64, longest.unwrap_or(0))
+                        as f32;
+                    cost
+                });
+            }
+        }
+        let epoch_key = key;
+        if self.config.shuffle && lengths.len() <= ARRANGE_MAX_SAMPLES {
+            if let Some(ppm) = self.config.balance_tolerance_ppm {
+                // Batch numbers fit in u32: at most one batch per sample.
+                #[allow(clippy::cast_possible_truncation)]
+                let mut sequence: Vec<u32> = (0..formed.cost.len() as u32).collect();
+                let pool = self.pool.get();
+                let pool = pool.as_deref();
+                balance_classes(
+                    &mut sequence,
+                    &formed.cost,
+                    &self.config,
+                    ppm,
+                    epoch_key,
+                    pool,
+                );
+                let rows;
+                (rows, formed.offsets) =
+                    gather(&order, &formed.offsets, &sequence, Vec::new(), pool);
+                order = rows;
+            } else {
+                self.balance_tail(&mut order, &mut formed, epoch_key);
+            }
+        }
+        let batches = (formed.offsets.len() - 1) as u64;
+        if batches == 0 {
+            let samples = formed.written;
+            return Err(ErrorKind::TooFewSamplesForRanks {
+                samples,
+                world_size,
+                drop_last: self.config.drop_last,
+                batches: 0,
+                needed: world_size as usize,
+            }
+            .into());
+        }
+        let (min_rows, max_rows) = row_range(&formed.offsets);
+        let stats = Stats {
+            batches,
+            steps: batches / u64::from(world_size),
+            samples: order.len() as u64,
+            real_tokens,
+            padded_tokens: formed.padded_tokens,
+            skipped: self.lengths.len() as u64 - self.admitted,
+            dropped,
+            dropped_batches,
+            split_batches,
+            reformed,
+            buckets: self.buckets.count() as u64,
+            min_rows,
+            max_rows,
+        };
+        Ok(Plan::new(formed.offsets, order, world_size, epoch, stats))
+    }
+
+    /// One forming pass (shuffle, form, order inside groups) of the random draws keyed `key`; the
+    /// plan's rows truncated to those formed.
+    fn form<L: Length>(&self, former: &Former<'_, L>, key: u64) -> (Vec<u32>, Epoch) {
+        let pool = self.pool.get();
+        let (mut order, formed) = if let Some(by_bucket) = &self.by_bucket {
+            former.form_by_bucket(by_bucket, key, pool.as_deref())
+        } else if self.config.shuffle {
+            former.form_shuffled(key, pool.as_deref())
+        } else {
+            former.form_sorted()
+        };
+        order.truncate(formed.written);
+        (order, formed)
+    }
+
+    /// Forms `epoch` with no more batches than the target (see [`Planner::steps`]): the epoch's own
+    /// draws, or — in the rare epoch that forms more — up to [`REFORM_ATTEMPTS`] other keyed draws
+    /// of it, and at last the reference draws, which form exactly the reference count. Returns the
+    /// rows, the epoch, the key used and how many extra forming passes it took.
+    fn form_within<L: Length>(
+        &self,
+        former: &Former<'_, L>,
+        epoch: u64,
+    ) -> (Vec<u32>, Epoch, u64, u64) {
+        let (order, formed) = self.form(former, epoch);
+        let target = self.target_batches(former, (epoch == REFERENCE_KEY).then_some(&formed));
+        if self.config.drop_last || formed.offsets.len() - 1 <= target {
+            return (order, formed, epoch, 0);
+        }
+        for attempt in 1..=REFORM_ATTEMPTS {
+            let key = reform_key(epoch, attempt);
+            let (order, formed) = self.form(former, key);
+            if formed.offsets.len() - 1 <= target {
+                return (order, formed, key, attempt);
+            }
+        }
+        let (order, formed) = self.form(former, REFERENCE_KEY);
+        (order, formed, REFERENCE_KEY, REFORM_ATTEMPTS + 1)
+    }
+
+    /// Batches every epoch's plan has, all ranks together, decided once from the reference draws
+    /// (`reference`, when the caller has just formed them) and the calibration draws.
+    fn target_batches<L: Length>(
+        &self,
+        former: &Former<'_, L>,
+        reference: Option<&Epoch>,
+    ) -> usize {
+        *self.target.get_or_init(|| {
+            let count = |key| self.form(former, key).1.offsets.len() - 1;
+            let first = reference.map_or_else(|| count(REFERENCE_KEY), |f| f.offsets.len() - 1);
+            let fixed = !self.config.shuffle
+                || (self.by_bucket.is_some() && matches!(self.config.batching, Batching::Rows(_)));
+            if fixed {
+                return steps_target(&[first, first], &self.config);
+            }
+            let mut counts = vec![first];
+            if self.lengths.len() <= ARRANGE_MAX_SAMPLES {
+                counts.extend((1..=CALIBRATION_DRAWS).map(|i| count(calibration_key(i))));
+            }
+            steps_target(&counts, &self.config)
+        })
+    }
+
+    /// Steps per rank of every epoch: the same for every epoch of this configuration and data.
+    pub fn steps(&self) -> u64 {
+        self.plan_target() / u64::from(self.config.world_size)
+    }
+
+    fn plan_target(&self) -> u64 {
+        let target = with_lengths!(&self.lengths, v => self.target_batches(&self.former(v), None));
+        target as u64
+    }
+
+    /// The read-only state one forming pass borrows.
+    fn former<'a, L: Length>(&'a self, lengths: &'a [L]) -> Former<'a, L> {
+        Former {
+            lengths,
+            config: &self.config,
+            rules: &self.rules,
+            bucket_capacity: &self.bucket_capacity,
+            companion_min: self.companion_min,
+            general_only: self.general_only,
+            shortest: self.shortest,
+        }
+    }
+
+    /// Matches the ranks of the tail's windows (the main batches were matched while forming) and
+    /// moves its rows; the tail is small (mostly each group's flushed partial batches).
+    fn balance_tail(&self, order: &mut [u32], formed: &mut Epoch, epoch: u64) {
+        let batches = formed.offsets.len() - 1;
+        let start = formed.tail_start.min(batches);
+        // Batch numbers fit in u32: at most one batch per sample.
+        #[allow(clippy::cast_possible_truncation)]
+        let mut sequence: Vec<u32> = (0..(batches - start) as u32).collect();
+        let mut rng = Pcg64::new(self.config.seed, epoch, stream(Unit::Tail));
+        match_windows(&mut sequence, &formed.cost[start..], &self.config, &mut rng);
+        let mut ends = Vec::with_capacity(sequence.len());
+        let offsets = &formed.offsets;
+        let bound = |i: usize| to_usize(offsets[start + i]);
+        reorder_region(order, bound, &sequence, |_, end| ends.push(end as u64));
+        let tail_cost: Vec<f32> = sequence
+            .iter()
+            .map(|&id| formed.cost[start + id as usize])
+            .collect();
+        formed.offsets[start + 1..].copy_from_slice(&ends);
+        formed.cost[start..].copy_from_slice(&tail_cost);
+    }
+
+    /// Padded tokens of a batch with these members (a packed row: its capacity).
+    fn cost<L: Length>(&self, lengths: &[L], members: &[u32]) -> u64 {
+        if let (Mode::Packed { .. }, Batching::Tokens(capacity)) =
+            (self.config.mode, self.config.batching)
+        {
+            // A packed row occupies the whole row, filled or not.
+            return capacity;
+        }
+        let longest = members
+            .iter()
+            .map(|&r| lengths[r as usize].into())
+            .max()
+            .unwrap_or(0);
+        members.len() as u64 * self.config.padded(longest)
+    }
+}
+
+/// Sum of the lengths of `rows`.
+fn tokens_of<L: Length>(lengths: &[L], rows: &[u32]) -> u64 {
+    rows.iter()
+        .map(|&r| u64::from(lengths[r as usize].into()))
+        .sum()
+}
+
+/// Fewest and most rows in a batch, in one pass over the offsets.
+fn row_range(offsets: &[u64]) -> (u64, u64) {
+    let sizes = offsets.windows(2).map(|w| w[1] - w[0]);
+    let (min, max) = sizes.fold((u64::MAX, 0), |(lo, hi), s| (lo.min(s), hi.max(s)));
+    (if max == 0 { 0 } else { min }, max)
+}

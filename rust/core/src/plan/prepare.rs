@@ -1,0 +1,231 @@
+//! The admit stage, once per planner: lengths and configuration checked, which samples are admitted
+//! (`oversize`), the bucket edges chosen (`optimize.rs`) and the per-length rules derived.
+
+use crate::error::{ErrorKind, Result};
+use crate::lengths::Length;
+use crate::plan::buckets::Buckets;
+use crate::plan::config::{Batching, Boundaries, Config, CostModel, Mode, Oversize};
+use crate::plan::optimize::{auto_edges, optimal_edges, predicted_efficiency, Histogram};
+use crate::plan::rules::Rules;
+
+/// The epoch-independent state [`Planner::new`] derives from the lengths.
+pub(crate) struct Prepared {
+    pub(crate) buckets: Buckets,
+    pub(crate) predicted_efficiency: f64,
+    pub(crate) rules: Rules,
+    pub(crate) bucket_capacity: Vec<u32>,
+    pub(crate) admitted: u64,
+    pub(crate) admitted_tokens: u64,
+    pub(crate) shortest: u32,
+}
+
+pub(crate) fn prepare<L: Length>(lengths: &[L], config: &Config) -> Result<Prepared> {
+    check_lengths(lengths)?;
+    check_cost_range(lengths, config)?;
+    let admit_max = admission(lengths, config)?;
+    let (buckets, predicted_efficiency) = choose_buckets(lengths, config, admit_max)?;
+    let longest = lengths.iter().copied().max().map_or(0, Into::into);
+    let rules = Rules::new(&buckets, config, admit_max, longest);
+    let mut bucket_capacity = vec![0u32; buckets.count()];
+    let (mut admitted, mut admitted_tokens, mut shortest) = (0, 0, u32::MAX);
+    for &l in lengths {
+        if let Some((b, capacity)) = rules.get(l.into()) {
+            bucket_capacity[b] = bucket_capacity[b].max(capacity);
+            admitted += 1;
+            admitted_tokens += u64::from(l.into());
+            shortest = shortest.min(l.into());
+        }
+    }
+    Ok(Prepared {
+        buckets,
+        predicted_efficiency,
+        rules,
+        bucket_capacity,
+        admitted,
+        admitted_tokens,
+        shortest,
+    })
+}
+
+fn check_lengths<L: Length>(lengths: &[L]) -> Result<()> {
+    if lengths.is_empty() {
+        return Err(ErrorKind::EmptyLengths.into());
+    }
+    if u32::try_from(lengths.len()).is_err() {
+        return Err(ErrorKind::TooManySamples {
+            count: lengths.len(),
+        }
+        .into());
+    }
+    match lengths.iter().position(|&l| l.into() == 0) {
+        Some(row) => Err(ErrorKind::NonPositiveLength { row, value: 0 }.into()),
+        None => Ok(()),
+    }
+}
+
+/// Batch costs are matched as `f32` (`balance.rs`): a cost model that prices the shortest row, or a
+/// fixed-row batch of the longest, past its range would make every cost infinite (the cost-class loop
+/// then never ended).
+fn check_cost_range<L: Length>(lengths: &[L], config: &Config) -> Result<()> {
+    if config.cost.is_tokens() {
+        return Ok(());
+    }
+    let (shortest, longest) = lengths.iter().fold((u32::MAX, 0), |(lo, hi), &l| {
+        let l: u32 = l.into();
+        (lo.min(l), hi.max(l))
+    });
+    let (length, rows) = match config.batching {
+        Batching::Rows(n) => (config.padded(longest), u64::from(n)),
+        Batching::Tokens(_) => (config.padded(shortest), 1),
+    };
+    // Row counts stay far below 2^53.
+    #[allow(clippy::cast_precision_loss)]
+    let cost = config.cost.row(length) * rows as f64;
+    if cost.is_finite() && cost <= f64::from(f32::MAX) {
+        return Ok(());
+    }
+    let CostModel { linear, quadratic } = config.cost;
+    let given = format!("({linear:?}, {quadratic:?})");
+    Err(ErrorKind::CostOverflow {
+        given,
+        length,
+        rows,
+    }
+    .into())
+}
+
+/// The longest length that enters the plan: every length, or under `max_tokens` those that fit a
+/// batch on their own (`round_up(l, pad) ≤ max_tokens ⇔ l ≤ ⌊max_tokens / pad⌋ · pad`).
+fn admission<L: Length>(lengths: &[L], config: &Config) -> Result<u32> {
+    let budget = match config.batching {
+        Batching::Tokens(t) => t,
+        Batching::Rows(_) => u64::MAX,
+    };
+    let admit_max = largest_admitted(config, budget);
+    let fits = |l: u32| l <= admit_max;
+    if let Some((row, &shortest)) = lengths.iter().enumerate().min_by_key(|(_, &l)| l) {
+        if !fits(shortest.into()) {
+            let length: u32 = shortest.into();
+            let shortest = config.padded(length);
+            let packed = matches!(config.mode, Mode::Packed { .. });
+            let priced = (!config.cost.is_tokens() && !packed).then(|| {
+                let CostModel { linear, quadratic } = config.cost;
+                let price = config.cost.row(shortest);
+                (format!("({linear:?}, {quadratic:?})"), format!("{price:e}"))
+            });
+            return Err(ErrorKind::MaxTokensBelowShortest {
+                max_tokens: budget,
+                shortest,
+                length,
+                row,
+                priced,
+            }
+            .into());
+        }
+    }
+    if config.oversize == Oversize::Error {
+        if let Some(row) = lengths.iter().position(|&l| !fits(l.into())) {
+            let length = config.padded(lengths[row].into());
+            return Err(ErrorKind::Oversize {
+                row,
+                length,
+                max_tokens: budget,
+                longest: admit_max,
+            }
+            .into());
+        }
+    }
+    Ok(admit_max)
+}
+
+/// The longest padded length whose single row fits `budget`: `⌊budget / pad⌋ · pad` for tokens;
+/// under a cost model the largest multiple of `pad` whose row cost fits (found by bisection, since
+/// the cost grows with length).
+fn largest_admitted(config: &Config, budget: u64) -> u32 {
+    let pad = u64::from(config.pad_to_multiple_of);
+    // A packed row holds any sample up to its capacity; the cost model only prices rows.
+    let packed = matches!(config.mode, Mode::Packed { .. });
+    if budget == u64::MAX || config.cost.is_tokens() || packed {
+        return u32::try_from(budget / pad * pad).unwrap_or(u32::MAX);
+    }
+    // Budgets stay far below 2^53.
+    #[allow(clippy::cast_precision_loss)]
+    let fits = |multiple: u64| config.cost.row(multiple * pad) <= budget as f64;
+    let (mut lo, mut hi) = (0u64, u64::from(u32::MAX) / pad + 1);
+    if fits(hi) {
+        return u32::MAX;
+    }
+    // Invariant: fits(lo) (a zero-length row costs 0), !fits(hi).
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    u32::try_from(lo * pad).unwrap_or(u32::MAX)
+}
+
+/// Buckets of `bucketed` packing with `boundaries="auto"`: wide enough that a row mixes lengths and
+/// fills (narrow buckets leave long samples two to a row), narrow enough to bound `max_seqlen`. Seed
+/// workload, C = 16,384 (measured): utilization 0.956 with 2 buckets, 0.941 with 3, 0.937 with 4
+/// (0.991 unbucketed).
+const PACKED_BUCKETS: usize = 2;
+
+fn choose_buckets<L: Length>(
+    lengths: &[L],
+    config: &Config,
+    admit_max: u32,
+) -> Result<(Buckets, f64)> {
+    let keep = |l: u32| l <= admit_max;
+    let histogram = Histogram::new(lengths, keep);
+    let boundaries = match (config.mode, &config.boundaries) {
+        (Mode::Padded, boundaries) => boundaries,
+        (Mode::Packed { bucketed: false }, Boundaries::Auto) => {
+            // One bucket: every admitted length shares the packing window.
+            let top = lengths
+                .iter()
+                .map(|&l| l.into())
+                .filter(|&l| keep(l))
+                .max()
+                .unwrap_or(1);
+            return Ok((Buckets::from_edges(vec![0, top.max(1)])?, f64::NAN));
+        }
+        (Mode::Packed { bucketed: false }, _) => {
+            return Err(ErrorKind::PackedSetting {
+                problem: "packs every length together; boundaries apply with bucketed=True",
+            }
+            .into());
+        }
+        (Mode::Packed { bucketed: true }, Boundaries::Auto) => &Boundaries::Count(PACKED_BUCKETS),
+        (Mode::Packed { bucketed: true }, boundaries) => boundaries,
+    };
+    let optimized = match boundaries {
+        Boundaries::Edges(edges) => {
+            let buckets = Buckets::from_edges(edges.clone())?;
+            buckets.check_covers(lengths, keep)?;
+            let predicted = predicted_efficiency(&histogram, buckets.edges(), config);
+            return Ok((buckets, predicted));
+        }
+        Boundaries::Count(k) => {
+            if *k == 0 || *k > usize::from(u16::MAX) {
+                return Err(ErrorKind::InvalidSetting {
+                    name: "boundaries (bucket count)",
+                    value: *k as i128,
+                    expected: "between 1 and 65535",
+                }
+                .into());
+            }
+            optimal_edges(&histogram, *k, config)
+        }
+        Boundaries::Auto => {
+            let target = f64::from(config.target_efficiency_ppm) / 1e6;
+            auto_edges(&histogram, target, config)
+        }
+    };
+    Ok((
+        Buckets::from_edges(optimized.edges)?,
+        optimized.predicted_efficiency,
+    ))
+}

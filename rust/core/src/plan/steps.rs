@@ -1,0 +1,73 @@
+//! **Every epoch has the same steps** (`Planner::steps`): trainers and LR schedules read the count
+//! once. Under a token budget the count an epoch forms scatters with its shuffle — by a few batches
+//! with narrow buckets, by tens with the seed's 6 wide ones (measured) — so the target is set once:
+//! epoch 0's draws and three calibration draws are formed, and the target is the largest count plus
+//! their standard deviation (about two deviations above the mean), rounded up to a multiple of
+//! `world_size`. A fixed margin of 0.02·√batches sent 7 of 8 epochs with 6 buckets back for more
+//! draws (3× the planning time) and one to epoch 0's draws. An epoch
+//! that forms fewer batches splits some; one that forms more is formed again from other keyed draws
+//! of the same epoch (each exceeds with probability well under a half), and after
+//! 16 attempts from epoch 0's draws, which form exactly the reference count — so the loop
+//! ends and no sample is ever repeated or dropped. Rejected: an analytic worst-case count (a bucket's
+//! batches all cut at the rows its top edge allows), which would split batches in every epoch to
+//! reach a count no shuffle forms.
+
+use crate::plan::config::Config;
+
+/// The draws that set every epoch's batch count: epoch 0's.
+pub(crate) const REFERENCE_KEY: u64 = 0;
+
+/// Other draws of an epoch tried when its own form more batches than the target (each does with a
+/// probability well under a half: the margin is set for that), before the reference draws.
+pub(crate) const REFORM_ATTEMPTS: u64 = 16;
+
+/// The key of the `attempt`-th other draw of `epoch` (attempt 0 is the epoch's own).
+pub(crate) fn reform_key(epoch: u64, attempt: u64) -> u64 {
+    epoch.wrapping_add(attempt.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+/// Other draws formed once, besides epoch 0's, to measure how much the count scatters (epochs up to
+/// `ARRANGE_MAX_SAMPLES` samples; each costs one forming pass, once per planner).
+pub(crate) const CALIBRATION_DRAWS: u64 = 3;
+
+/// The key of the `i`-th calibration draw (none is an epoch's own or retry draw in practice).
+pub(crate) fn calibration_key(i: u64) -> u64 {
+    reform_key(REFERENCE_KEY, REFORM_ATTEMPTS + i)
+}
+
+/// The batches of every epoch from the counts the reference and calibration draws formed: above the
+/// largest by their standard deviation (about two standard deviations above the mean), a multiple of
+/// the ranks, split up to it; under `drop_last` below the smallest by as much, the rest dropped.
+/// Without calibration draws (huge epochs), `√batches / 20` stands in for the deviation (~0.02·√batches
+/// was measured on the seed workload with narrow buckets).
+pub(crate) fn steps_target(counts: &[usize], config: &Config) -> usize {
+    let world = config.world_size as usize;
+    let (lo, hi) = (
+        counts.iter().min().copied().unwrap_or(0),
+        counts.iter().max().copied().unwrap_or(0),
+    );
+    let margin = if counts.len() > 1 {
+        // Counts are far below 2^53; the deviation only sizes a margin.
+        #[allow(clippy::cast_precision_loss)]
+        let (n, mean) = (
+            counts.len() as f64,
+            counts.iter().sum::<usize>() as f64 / counts.len() as f64,
+        );
+        #[allow(clippy::cast_precision_loss)]
+        let variance = counts
+            .iter()
+            .map(|&c| (c as f64 - mean).powi(2))
+            .sum::<f64>()
+            / n;
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let margin = variance.sqrt().ceil() as usize;
+        margin
+    } else {
+        hi.isqrt() / 20
+    };
+    if config.drop_last {
+        let steps = lo.saturating_sub(margin) / world;
+        return if steps == 0 { lo / world } else { steps } * world;
+    }
+    (hi + margin).next_multiple_of(world)
+}

@@ -1,0 +1,113 @@
+//! A dataset: Arrow files in order, one global row space (`datasets.save_to_disk` shards, or any list
+//! of IPC files). Every file must have the schema of the first, so rows mean the same thing
+//! throughout.
+
+use std::path::Path;
+
+use arrow_schema::{Field, Schema};
+
+use crate::error::read::ReadProblem;
+use crate::error::{ErrorKind, Result};
+use crate::read::arrow::{read_column, Column};
+use crate::read::column::{accept_lengths, append_lengths, type_name};
+
+/// Calls `each(file_index, column)` for column `name` of every file in order, checking the files
+/// agree on their schema; `progress(done)` after each file. Fails with [`ReadProblem::Empty`] when
+/// there are no rows at all.
+pub fn for_each_file<P: AsRef<Path>>(
+    paths: &[P],
+    name: &str,
+    accept: impl Fn(&Field) -> Result<(), ReadProblem>,
+    mut progress: impl FnMut(usize),
+    mut each: impl FnMut(usize, Column) -> Result<(), ReadProblem>,
+) -> Result<()> {
+    let mut first: Option<(String, std::sync::Arc<Schema>)> = None;
+    let mut rows = 0;
+    for (i, path) in paths.iter().enumerate() {
+        let path = path.as_ref();
+        let fail = |problem| read_failure(path, problem);
+        let column = match (read_column(path, name, &accept), &first) {
+            (Ok(column), _) => column,
+            // The first file had the column: this one's schema differs, which says more.
+            (Err(ReadProblem::ColumnMissing { available, .. }), Some((first_path, _))) => {
+                return Err(fail(ReadProblem::SchemaMismatch {
+                    first: first_path.clone(),
+                    detail: format!("no column {name:?} here, only {available:?}"),
+                }))
+            }
+            (Err(problem), _) => return Err(fail(problem)),
+        };
+        match &first {
+            None => first = Some((path.display().to_string(), column.schema.clone())),
+            Some((first_path, schema)) => {
+                if let Some(detail) = schema_difference(schema, &column.schema) {
+                    return Err(fail(ReadProblem::SchemaMismatch {
+                        first: first_path.clone(),
+                        detail,
+                    }));
+                }
+            }
+        }
+        rows += column.rows();
+        each(i, column).map_err(fail)?;
+        progress(i + 1);
+    }
+    if rows == 0 {
+        let source = paths.first().map_or_else(
+            || "the list of files".to_owned(),
+            |p| p.as_ref().display().to_string(),
+        );
+        return Err(read_failure(Path::new(&source), ReadProblem::Empty));
+    }
+    Ok(())
+}
+
+/// The length of every row of `paths`, from column `name`: an integer column, or a list column whose
+/// offsets give the lengths. The result is copied out of the maps, which are closed on return: a
+/// file changed later cannot affect it.
+pub fn read_lengths<P: AsRef<Path>>(
+    paths: &[P],
+    name: &str,
+    progress: impl FnMut(usize),
+) -> Result<Vec<u32>> {
+    let mut lengths = Vec::new();
+    for_each_file(paths, name, accept_lengths, progress, |_, column| {
+        append_lengths(name, &column.chunks, &mut lengths)
+    })?;
+    Ok(lengths)
+}
+
+pub(crate) fn read_failure(path: &Path, problem: ReadProblem) -> crate::error::Error {
+    ErrorKind::Read {
+        path: path.display().to_string(),
+        problem,
+    }
+    .into()
+}
+
+/// The first difference between two schemas, ignoring metadata and nullability (shards written by
+/// one dataset agree on names and types; nullability flags may differ harmlessly).
+fn schema_difference(first: &Schema, other: &Schema) -> Option<String> {
+    let names = |s: &Schema| {
+        s.fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect::<Vec<_>>()
+    };
+    if names(first) != names(other) {
+        return Some(format!(
+            "columns {:?} here, {:?} there",
+            names(other),
+            names(first)
+        ));
+    }
+    first
+        .fields()
+        .iter()
+        .zip(other.fields())
+        .find(|(a, b)| !a.data_type().equals_datatype(b.data_type()))
+        .map(|(a, b)| {
+            let (here, there) = (type_name(b.data_type()), type_name(a.data_type()));
+            format!("column {:?} is {here} here, {there} there", a.name())
+        })
+}

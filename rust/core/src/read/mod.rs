@@ -1,0 +1,8 @@
+//! Reading a dataset: Arrow IPC files memory-mapped (`arrow.rs`), an integer or list column's
+//! lengths (`column.rs`), the files of a dataset in order (`dataset.rs`), and random access to any
+//! row's tokens (`tokens.rs`).
+
+pub mod arrow;
+pub mod column;
+pub mod dataset;
+pub mod tokens;

@@ -1,0 +1,309 @@
+//! A token column kept memory-mapped: random access to any row's tokens without reading the rest.
+//!
+//! Rows are found through the record batches' own offsets (`starts` locates the batch by binary
+//! search over ~1000-row batches), so opening a store costs one pass over the offsets and nothing
+//! over the values; a row's tokens are a slice of the mapped file. A store may carry a row mapping
+//! (`datasets`' indices mapping after `select`/`shuffle`/`filter`): row `i` of the store is then file
+//! row `rows[i]`.
+
+use std::ops::Range;
+use std::path::Path;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type, UInt32Type};
+use arrow_array::{Array, ArrayRef, GenericListArray, OffsetSizeTrait};
+use arrow_buffer::{ArrowNativeType, OffsetBuffer, ScalarBuffer};
+use arrow_schema::{DataType, Field};
+
+use crate::error::read::ReadProblem;
+use crate::error::{ErrorKind, Result};
+use crate::read::column::{append_lengths, first_null};
+use crate::read::dataset::for_each_file;
+
+/// A row's record batch and value range.
+pub(crate) type Located = (usize, Range<usize>);
+
+/// One record batch's offsets, in the width the file stores.
+#[derive(Debug, Clone)]
+enum Offsets {
+    Small(OffsetBuffer<i32>),
+    Large(OffsetBuffer<i64>),
+}
+
+impl Offsets {
+    fn range(&self, i: usize) -> Range<usize> {
+        match self {
+            Offsets::Small(o) => o[i].as_usize()..o[i + 1].as_usize(),
+            Offsets::Large(o) => o[i].as_usize()..o[i + 1].as_usize(),
+        }
+    }
+}
+
+/// The token values of every record batch, in their stored type.
+#[derive(Debug, Clone)]
+enum Values {
+    I32(Vec<ScalarBuffer<i32>>),
+    I64(Vec<ScalarBuffer<i64>>),
+    U32(Vec<ScalarBuffer<u32>>),
+}
+
+/// One row's tokens, borrowed from the map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tokens<'a> {
+    /// `int32` token ids.
+    I32(&'a [i32]),
+    /// `int64` token ids.
+    I64(&'a [i64]),
+    /// `uint32` token ids.
+    U32(&'a [u32]),
+}
+
+/// Rows gathered into one flat buffer, in the column's type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gathered {
+    /// `int32` token ids.
+    I32(Vec<i32>),
+    /// `int64` token ids.
+    I64(Vec<i64>),
+    /// `uint32` token ids.
+    U32(Vec<u32>),
+}
+
+/// A mapped token column over one or more files (see the module docs).
+#[derive(Debug, Clone)]
+pub struct TokenStore {
+    offsets: Vec<Offsets>,
+    values: Values,
+    /// File rows before each record batch, and the total at the end.
+    starts: Vec<usize>,
+    lengths: Vec<u32>,
+    /// File row of each store row, when the store has a mapping (checked in range on open).
+    rows: Option<Vec<usize>>,
+}
+
+/// The type rule for a token column.
+fn accept_tokens(field: &Field) -> Result<(), ReadProblem> {
+    let item = match field.data_type() {
+        DataType::List(item) | DataType::LargeList(item) => Some(item.data_type()),
+        _ => None,
+    };
+    match item {
+        Some(DataType::Int32 | DataType::Int64 | DataType::UInt32) => Ok(()),
+        _ => Err(ReadProblem::ColumnType {
+            column: field.name().clone(),
+            found: crate::read::column::type_name(field.data_type()),
+            expected: "a list (or large list) of int32, int64 or uint32 token ids",
+        }),
+    }
+}
+
+impl TokenStore {
+    /// Maps column `name` of `paths` (in order, one row space). With `rows`, row `i` of the store is
+    /// file row `rows[i]`. `progress(done)` is called after each file.
+    pub fn open<P: AsRef<Path>>(
+        paths: &[P],
+        name: &str,
+        rows: Option<Vec<u64>>,
+        progress: impl FnMut(usize),
+    ) -> Result<Self> {
+        let mut store = Self {
+            offsets: Vec::new(),
+            values: Values::I32(Vec::new()),
+            starts: vec![0],
+            lengths: Vec::new(),
+            rows: None,
+        };
+        let mut first = true;
+        for_each_file(paths, name, accept_tokens, progress, |_, column| {
+            if std::mem::take(&mut first) {
+                store.values = match column.field.data_type() {
+                    DataType::List(item) | DataType::LargeList(item) => match item.data_type() {
+                        DataType::Int64 => Values::I64(Vec::new()),
+                        DataType::UInt32 => Values::U32(Vec::new()),
+                        _ => Values::I32(Vec::new()),
+                    },
+                    _ => Values::I32(Vec::new()),
+                };
+            }
+            append_lengths(name, &column.chunks, &mut store.lengths)?;
+            column
+                .chunks
+                .iter()
+                .try_for_each(|chunk| store.push(name, chunk))
+        })?;
+        if let Some(rows) = rows {
+            let rows = store.check_rows(&rows)?;
+            store.lengths = rows.iter().map(|&r| store.lengths[r]).collect();
+            store.rows = Some(rows);
+        }
+        Ok(store)
+    }
+
+    fn push(&mut self, name: &str, chunk: &ArrayRef) -> Result<(), ReadProblem> {
+        let (offsets, values) = match chunk.data_type() {
+            DataType::List(_) => split(chunk.as_list::<i32>(), Offsets::Small),
+            _ => split(chunk.as_list::<i64>(), Offsets::Large),
+        };
+        if let Some(null) = first_null(values.as_ref()) {
+            let batch_row = (0..chunk.len()).find(|&i| offsets.range(i).contains(&null));
+            return Err(ReadProblem::Null {
+                column: format!("{name} (a token)"),
+                row: (self.file_rows() + batch_row.unwrap_or(0)) as u64,
+            });
+        }
+        match &mut self.values {
+            Values::I32(v) => v.push(values.as_primitive::<Int32Type>().values().clone()),
+            Values::I64(v) => v.push(values.as_primitive::<Int64Type>().values().clone()),
+            Values::U32(v) => v.push(values.as_primitive::<UInt32Type>().values().clone()),
+        }
+        self.offsets.push(offsets);
+        self.starts.push(self.file_rows() + chunk.len());
+        Ok(())
+    }
+
+    fn file_rows(&self) -> usize {
+        self.starts.last().copied().unwrap_or(0)
+    }
+
+    /// The mapping's rows as positions, checking every one exists.
+    fn check_rows(&self, rows: &[u64]) -> Result<Vec<usize>> {
+        let file_rows = self.file_rows();
+        rows.iter()
+            .map(|&r| {
+                usize::try_from(r)
+                    .ok()
+                    .filter(|&r| r < file_rows)
+                    .ok_or_else(|| {
+                        ErrorKind::RowOutOfRange {
+                            row: i128::from(r),
+                            rows: file_rows as u64,
+                        }
+                        .into()
+                    })
+            })
+            .collect()
+    }
+
+    /// The numpy name of the token type: `int32`, `int64` or `uint32`.
+    pub fn dtype(&self) -> &'static str {
+        match self.values {
+            Values::I32(_) => "int32",
+            Values::I64(_) => "int64",
+            Values::U32(_) => "uint32",
+        }
+    }
+
+    /// Rows in the store.
+    pub fn len(&self) -> usize {
+        self.lengths.len()
+    }
+
+    /// Whether the store has no rows (never true for an opened store: empty datasets are refused).
+    pub fn is_empty(&self) -> bool {
+        self.lengths.is_empty()
+    }
+
+    /// Tokens per row, in store order.
+    pub fn lengths(&self) -> &[u32] {
+        &self.lengths
+    }
+
+    /// The row mapping (file row of each store row), if the store has one.
+    pub fn rows(&self) -> Option<&[usize]> {
+        self.rows.as_deref()
+    }
+
+    /// The store row `index` names, Python-style: negative counts from the end. Takes any integer
+    /// type (as `i128`) so that `u64` and `i64` indices are both checked without wrapping.
+    pub fn resolve(&self, index: impl Into<i128>) -> Result<usize> {
+        let index = index.into();
+        let len = self.len() as i128;
+        let resolved = if index < 0 { index + len } else { index };
+        match usize::try_from(resolved) {
+            Ok(row) if resolved < len => Ok(row),
+            _ => Err(ErrorKind::RowOutOfRange {
+                row: index,
+                rows: self.len() as u64,
+            }
+            .into()),
+        }
+    }
+
+    /// The tokens of store row `index` (negative counts from the end), borrowed from the map.
+    pub fn get(&self, index: i64) -> Result<Tokens<'_>> {
+        let (batch, range) = self.locate(self.resolve(index)?);
+        Ok(match &self.values {
+            Values::I32(v) => Tokens::I32(&v[batch][range]),
+            Values::I64(v) => Tokens::I64(&v[batch][range]),
+            Values::U32(v) => Tokens::U32(&v[batch][range]),
+        })
+    }
+
+    /// Record batch and value range of store row `row` (already resolved).
+    fn locate(&self, row: usize) -> (usize, Range<usize>) {
+        let file_row = match &self.rows {
+            // Mapped rows were checked against the file rows when the store was opened.
+            Some(rows) => rows[row],
+            None => row,
+        };
+        let batch = self.starts.partition_point(|&s| s <= file_row) - 1;
+        (
+            batch,
+            self.offsets[batch].range(file_row - self.starts[batch]),
+        )
+    }
+
+    /// Where the rows `indices` lie: record batch and value range of each, in order.
+    pub(crate) fn locate_all<I: Copy + Into<i128>>(&self, indices: &[I]) -> Result<Vec<Located>> {
+        indices
+            .iter()
+            .map(|&i| Ok(self.locate(self.resolve(i)?)))
+            .collect()
+    }
+
+    /// The tokens at a location from [`TokenStore::locate_all`].
+    pub(crate) fn tokens_at(&self, (batch, range): &Located) -> Tokens<'_> {
+        let range = range.clone();
+        match &self.values {
+            Values::I32(v) => Tokens::I32(&v[*batch][range]),
+            Values::I64(v) => Tokens::I64(&v[*batch][range]),
+            Values::U32(v) => Tokens::U32(&v[*batch][range]),
+        }
+    }
+
+    /// The tokens of `indices` (negative counts from the end) concatenated, and the `len + 1` offsets
+    /// that delimit each row in them.
+    pub fn gather<I: Copy + Into<i128>>(&self, indices: &[I]) -> Result<(Gathered, Vec<i64>)> {
+        let located = self.locate_all(indices)?;
+        let mut offsets = Vec::with_capacity(located.len() + 1);
+        offsets.push(0i64);
+        for (_, range) in &located {
+            offsets.push(offsets[offsets.len() - 1] + range.len() as i64);
+        }
+        let gathered = match &self.values {
+            Values::I32(v) => Gathered::I32(concat(v, &located)),
+            Values::I64(v) => Gathered::I64(concat(v, &located)),
+            Values::U32(v) => Gathered::U32(concat(v, &located)),
+        };
+        Ok((gathered, offsets))
+    }
+}
+
+fn split<O: OffsetSizeTrait>(
+    list: &GenericListArray<O>,
+    wrap: fn(OffsetBuffer<O>) -> Offsets,
+) -> (Offsets, ArrayRef) {
+    (wrap(list.offsets().clone()), list.values().clone())
+}
+
+fn concat<T: ArrowNativeType>(
+    values: &[ScalarBuffer<T>],
+    located: &[(usize, Range<usize>)],
+) -> Vec<T> {
+    let total = located.iter().map(|(_, r)| r.len()).sum();
+    let mut out = Vec::with_capacity(total);
+    for (batch, range) in located {
+        out.extend_from_slice(&values[*batch][range.clone()]);
+    }
+    out
+}
