@@ -139,6 +139,9 @@ class Planner:
     def __len__(self) -> int:
         """Samples."""
 
+def physical_memory() -> int | None:
+    """Bytes of physical memory (Linux ``MemTotal``), None where the system does not say. Raises nothing."""
+
 def collate_into(
     store: TokenStore,
     indices: npt.NDArray[np.integer],

@@ -38,7 +38,6 @@ collection and interpreter exit all stop the worker and wait for it.
 from __future__ import annotations
 
 import atexit
-import os
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -373,8 +372,5 @@ def _check_lengths(store: TokenStore, sampler: BucketSampler) -> None:
 
 
 def _physical_memory() -> int | None:
-    """Bytes of physical memory, where the system says."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return None
+    """Bytes of physical memory, where the system says (the Rust core reads it)."""
+    return _core.physical_memory()

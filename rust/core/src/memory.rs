@@ -43,6 +43,18 @@ pub fn vec_with_capacity<T>(what: &'static str, count: usize) -> Result<Vec<T>> 
     Ok(v)
 }
 
+/// Bytes of physical memory (`MemTotal` of `/proc/meminfo`), where the system says; read once, since
+/// a collation without buffers asks once per batch.
+pub fn physical() -> Option<u64> {
+    static MEMORY: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *MEMORY.get_or_init(|| {
+        let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        kib.checked_mul(1024)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -252,7 +252,7 @@ fn new_typed<'py, T: OutputToken + Element + Default>(
     // More than the machine has is refused up front: where memory is overcommitted an allocation
     // that size can succeed and then get the process killed as it is filled.
     let bytes = total.saturating_mul(std::mem::size_of::<T>()) as u64;
-    if physical_memory().is_some_and(|memory| bytes > memory) {
+    if dflash_batch_core::memory::physical().is_some_and(|memory| bytes > memory) {
         return Err(too_large());
     }
     // One block for the four arrays, asked for fallibly: a refused allocation raises instead of
@@ -285,18 +285,6 @@ fn new_typed<'py, T: OutputToken + Element + Default>(
             (shape.0, shape.1).into_pyobject(py)?.into_any(),
         ],
     )
-}
-
-/// Bytes of physical memory (`MemTotal` of `/proc/meminfo`), where the system says; read once, since
-/// `collate` without buffers may run once per batch.
-fn physical_memory() -> Option<u64> {
-    static MEMORY: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-    *MEMORY.get_or_init(|| {
-        let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-        let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
-        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        kib.checked_mul(1024)
-    })
 }
 
 fn shape_any(
@@ -405,4 +393,11 @@ fn packed_any<T: OutputToken>(
     with_index_slice!(indices, rows => py.detach(|| {
         collate_packed_windows(&store.store, rows, windows, capacity, padding, out)
     }))
+}
+
+/// Bytes of physical memory, where the system says (`None` elsewhere): what a buffer larger than the
+/// machine is refused against.
+#[pyfunction]
+pub(crate) fn physical_memory() -> Option<u64> {
+    dflash_batch_core::memory::physical()
 }

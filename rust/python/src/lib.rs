@@ -77,6 +77,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(truncating::split_long, m)?)?;
     m.add_function(wrap_pyfunction!(truncating::locate_pieces, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_into, m)?)?;
+    m.add_function(wrap_pyfunction!(collating::physical_memory, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_new, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_slot, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_packed_slot, m)?)?;

@@ -8,8 +8,7 @@
 //! short enough for the table to stay in cache (≤ [`LUT_MAX_LENGTH`]); otherwise a binary search over
 //! the edges.
 //!
-//! The default edges are quantiles of the length distribution (equal sample counts per bucket). They
-//! are a seam: an optimizer that minimizes padding replaces them without touching the planner.
+//! The edges themselves come from the optimizer (`optimize.rs`) or the caller.
 
 use crate::error::{ErrorKind, Result};
 use crate::lengths::Length;
@@ -47,25 +46,6 @@ impl Buckets {
             .into());
         }
         Ok(Self { edges })
-    }
-
-    /// Edges at the `k`-quantiles of `lengths` (by sample count); ties may merge buckets, so the
-    /// result can hold fewer than `k` buckets. `lengths` must not be empty.
-    pub fn quantiles<L: Length>(lengths: &[L], k: usize) -> Result<Self> {
-        if k == 0 || k > usize::from(u16::MAX) {
-            return Err(invalid("boundaries (bucket count)", k, "between 1 and 65535").into());
-        }
-        let ranked = Ranked::new(lengths)?;
-        let (shortest, longest) = (ranked.at(1), ranked.at(lengths.len()));
-        let mut edges = vec![shortest - 1];
-        for q in 1..k {
-            let edge = ranked.at((q * lengths.len() / k).max(1));
-            if edge > *edges.last().unwrap_or(&0) && edge < longest {
-                edges.push(edge);
-            }
-        }
-        edges.push(longest);
-        Self::from_edges(edges)
     }
 
     /// The edges, `K + 1` of them.
@@ -122,47 +102,6 @@ impl Buckets {
 }
 
 const NO_BUCKET: u16 = u16::MAX;
-
-/// Longest length for which order statistics come from a histogram instead of a sort.
-const HISTOGRAM_MAX_LENGTH: u32 = 1 << 22;
-
-/// Order statistics of a set of lengths: a cumulative histogram when lengths are bounded (O(n), and
-/// 100M lengths sort in seconds but count in a fraction of one), else a sorted copy.
-enum Ranked {
-    Cumulative(Vec<u64>),
-    Sorted(Vec<u32>),
-}
-
-impl Ranked {
-    fn new<L: Length>(lengths: &[L]) -> Result<Self> {
-        let longest: u32 = (*lengths.iter().max().ok_or(ErrorKind::EmptyLengths)?).into();
-        if longest > HISTOGRAM_MAX_LENGTH {
-            let mut sorted: Vec<u32> = lengths.iter().map(|&l| l.into()).collect();
-            sorted.sort_unstable();
-            return Ok(Ranked::Sorted(sorted));
-        }
-        let mut cumulative = vec![0u64; longest as usize + 1];
-        for &l in lengths {
-            let l: u32 = l.into();
-            cumulative[l as usize] += 1;
-        }
-        for i in 1..cumulative.len() {
-            cumulative[i] += cumulative[i - 1];
-        }
-        Ok(Ranked::Cumulative(cumulative))
-    }
-
-    /// The `rank`-th smallest length, 1-based (`1 ≤ rank ≤ n`).
-    fn at(&self, rank: usize) -> u32 {
-        match self {
-            Ranked::Sorted(s) => s[rank - 1],
-            Ranked::Cumulative(c) => {
-                let position = c.partition_point(|&count| count < rank as u64);
-                u32::try_from(position).unwrap_or(u32::MAX)
-            }
-        }
-    }
-}
 
 /// Maps a length to its bucket (see [`Buckets::assigner`]).
 #[derive(Debug, Clone)]
@@ -251,18 +190,11 @@ mod tests {
     }
 
     #[test]
-    fn quantiles_split_by_count_and_cover() {
+    fn edges_cover_the_lengths_they_bound() {
+        let b = Buckets::from_edges(vec![0, 25, 50, 75, 100]).unwrap();
         let lengths: Vec<u32> = (1..=100).collect();
-        let b = Buckets::quantiles(&lengths, 4).unwrap();
-        assert_eq!(b.edges(), &[0, 25, 50, 75, 100]);
         b.check_covers(&lengths, |_| true).unwrap();
         assert!(b.check_covers(&[3u16, 200], |l| l < 100).is_ok());
-        let same = Buckets::quantiles(&[7u32, 7, 7], 4).unwrap();
-        assert_eq!(same.edges(), &[6, 7]);
-        let huge = [HISTOGRAM_MAX_LENGTH + 5, 3, 9, HISTOGRAM_MAX_LENGTH + 1];
-        assert_eq!(
-            Buckets::quantiles(&huge, 2).unwrap().edges(),
-            &[2, 9, HISTOGRAM_MAX_LENGTH + 5]
-        );
+        assert!(b.check_covers(&[3u16, 200], |_| true).is_err());
     }
 }

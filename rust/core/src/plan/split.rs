@@ -1,4 +1,6 @@
-//! Rank balance on a formed epoch: equal step counts without repeating or losing samples.
+//! Split for ranks: a formed epoch brought to its batch count, so every rank runs the same steps,
+//! without repeating or losing samples; and the row movers the stages share (`gather`,
+//! `reorder_region`).
 //!
 //! Every rank must run the same number of steps, or the ranks that finish first hang in the next
 //! collective. Batches arrive here already in training order as CSR (see [`crate::plan::planner`]).
