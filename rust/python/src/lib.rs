@@ -10,6 +10,7 @@
 mod reading;
 mod collating;
 mod metrics;
+mod options;
 mod plan;
 mod planning;
 mod truncating;

@@ -6,12 +6,13 @@ use std::sync::{Arc, OnceLock};
 use dflash_batch_core::lengths::{scan, Builder, Lengths};
 use dflash_batch_core::metrics::Deciles;
 use dflash_batch_core::{
-    Batching, Boundaries, Config, CostModel, Mode, Order, Oversize, Planner as CorePlanner,
+    Batching, Boundaries, Config, CostModel, Order, Oversize, Planner as CorePlanner,
 };
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
+use crate::options::{mode_of, target_ppm, tolerance_ppm, BoundariesArg, CostArg, OrderArg};
 use crate::plan::Plan;
 use crate::{read_only, to_py};
 
@@ -64,29 +65,6 @@ pub(crate) fn lengths_from_chunks(chunks: &[Bound<'_, PyAny>]) -> PyResult<Lengt
     Ok(builder.finish())
 }
 
-/// The cost model from Python: `None` or `"tokens"` (padded tokens), or `(a, b)`: a row of padded
-/// length `L` costs `a·L + b·L²`.
-fn cost_model(cost: Option<&Bound<'_, PyAny>>) -> PyResult<CostModel> {
-    let Some(cost) = cost else {
-        return Ok(CostModel::TOKENS);
-    };
-    if let Ok(name) = cost.extract::<String>() {
-        if name == "tokens" {
-            return Ok(CostModel::TOKENS);
-        }
-        return Err(PyValueError::new_err(format!(
-            "cost={name:?} is invalid; pass \"tokens\" (the default) or a pair (a, b): a row of padded \
-             length L costs a·L + b·L²"
-        )));
-    }
-    let (linear, quadratic) = cost.extract::<(f64, f64)>().map_err(|_| {
-        PyTypeError::new_err(
-            "cost must be \"tokens\" or a pair of numbers (a, b): a row of padded length L costs a·L + b·L²",
-        )
-    })?;
-    Ok(CostModel { linear, quadratic })
-}
-
 /// Plans epochs of one dataset under one configuration (the core `Planner`).
 #[pyclass(frozen, name = "Planner", module = "dflash_batch._core")]
 pub(crate) struct Planner {
@@ -104,7 +82,7 @@ impl Planner {
     #[new]
     #[pyo3(signature = (chunks, *, batch_size, max_tokens, boundaries, seed, shuffle, world_size,
                         drop_last, skip_oversize, pad_to_multiple_of, threads, accumulation=1,
-                        target_efficiency=0.98, order="stratified", cost=None,
+                        target_efficiency=0.98, order=OrderArg(Order::Stratified), cost=None,
                         balance_tolerance=None, mode="padded", bucketed=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -112,7 +90,7 @@ impl Planner {
         chunks: Vec<Bound<'_, PyAny>>,
         batch_size: Option<i64>,
         max_tokens: Option<i64>,
-        boundaries: Option<Bound<'_, PyAny>>,
+        boundaries: Option<BoundariesArg>,
         seed: u64,
         shuffle: bool,
         world_size: u32,
@@ -122,77 +100,16 @@ impl Planner {
         threads: Option<usize>,
         accumulation: u32,
         target_efficiency: f64,
-        order: &str,
-        cost: Option<Bound<'_, PyAny>>,
+        order: OrderArg,
+        cost: Option<CostArg>,
         balance_tolerance: Option<f64>,
         mode: &str,
         bucketed: bool,
     ) -> PyResult<Self> {
-        let mode =
-            match (mode, bucketed) {
-                ("padded", false) => Mode::Padded,
-                ("padded", true) => return Err(PyValueError::new_err(
-                    "bucketed=True applies to mode='packed' (padded batches are always bucketed)",
-                )),
-                ("packed", bucketed) => Mode::Packed { bucketed },
-                (other, _) => {
-                    return Err(PyValueError::new_err(format!(
-                        "mode={other:?} is invalid; use 'padded' (the default) or 'packed'"
-                    )))
-                }
-            };
-        let order = match order {
-            "stratified" => Order::Stratified,
-            "random" => Order::Random,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "order={other:?} is invalid; use 'stratified' (the default) or 'random'"
-                )))
-            }
-        };
-        if !(target_efficiency > 0.0 && target_efficiency <= 1.0) {
-            return Err(PyValueError::new_err(format!(
-                "target_efficiency={target_efficiency} is invalid; pass a padding efficiency in (0, 1], e.g. 0.98"
-            )));
-        }
-        // In (0, 1] × 1e6, rounded: fits u32; at least 1 so a tiny target stays valid.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let target_efficiency_ppm = ((target_efficiency * 1e6).round() as u32).max(1);
-        if accumulation == 0 {
-            return Err(PyValueError::new_err(
-                "accumulation=0 is invalid; pass the number of micro-batches per optimizer step (≥ 1)",
-            ));
-        }
-        let cost = cost_model(cost.as_ref())?;
-        let balance_tolerance_ppm = match balance_tolerance {
-            None => None,
-            Some(t) if (0.001..=1000.0).contains(&t) => {
-                // In [1e3, 1e9]: fits u32.
-                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-                let ppm = (t * 1e6).round() as u32;
-                Some(ppm)
-            }
-            Some(t) => {
-                return Err(PyValueError::new_err(format!(
-                    "balance_tolerance={t} is invalid; pass None (balance inside mixing windows only, \
-                     the default) or a cost ratio tolerance between 0.001 and 1000, e.g. 0.1 for steps \
-                     whose batches cost within 10% of each other"
-                )))
-            }
-        };
         let lengths = lengths_from_chunks(&chunks)?;
-        let boundaries = match boundaries {
-            None => Boundaries::Auto,
-            Some(b) => match b.extract::<usize>() {
-                Ok(k) => Boundaries::Count(k),
-                Err(_) => Boundaries::Edges(b.extract::<Vec<u32>>().map_err(|_| {
-                    PyTypeError::new_err("boundaries must be 'auto', a bucket count, or a list of edges (non-negative ints)")
-                })?),
-            },
-        };
         let config = Config {
             batching: Batching::from_options(batch_size, max_tokens).map_err(to_py)?,
-            boundaries,
+            boundaries: boundaries.map_or(Boundaries::Auto, |b| b.0),
             seed,
             shuffle,
             world_size,
@@ -203,12 +120,12 @@ impl Planner {
                 Oversize::Error
             },
             pad_to_multiple_of,
-            target_efficiency_ppm,
-            order,
+            target_efficiency_ppm: target_ppm(target_efficiency)?,
+            order: order.0,
             accumulation,
-            cost,
-            balance_tolerance_ppm,
-            mode,
+            cost: cost.map_or(CostModel::TOKENS, |c| c.0),
+            balance_tolerance_ppm: tolerance_ppm(balance_tolerance)?,
+            mode: mode_of(mode, bucketed)?,
         };
         let planner = py
             .detach(|| CorePlanner::new(lengths, config))
