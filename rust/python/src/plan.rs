@@ -4,7 +4,6 @@
 use std::sync::{Arc, OnceLock};
 
 use dflash_batch_core::metrics::{self, Deciles};
-use dflash_batch_core::plan::output as plan;
 use dflash_batch_core::{Batching, Planner as CorePlanner, Stats};
 use numpy::{PyArray1, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyIndexError, PyOverflowError, PyValueError};
@@ -86,7 +85,13 @@ impl Plan {
             )));
         }
         Ok(py.detach(|| {
-            plan::largest_padded(csr, world, lengths, (start, rank), pad_to_multiple_of)
+            dflash_batch_core::largest_padded(
+                csr,
+                world,
+                lengths,
+                (start, rank),
+                pad_to_multiple_of,
+            )
         }))
     }
 
