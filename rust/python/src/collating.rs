@@ -394,10 +394,3 @@ fn packed_any<T: OutputToken>(
         collate_packed_windows(&store.store, rows, windows, capacity, padding, out)
     }))
 }
-
-/// Bytes of physical memory, where the system says (`None` elsewhere): what a buffer larger than the
-/// machine is refused against.
-#[pyfunction]
-pub(crate) fn physical_memory() -> Option<u64> {
-    dflash_batch_core::memory::physical()
-}

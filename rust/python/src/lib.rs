@@ -69,6 +69,13 @@ pub(crate) fn read_only<T: numpy::Element>(
     Ok(array.unbind())
 }
 
+/// Bytes of physical memory, where the system says (`None` elsewhere): what a buffer larger than the
+/// machine is refused against.
+#[pyfunction]
+pub(crate) fn physical_memory() -> Option<u64> {
+    dflash_batch_core::memory::physical()
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<planning::Planner>()?;
@@ -78,7 +85,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(truncating::split_long, m)?)?;
     m.add_function(wrap_pyfunction!(truncating::locate_pieces, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_into, m)?)?;
-    m.add_function(wrap_pyfunction!(collating::physical_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(physical_memory, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_new, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_slot, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_packed_slot, m)?)?;

@@ -6,7 +6,7 @@
 //! no sample of its bucket could still join, since a sample's `fits` is at most that of its bucket's
 //! shortest length. [`take`] applies it to one sample and its bucket's open batch, whatever keeps
 //! the batch ([`OpenBatches`]): a `Vec` per bucket (`open.rs`), flat arrays indexed by a bucket byte
-//! (`tight.rs`), or a run of a shuffled bucket (`by_bucket.rs`). Each is a type, so every
+//! (`tight.rs`), or a run of a shuffled bucket (`cut.rs`). Each is a type, so every
 //! combination is compiled into its own loop with nothing dispatched per sample. Packed rows have
 //! their own rule, best fit over a window (`pack.rs`).
 //!
