@@ -12,6 +12,7 @@ raises, naming the fix. accelerate is never imported here.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from ._core import PlanError
@@ -40,3 +41,14 @@ def wrapping_shard(sampler: Any) -> Any | None:
             "defaults once accelerate has initialized torch.distributed)"
         )
     return caller
+
+
+def iter_for_shard(sampler: Any) -> Iterator[list[int]]:
+    """Every rank's batches in plan order, as lists: accelerate's ``BatchSamplerShard`` (what
+    ``accelerator.prepare`` puts around ``DataLoader(batch_sampler=sampler)``) hands rank ``r`` every
+    ``world_size``-th batch from the ``r``-th, which is exactly its share of the plan."""
+    plan, start = sampler._begin()
+    world = sampler.world_size
+    for batch in range(start * world, plan.steps * world):
+        sampler._consumed = batch // world + 1
+        yield plan[batch].tolist()

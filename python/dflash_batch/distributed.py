@@ -42,3 +42,20 @@ def check_ranks_agree(identity: dict[str, Any]) -> None:
         "settings (a different dataset, seed or setting would train on overlapping or missing samples, or hang "
         "a collective). Pass check_ranks=False to skip this check."
     )
+
+
+def agree(sampler: Any) -> None:
+    """Once per epoch, when a process group of the sampler's ``world_size`` ranks exists: the ranks agree
+    on its plan (``check_ranks``)."""
+    if not sampler._check_ranks or sampler._checked_epoch == sampler._epoch:
+        return
+    if process_group_size() != sampler.world_size:
+        return
+    identity = {
+        "fingerprint": sampler._fingerprint(),
+        "num_samples": sampler.num_samples,
+        "epoch": sampler._epoch,
+        **{key: value for key, value in sampler._config.items() if key != "threads"},
+    }
+    check_ranks_agree(identity)
+    sampler._checked_epoch = sampler._epoch

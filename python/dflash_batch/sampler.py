@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import _core, checkpoint, label_tokens
-from ._accelerate import wrapping_shard
+from ._accelerate import iter_for_shard, wrapping_shard
 from ._arguments import (
     _bool,
     _boundaries,
@@ -33,7 +33,7 @@ from ._arguments import (
     _tolerance,
 )
 from ._core import Plan, PlanError
-from .distributed import check_ranks_agree, process_group_size
+from .distributed import agree
 from .reading import read_lengths
 from .sources import is_source
 from .truncate import _locate, _Pieces, _split_long
@@ -327,17 +327,8 @@ class BucketSampler:
         """
         shard = wrapping_shard(self)
         if shard is not None:
-            return self._iter_for_shard()
+            return iter_for_shard(self)
         return self._iter_rank()
-
-    def _iter_for_shard(self) -> Iterator[list[int]]:
-        """Every rank's batches in plan order, as lists: accelerate's ``BatchSamplerShard`` (what
-        ``accelerator.prepare`` puts around ``DataLoader(batch_sampler=sampler)``) hands rank ``r`` every
-        ``world_size``-th batch from the ``r``-th, which is exactly its share of the plan."""
-        plan, start = self._begin()
-        for batch in range(start * self.world_size, plan.steps * self.world_size):
-            self._consumed = batch // self.world_size + 1
-            yield plan[batch].tolist()
 
     def _iter_rank(self) -> Iterator[np.ndarray]:
         if self.truncated:
@@ -357,28 +348,13 @@ class BucketSampler:
     def _begin(self) -> tuple[Plan, int]:
         """The current epoch's plan and the step an iteration starts at (a pending resume is used up)."""
         plan = self.plan()
-        self._agree()
+        agree(self)
         start = 0
         if self._resume is not None and self._resume[0] == self._epoch:
             start = self._resume[1]
         self._resume = None
         self._consumed = start
         return plan, start
-
-    def _agree(self) -> None:
-        """Once per epoch, when a process group of ``world_size`` ranks exists: ranks agree on the plan."""
-        if not self._check_ranks or self._checked_epoch == self._epoch:
-            return
-        if process_group_size() != self.world_size:
-            return
-        identity = {
-            "fingerprint": self._fingerprint(),
-            "num_samples": self.num_samples,
-            "epoch": self._epoch,
-            **{key: value for key, value in self._config.items() if key != "threads"},
-        }
-        check_ranks_agree(identity)
-        self._checked_epoch = self._epoch
 
     # -- checkpoints ----------------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@
 //! each layer is monotone and divide-and-conquer finds every layer exactly in `O(D log D)`:
 //! `O(K · D log D)` for `K` buckets (0.1 s for 1M samples, D = 8K, K = 48, measured).
 //!
-//! **Prediction.** Batches are padded to their own longest row, not the bucket top, so efficiency is
+//! **Prediction** (`predict.rs`). Batches are padded to their own longest row, not the bucket top, so efficiency is
 //! predicted with the expected maximum of a batch: a batch of `r` rows drawn from a bucket with CDF
 //! `F` has `E[max] = Σ_l w_l (F_l^r − F_{l−1}^r)`, and under a token budget `T`, `r` is solved from
 //! `r = ⌊T / E[max]⌋` by fixed-point iteration. On the seed workload the prediction matches the
@@ -21,8 +21,9 @@
 //! Histograms of more than [`MAX_DISTINCT`] distinct lengths are coarsened into that many groups of
 //! neighbouring lengths first (edges then fall on group tops; the DP is exact on them).
 
-use crate::lengths::Length;
-use crate::plan::config::{Batching, Config, CostModel};
+use crate::plan::config::Config;
+pub use crate::plan::histogram::{Histogram, MAX_DISTINCT};
+pub use crate::plan::predict::predicted_efficiency;
 
 /// Most buckets `Auto` tries (more buckets rarely pay: 128 give 0.992 on the seed workload).
 pub const MAX_AUTO_BUCKETS: usize = 128;
@@ -30,96 +31,6 @@ pub const MAX_AUTO_BUCKETS: usize = 128;
 /// Samples per bucket `Auto` keeps at least on average: tiny buckets would hold single-row batches
 /// (which cannot be split for ranks) and pair the same samples epoch after epoch (churn).
 pub const MIN_AUTO_SAMPLES_PER_BUCKET: u64 = 64;
-
-/// Distinct lengths the DP works on; more are coarsened (bounds its memory to `K × 2^15` words).
-pub const MAX_DISTINCT: usize = 1 << 15;
-
-/// Sample counts per distinct admitted length, ascending.
-#[derive(Debug, Clone)]
-pub struct Histogram {
-    values: Vec<u32>,
-    counts: Vec<u64>,
-    /// The shortest length counted: where the first bucket starts, also once coarsened (whose first
-    /// value is its first group's top).
-    shortest: u32,
-}
-
-impl Histogram {
-    /// The histogram of the lengths for which `keep` holds.
-    pub fn new<L: Length>(lengths: &[L], keep: impl Fn(u32) -> bool) -> Self {
-        let longest = lengths
-            .iter()
-            .map(|&l| l.into())
-            .filter(|&l| keep(l))
-            .max()
-            .unwrap_or(0);
-        let (mut values, mut counts) = (Vec::new(), Vec::new());
-        if longest <= crate::plan::buckets::LUT_MAX_LENGTH {
-            let mut per_length = vec![0u64; longest as usize + 1];
-            for &l in lengths {
-                let l: u32 = l.into();
-                if keep(l) {
-                    per_length[l as usize] += 1;
-                }
-            }
-            for (l, &c) in per_length.iter().enumerate() {
-                if c > 0 {
-                    // l ≤ longest, a u32.
-                    #[allow(clippy::cast_possible_truncation)]
-                    values.push(l as u32);
-                    counts.push(c);
-                }
-            }
-        } else {
-            let mut kept: Vec<u32> = lengths
-                .iter()
-                .map(|&l| l.into())
-                .filter(|&l| keep(l))
-                .collect();
-            kept.sort_unstable();
-            for run in kept.chunk_by(|a, b| a == b) {
-                values.push(run[0]);
-                counts.push(run.len() as u64);
-            }
-        }
-        let shortest = values.first().copied().unwrap_or(0);
-        Self {
-            values,
-            counts,
-            shortest,
-        }
-    }
-
-    /// Number of distinct lengths.
-    pub fn distinct(&self) -> usize {
-        self.values.len()
-    }
-
-    /// Merges neighbouring lengths into at most `groups` groups of about equal sample counts; a group
-    /// is represented by its top length (the only place an edge can fall).
-    fn coarsened(&self, groups: usize) -> Self {
-        if self.values.len() <= groups {
-            return self.clone();
-        }
-        let total: u64 = self.counts.iter().sum();
-        let (mut values, mut counts, mut seen, mut pending) = (Vec::new(), Vec::new(), 0u64, 0u64);
-        for (i, (&v, &c)) in self.values.iter().zip(&self.counts).enumerate() {
-            pending += c;
-            seen += c;
-            let boundary = (u128::from(seen) * groups as u128 / u128::from(total.max(1))) as usize;
-            if boundary > values.len() || i + 1 == self.values.len() {
-                values.push(v);
-                counts.push(pending);
-                pending = 0;
-            }
-        }
-        Self {
-            values,
-            counts,
-            shortest: self.shortest,
-        }
-    }
-}
 
 /// Optimized edges and their predicted efficiency.
 #[derive(Debug, Clone, PartialEq)]
@@ -351,79 +262,6 @@ fn finish(histogram: &Histogram, choices: &[Vec<u32>], config: &Config) -> Optim
     Optimized {
         edges,
         predicted_efficiency,
-    }
-}
-
-/// The efficiency the planner is predicted to measure with `edges` (see the module docs).
-pub fn predicted_efficiency(histogram: &Histogram, edges: &[u32], config: &Config) -> f64 {
-    let (mut real, mut padded) = (0.0f64, 0.0f64);
-    let mut start = 0;
-    for &top in &edges[1..] {
-        let end = start + histogram.values[start..].partition_point(|&v| v <= top);
-        let (values, counts) = (&histogram.values[start..end], &histogram.counts[start..end]);
-        start = end;
-        // Counts stay far below 2^53.
-        #[allow(clippy::cast_precision_loss)]
-        let total = counts.iter().sum::<u64>() as f64;
-        if total == 0.0 {
-            continue;
-        }
-        #[allow(clippy::cast_precision_loss)]
-        let tokens: f64 = values
-            .iter()
-            .zip(counts)
-            .map(|(&v, &c)| f64::from(v) * c as f64)
-            .sum();
-        real += tokens;
-        padded += total * expected_batch_max(values, counts, total, config);
-    }
-    if padded == 0.0 {
-        0.0
-    } else {
-        real / padded
-    }
-}
-
-/// `E[padded max]` of a batch from a bucket, its rows solved from the batching rule.
-fn expected_batch_max(values: &[u32], counts: &[u64], total: f64, config: &Config) -> f64 {
-    let expected_max = |rows: f64| {
-        let (mut below, mut sum) = (0.0f64, 0.0f64);
-        for (&v, &c) in values.iter().zip(counts) {
-            // Counts stay far below 2^53.
-            #[allow(clippy::cast_precision_loss)]
-            let upto = below + c as f64;
-            let share = (upto / total).powf(rows) - (below / total).powf(rows);
-            #[allow(clippy::cast_precision_loss)]
-            let padded = config.padded(v) as f64;
-            sum += padded * share;
-            below = upto;
-        }
-        sum
-    };
-    match config.batching {
-        Batching::Rows(n) => expected_max(f64::from(n).min(total)),
-        Batching::Tokens(budget) => {
-            #[allow(clippy::cast_precision_loss)]
-            let budget = budget as f64;
-            let top = values.last().map_or(1.0, |&v| {
-                #[allow(clippy::cast_precision_loss)]
-                let padded = config.padded(v) as f64;
-                padded
-            });
-            // Rows from the cost of a row as long as the expected longest (exactly that many tokens
-            // under the default cost model).
-            let row_cost = |padded: f64| {
-                let CostModel { linear, quadratic } = config.cost;
-                linear * padded + quadratic * padded * padded
-            };
-            let mut rows = (budget / row_cost(top)).floor().clamp(1.0, total);
-            for _ in 0..3 {
-                rows = (budget / row_cost(expected_max(rows).max(1.0)))
-                    .floor()
-                    .clamp(1.0, total);
-            }
-            expected_max(rows)
-        }
     }
 }
 

@@ -186,6 +186,13 @@ pub fn largest_padded(
     })
 }
 
+/// Fewest and most rows in a batch, in one pass over the offsets.
+pub(crate) fn row_range(offsets: &[u64]) -> (u64, u64) {
+    let sizes = offsets.windows(2).map(|w| w[1] - w[0]);
+    let (min, max) = sizes.fold((u64::MAX, 0), |(lo, hi), s| (lo.min(s), hi.max(s)));
+    (if max == 0 { 0 } else { min }, max)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,19 +31,18 @@ use crate::error::{ErrorKind, Result};
 use crate::lengths::with_lengths;
 use crate::lengths::{Length, Lengths};
 use crate::memory;
-use crate::plan::balance::{balance_classes, match_windows, stream, Unit};
+use crate::plan::balance::balance_classes;
 use crate::plan::buckets::Buckets;
 use crate::plan::config::{Batching, Config, Mode};
 use crate::plan::form::{ByBucket, Epoch, Former, ARRANGE_MAX_SAMPLES, COMPANION_MIN_SAMPLES};
-use crate::plan::output::{Plan, Stats};
+use crate::plan::output::{row_range, Plan, Stats};
 use crate::plan::prepare::prepare;
 use crate::plan::rules::Rules;
-use crate::plan::split::{drop_to, expand_per_batch, gather, reorder_region, split_to, to_usize};
+use crate::plan::split::{drop_to, expand_per_batch, gather, split_to, to_usize};
 use crate::plan::steps::{
     calibration_key, reform_key, steps_target, CALIBRATION_DRAWS, REFERENCE_KEY, REFORM_ATTEMPTS,
 };
 use crate::pool::PrivatePool;
-use crate::rng::Pcg64;
 use std::sync::OnceLock;
 
 /// Plans epochs of one dataset under one configuration. Construction does the epoch-independent
@@ -252,7 +251,7 @@ impl Planner {
                     gather(&order, &formed.offsets, &sequence, Vec::new(), pool);
                 order = rows;
             } else {
-                self.balance_tail(&mut order, &mut formed, epoch_key);
+                formed.balance_tail(&mut order, &self.config, epoch_key);
             }
         }
         let batches = (formed.offsets.len() - 1) as u64;
@@ -372,28 +371,6 @@ impl Planner {
         }
     }
 
-    /// Matches the ranks of the tail's windows (the main batches were matched while forming) and
-    /// moves its rows; the tail is small (mostly each group's flushed partial batches).
-    fn balance_tail(&self, order: &mut [u32], formed: &mut Epoch, epoch: u64) {
-        let batches = formed.offsets.len() - 1;
-        let start = formed.tail_start.min(batches);
-        // Batch numbers fit in u32: at most one batch per sample.
-        #[allow(clippy::cast_possible_truncation)]
-        let mut sequence: Vec<u32> = (0..(batches - start) as u32).collect();
-        let mut rng = Pcg64::new(self.config.seed, epoch, stream(Unit::Tail));
-        match_windows(&mut sequence, &formed.cost[start..], &self.config, &mut rng);
-        let mut ends = Vec::with_capacity(sequence.len());
-        let offsets = &formed.offsets;
-        let bound = |i: usize| to_usize(offsets[start + i]);
-        reorder_region(order, bound, &sequence, |_, end| ends.push(end as u64));
-        let tail_cost: Vec<f32> = sequence
-            .iter()
-            .map(|&id| formed.cost[start + id as usize])
-            .collect();
-        formed.offsets[start + 1..].copy_from_slice(&ends);
-        formed.cost[start..].copy_from_slice(&tail_cost);
-    }
-
     /// Padded tokens of a batch with these members (a packed row: its capacity).
     fn cost<L: Length>(&self, lengths: &[L], members: &[u32]) -> u64 {
         if let (Mode::Packed { .. }, Batching::Tokens(capacity)) =
@@ -416,11 +393,4 @@ fn tokens_of<L: Length>(lengths: &[L], rows: &[u32]) -> u64 {
     rows.iter()
         .map(|&r| u64::from(lengths[r as usize].into()))
         .sum()
-}
-
-/// Fewest and most rows in a batch, in one pass over the offsets.
-fn row_range(offsets: &[u64]) -> (u64, u64) {
-    let sizes = offsets.windows(2).map(|w| w[1] - w[0]);
-    let (min, max) = sizes.fold((u64::MAX, 0), |(lo, hi), s| (lo.min(s), hi.max(s)));
-    (if max == 0 { 0 } else { min }, max)
 }

@@ -1,7 +1,10 @@
 //! The batches a forming pass records: [`Formed`] for one stream (a group of the epoch, or a
 //! bucket placed by `by_bucket.rs`), and the whole [`Epoch`] they are concatenated into.
 
+use crate::plan::balance::{match_windows, stream, Unit};
 use crate::plan::config::Config;
+use crate::plan::split::{reorder_region, to_usize};
+use crate::rng::Pcg64;
 
 /// The batches of one stream, in training order, written into its slice of the permutation buffer.
 /// Offsets are relative to the slice and `u32` (a slice never holds more rows than that): at 100M
@@ -209,6 +212,28 @@ impl Epoch {
         self.cost.extend_from_slice(&part.cost);
         self.written += part.written;
         self.padded_tokens += part.padded_tokens;
+    }
+
+    /// Matches the ranks of the tail's windows (the main batches were matched while forming) and
+    /// moves its rows; the tail is small (mostly each group's flushed partial batches).
+    pub(crate) fn balance_tail(&mut self, order: &mut [u32], config: &Config, epoch: u64) {
+        let batches = self.offsets.len() - 1;
+        let start = self.tail_start.min(batches);
+        // Batch numbers fit in u32: at most one batch per sample.
+        #[allow(clippy::cast_possible_truncation)]
+        let mut sequence: Vec<u32> = (0..(batches - start) as u32).collect();
+        let mut rng = Pcg64::new(config.seed, epoch, stream(Unit::Tail));
+        match_windows(&mut sequence, &self.cost[start..], config, &mut rng);
+        let mut ends = Vec::with_capacity(sequence.len());
+        let offsets = &self.offsets;
+        let bound = |i: usize| to_usize(offsets[start + i]);
+        reorder_region(order, bound, &sequence, |_, end| ends.push(end as u64));
+        let tail_cost: Vec<f32> = sequence
+            .iter()
+            .map(|&id| self.cost[start + id as usize])
+            .collect();
+        self.offsets[start + 1..].copy_from_slice(&ends);
+        self.cost[start..].copy_from_slice(&tail_cost);
     }
 
     /// Places the tail after every group's main batches.

@@ -1,4 +1,5 @@
 use super::*;
+use crate::plan::config::Batching;
 
 fn config(batching: Batching) -> Config {
     Config::new(batching)
