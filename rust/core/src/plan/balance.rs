@@ -52,7 +52,7 @@ pub(crate) fn match_windows(ids: &mut [u32], costs: &[f32], config: &Config, rng
 
 /// The random stream for the windows of forming group `group` (below 2^16), the epoch's tail, or
 /// block `b` of the cost-class construction.
-pub(crate) fn stream(unit: Unit) -> Stream {
+pub(crate) fn balance_stream(unit: Unit) -> Stream {
     Stream::Balance(match unit {
         Unit::Group(g) => g,
         Unit::Tail => u32::MAX,
@@ -95,7 +95,7 @@ pub(crate) fn balance_classes(
         // Blocks number far fewer than 2^16 below 2^32 batches.
         #[allow(clippy::cast_possible_truncation)]
         let unit = Unit::Block(index as u32);
-        let mut rng = Pcg64::new(config.seed, epoch, stream(unit));
+        let mut rng = Pcg64::new(config.seed, epoch, balance_stream(unit));
         match_windows(ids, costs, config, &mut rng);
     });
 }
@@ -257,7 +257,7 @@ mod tests {
         match cfg.balance_tolerance_ppm {
             Some(ppm) => balance_classes(&mut sequence, costs, cfg, ppm, epoch, None),
             None => {
-                let mut rng = Pcg64::new(cfg.seed, epoch, stream(Unit::Tail));
+                let mut rng = Pcg64::new(cfg.seed, epoch, balance_stream(Unit::Tail));
                 match_windows(&mut sequence, costs, cfg, &mut rng);
             }
         }

@@ -1,7 +1,7 @@
 //! The batches a forming pass records: [`Formed`] for one stream (a group of the epoch, or a
 //! bucket placed by `by_bucket.rs`), and the whole [`Epoch`] they are concatenated into.
 
-use crate::plan::balance::{match_windows, stream, Unit};
+use crate::plan::balance::{balance_stream, match_windows, Unit};
 use crate::plan::config::Config;
 use crate::plan::split::{reorder_region, to_usize};
 use crate::rng::Pcg64;
@@ -222,7 +222,7 @@ impl Epoch {
         // Batch numbers fit in u32: at most one batch per sample.
         #[allow(clippy::cast_possible_truncation)]
         let mut sequence: Vec<u32> = (0..(batches - start) as u32).collect();
-        let mut rng = Pcg64::new(config.seed, epoch, stream(Unit::Tail));
+        let mut rng = Pcg64::new(config.seed, epoch, balance_stream(Unit::Tail));
         match_windows(&mut sequence, &self.cost[start..], config, &mut rng);
         let mut ends = Vec::with_capacity(sequence.len());
         let offsets = &self.offsets;

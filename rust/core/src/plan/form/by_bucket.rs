@@ -29,7 +29,7 @@ use std::sync::Mutex;
 
 use crate::lengths::Length;
 use crate::plan::arrange::arrange;
-use crate::plan::balance::{match_windows, stream, Unit};
+use crate::plan::balance::{balance_stream, match_windows, Unit};
 use crate::plan::config::Mode;
 use crate::plan::form::batches::{Epoch, Formed};
 use crate::plan::form::cut::{length_of, place, row_of, Batches, Derived, Run};
@@ -235,7 +235,7 @@ impl<L: Length> Former<'_, L> {
         let main = m / config.window() * config.window();
         // Cost classes regroup the whole epoch later (see `form/stream.rs`).
         if config.balance_tolerance_ppm.is_none() {
-            let mut rng = Pcg64::new(config.seed, epoch, stream(Unit::Group(group)));
+            let mut rng = Pcg64::new(config.seed, epoch, balance_stream(Unit::Group(group)));
             match_windows(&mut sequence[..main], &derived.cost, config, &mut rng);
         }
         place(batches, &derived, &sequence, shuffled, out, main)

@@ -10,7 +10,7 @@
 
 use crate::lengths::Length;
 use crate::plan::arrange::arrange;
-use crate::plan::balance::{match_windows, stream, Unit};
+use crate::plan::balance::{balance_stream, match_windows, Unit};
 use crate::plan::config::{Batching, Config, Mode};
 use crate::plan::form::batches::{Epoch, Formed};
 use crate::plan::form::open::PerBucket;
@@ -173,7 +173,7 @@ impl<L: Length> Former<'_, L> {
         // Cost classes regroup the whole epoch later and need the stratified order as it is: any
         // stretch of it mixes well, where a window matched here mixes well only as a whole.
         if config.balance_tolerance_ppm.is_none() {
-            let mut rng = Pcg64::new(config.seed, epoch, stream(Unit::Group(group)));
+            let mut rng = Pcg64::new(config.seed, epoch, balance_stream(Unit::Group(group)));
             match_windows(&mut sequence[..formed.main], &formed.cost, config, &mut rng);
         }
         let mut offsets = Vec::with_capacity(formed.offsets.len());
