@@ -140,7 +140,7 @@ def test_a_quadratic_cost_gives_long_batches_fewer_tokens():
         ((0, 0), db.PlanError, "a + b > 0"),
         ((float("nan"), 1.0), db.PlanError, "finite"),
         ((1.0,), TypeError, "pair (a, b)"),
-        (("a", 1.0), TypeError, "needs numbers"),
+        (("a", 1.0), TypeError, "cost's a must be a number"),
         (3, TypeError, "pair (a, b)"),
     ],
 )

@@ -171,3 +171,34 @@ def test_fortran_ordered_buffers_are_refused(store):
     out["labels"] = np.asfortranarray(out["labels"])
     with pytest.raises(ValueError, match="labels must be C-contiguous"):
         db.collate(store, [0], out=out)
+
+
+class TestCollator:
+    """``db.Collator`` pads what a DataLoader fetched with the same Rust code as ``collate``."""
+
+    def call(self, examples, **kwargs):
+        pytest.importorskip("torch")
+        return {key: value.numpy() for key, value in db.Collator(**kwargs)(examples).items()}
+
+    @settings(max_examples=30, deadline=None)
+    @given(
+        lengths=st.lists(st.integers(0, 9), min_size=1, max_size=8),
+        dtype=st.sampled_from(["int16", "uint16", "int32", "uint32", "int64", "uint64"]),
+        as_list=st.booleans(),
+        multiple=st.sampled_from([1, 8]),
+    )
+    def test_rows_of_any_integer_type_pad_like_the_reference(self, lengths, dtype, as_list, multiple):
+        rows = [np.arange(n, dtype=dtype) + 1 for n in lengths]
+        examples = [{"input_ids": r.tolist() if as_list else r} for r in rows]
+        got = self.call(examples, pad_to_multiple_of=multiple, dtype="int32")
+        assert_equal(got, reference(rows, multiple=multiple, dtype=np.int32))
+
+    def test_bad_rows_are_type_errors_and_no_rows_a_value_error(self):
+        with pytest.raises(TypeError, match=r"integer token ids in column 'input_ids'.*dtype float64"):
+            self.call([{"input_ids": [1.5, 2.0]}])
+        with pytest.raises(TypeError, match=r"shape \(1, 2\)"):
+            self.call([[[1, 2]]])
+        with pytest.raises(ValueError, match="Collator got no examples"):
+            self.call([])
+        with pytest.raises(ValueError, match="which no output dtype holds"):
+            self.call([np.array([2**63], dtype=np.uint64)])

@@ -80,7 +80,7 @@ def test_in_memory_dataset(saved):
     in_memory = datasets.Dataset.from_dict({"input_ids": [[1, 2, 3], [4], [5, 6]]})
     assert in_memory.cache_files == []
     assert_matches(in_memory, in_memory)
-    with pytest.raises(db.DataError, match=r"no column 'seq_len'.*pass column='input_ids'"):
+    with pytest.raises(db.DataError, match=r'the in-memory table has no column "seq_len".*pass column="input_ids"'):
         db.read_lengths(in_memory)
 
 

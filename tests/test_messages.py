@@ -161,10 +161,10 @@ def test_odd_one_row_batches_name_the_batches_and_suggest_drop_last_only_where_i
     assert "drop_last" not in str(err.value), "drop_last would drop every batch: not suggested"
 
 
-@pytest.mark.parametrize("count", [0, 65536, 2**32])
+@pytest.mark.parametrize("count", [0, -3, 65536, 2**32, 2**200])
 def test_a_bucket_count_out_of_range_quotes_the_real_limit(count):
     with pytest.raises(
-        db.PlanError, match=f"boundaries={count} is invalid; a bucket count must be between 1 and 65535"
+        db.PlanError, match=f"boundaries={count} is invalid; boundaries must be a bucket count between 1 and 65535"
     ):
         sampler(boundaries=count)
 

@@ -184,5 +184,6 @@ def test_stratified_order_mixes_better_than_random_and_keeps_every_sample():
 
 
 def test_order_is_validated():
-    with pytest.raises(db.PlanError, match="order='sorted' is invalid; use one of 'stratified', 'random'"):
+    message = r"order='sorted' is invalid; use one of 'stratified' \(the default\), 'random'"
+    with pytest.raises(db.PlanError, match=message):
         db.BucketSampler(np.full(4, 5), batch_size=1, order="sorted")

@@ -117,7 +117,7 @@ def test_progress_reports_every_file(tmp_path, capsys):
     db.read_lengths(paths, progress=False)
     assert capsys.readouterr().err == ""
     calls = []
-    db._core.read_lengths([str(p) for p in paths], "seq_len", calls.append)
+    db._core.read_lengths([str(p) for p in paths], "seq_len", progress=calls.append)
     assert calls == [1, 2, 3]
 
 
@@ -128,7 +128,7 @@ def test_progress_callback_errors_propagate(tmp_path):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        db._core.read_lengths([str(path)], "seq_len", stop)
+        db._core.read_lengths([str(path)], "seq_len", progress=stop)
 
 
 def test_bucket_sampler_reads_a_source(path):

@@ -16,15 +16,27 @@ class DataError(ValueError):
     """A dataset file that cannot be read as asked. The message names the file and the fix."""
 
 def read_lengths(
-    paths: Sequence[str], column: str, progress: Callable[[int], object] | None = None
+    paths: Sequence[str],
+    column: str,
+    rows: npt.NDArray[np.uint64] | None = None,
+    progress: Callable[[int], object] | None = None,
 ) -> npt.NDArray[np.uint32]:
     """The length of every row of ``paths`` (Arrow IPC files, in order) from ``column``: an integer
-    column, or a list column whose offsets give the lengths; a read-only array owned by Rust.
-    ``progress`` is called with the rows read so far. Raises DataError for a file or column that cannot
-    be read so, OSError for a file that cannot be opened, MemoryError when the lengths do not fit."""
+    column, or a list column whose offsets give the lengths; a read-only array owned by Rust. With
+    ``rows`` (a ``datasets`` indices mapping), the lengths of those rows in that order. ``progress`` is
+    called with the files read so far. Raises DataError for a file or column that cannot be read so,
+    OSError for a file that cannot be opened, IndexError for a mapped row past the files' rows,
+    MemoryError when the lengths do not fit."""
+
+def read_table_lengths(
+    table: object, column: str, rows: npt.NDArray[np.uint64] | None = None
+) -> npt.NDArray[np.uint32]:
+    """``read_lengths`` for a table in memory: any object with ``__arrow_c_stream__`` (a pyarrow
+    ``Table``), read without a copy through the Arrow C stream interface. Raises TypeError for an
+    object without that interface, DataError and IndexError as ``read_lengths``."""
 
 class TokenStore:
-    """A token column kept memory-mapped; rows are read-only views into the files."""
+    """A token column kept memory-mapped (or shared with a table in memory); rows are read-only views."""
 
     def __init__(
         self,
@@ -33,8 +45,19 @@ class TokenStore:
         rows: npt.NDArray[np.uint64] | None = None,
         progress: Callable[[int], object] | None = None,
     ) -> None:
-        """Maps ``column`` (a list of int32, int64 or uint32) of ``paths``; ``rows``: the row count of
-        each file, when known, to skip counting. Raises DataError, OSError as ``read_lengths``."""
+        """Maps ``column`` (a list of int32, int64 or uint32) of ``paths``; with ``rows`` (a ``datasets``
+        indices mapping), row ``i`` of the store is file row ``rows[i]``. Raises DataError, OSError
+        and IndexError as ``read_lengths``."""
+    @staticmethod
+    def from_table(table: object, column: str, rows: npt.NDArray[np.uint64] | None = None) -> TokenStore:
+        """The store over ``column`` of a table in memory (as ``read_table_lengths`` takes it), sharing
+        its buffers; the column is validated first. Raises TypeError, DataError, IndexError as
+        ``read_table_lengths``."""
+    @staticmethod
+    def from_rows(tokens: npt.NDArray[np.integer], offsets: npt.NDArray[np.int64]) -> TokenStore:
+        """The store over rows given flat: ``tokens`` (int32, int64 or uint32, copied) and the ``rows + 1``
+        ``offsets`` delimiting them. Raises TypeError for another dtype, DataError for offsets that do
+        not rise from 0 to ``len(tokens)`` or for no rows."""
     @property
     def dtype(self) -> str:
         """The numpy dtype name of the tokens: ``int32``, ``int64`` or ``uint32``."""
@@ -244,3 +267,8 @@ def locate_pieces(
     """The token windows ``(rows, starts, lengths)`` of plan ``entries`` (the first ``samples`` are
     dataset rows; ``rows``/``starts`` from ``split_long`` map the later ones). Raises PlanError for an
     entry that is not one of the plans'."""
+
+def seed_lengths(n: int, seed: int) -> npt.NDArray[np.uint32]:
+    """``n`` lengths of the seed workload (bins and shares of shared/CONTEXT.md), reproducible from
+    ``seed``: the same generator as the Rust benches. Raises OverflowError for a negative ``n`` or
+    ``seed`` (``dflash_batch.seed_workload`` checks them first)."""

@@ -53,10 +53,11 @@ def collate(
         raise TypeError(f"store must be a dflash_batch.TokenStore, got {type(store).__name__}")
     if not (isinstance(indices, np.ndarray) and indices.dtype in _INDEX_DTYPES and indices.ndim == 1):
         indices = _index_array(indices)
-    inner = store._inner
+    return _collate(store._inner, indices, pad_id, label_pad_id, pad_to_multiple_of, dtype, out)
+
+
+def _collate(inner, indices, pad_id, label_pad_id, pad_to_multiple_of, dtype, out) -> dict[str, np.ndarray]:
     settings = (_token("pad_id", pad_id), _token("label_pad_id", label_pad_id), _multiple(pad_to_multiple_of))
-    if not isinstance(inner, _core.TokenStore):
-        return _collate_numpy(inner, indices, *settings, out, output_dtype(dtype))
     if out is None:
         *arrays, (rows, width) = _core.collate_new(inner, indices, *settings, output_dtype(dtype))
         return {key: array.reshape(rows, width) for key, array in zip(KEYS, arrays, strict=True)}
@@ -91,38 +92,6 @@ def _buffers(out: dict[str, np.ndarray]) -> list[np.ndarray]:
 
 def _front(buffer: np.ndarray, rows: int, width: int) -> np.ndarray:
     return buffer.reshape(-1)[: rows * width].reshape(rows, width)
-
-
-def _collate_numpy(inner, indices, pad_id, label_pad_id, multiple, out, dtype) -> dict[str, np.ndarray]:
-    """The same collation for an in-memory table (no mapped files for Rust to read)."""
-    rows = [inner[int(i)] for i in indices]
-    longest = max((len(r) for r in rows), default=0)
-    width = -(-longest // multiple) * multiple
-    if out is not None:
-        buffers = _buffers(out)
-        dtype = buffers[0].dtype.name
-        needed = len(rows) * width
-        for key, buffer in zip(KEYS, buffers, strict=True):
-            if buffer.size < needed:
-                raise ValueError(f"buffer {key} holds {buffer.size} elements but the batch needs {needed}")
-    result = {
-        "input_ids": np.full((len(rows), width), pad_id, dtype=dtype),
-        "attention_mask": np.zeros((len(rows), width), dtype=dtype),
-        "labels": np.full((len(rows), width), label_pad_id, dtype=dtype),
-        "position_ids": np.zeros((len(rows), width), dtype=dtype),
-    }
-    for r, tokens in enumerate(rows):
-        n = len(tokens)
-        result["input_ids"][r, :n] = tokens
-        result["labels"][r, :n] = tokens
-        result["attention_mask"][r, :n] = 1
-        result["position_ids"][r, :n] = np.arange(n)
-    if out is None:
-        return result
-    views = {key: _front(buffer, len(rows), width) for key, buffer in zip(KEYS, buffers, strict=True)}
-    for key in KEYS:
-        views[key][...] = result[key]
-    return views
 
 
 PACKED_KEYS = ("input_ids", "labels", "position_ids", "seq_idx")
@@ -197,43 +166,10 @@ def _windows(starts: Any, lengths: Any, entries: int) -> tuple[np.ndarray, np.nd
 def _pack_into(
     store: TokenStore, indices, slot, cu_seqlens, pad_id, label_pad_id, windows=None
 ) -> tuple[int, int, int]:
-    """Packs into a ``[4, capacity]`` slot and ``cu_seqlens``: Rust for mapped stores, numpy otherwise.
+    """Packs into a ``[4, capacity]`` slot and ``cu_seqlens``, in Rust.
     ``windows``: ``(starts, lengths)`` of every entry within its sample (see :func:`collate_packed`)."""
-    inner = store._inner
-    if isinstance(inner, _core.TokenStore):
-        starts, lengths = windows if windows is not None else (None, None)
-        return _core.collate_packed_slot(inner, indices, slot, cu_seqlens, pad_id, label_pad_id, starts, lengths)
-    rows = [np.asarray(inner[int(i)]) for i in indices]
-    if windows is not None:
-        for s, (row, start) in enumerate(zip(rows, windows[0], strict=True)):
-            if start > 0 and start >= len(row):
-                raise ValueError(
-                    f"entry {s} starts at token {start}, past the end of its sample ({len(row)} tokens); pass the "
-                    "starts and lengths that sampler.pieces(batch) returns for the batch"
-                )
-        rows = [row[start : start + length] for row, start, length in zip(rows, *windows, strict=True)]
-    capacity = slot.shape[1]
-    total = sum(len(r) for r in rows)
-    if total > capacity:
-        raise ValueError(
-            f"the samples hold {total} tokens, more than the packed row's capacity {capacity}; "
-            "pass the capacity of the plan (its max_tokens) or plan with mode='packed'"
-        )
-    ids, labels, positions, seq = slot
-    ids[:], labels[:], positions[:], seq[:] = pad_id, label_pad_id, 0, -1
-    at = 0
-    cu_seqlens[0] = 0
-    for s, tokens in enumerate(rows):
-        n = len(tokens)
-        ids[at : at + n] = tokens
-        labels[at : at + n] = tokens
-        if n:
-            labels[at] = label_pad_id
-        positions[at : at + n] = np.arange(n)
-        seq[at : at + n] = s
-        at += n
-        cu_seqlens[s + 1] = at
-    return len(rows), at, max((len(r) for r in rows), default=0)
+    starts, lengths = windows if windows is not None else (None, None)
+    return _core.collate_packed_slot(store._inner, indices, slot, cu_seqlens, pad_id, label_pad_id, starts, lengths)
 
 
 class Collator:
@@ -261,16 +197,31 @@ class Collator:
     def __call__(self, examples: list[Any]) -> dict[str, Any]:
         import torch
 
-        rows = [np.asarray(e[self.column] if isinstance(e, dict) else e) for e in examples]
-        bad = next((r for r in rows if r.ndim != 1 or (r.size and r.dtype.kind not in "iu")), None)
-        if bad is not None:
-            raise TypeError(
-                f"Collator needs rows of integer token ids in column {self.column!r}, got an array of "
-                f"shape {bad.shape} and dtype {bad.dtype}"
-            )
-        settings = (self.pad_id, self.label_pad_id, self.pad_to_multiple_of, None, self.dtype)
-        arrays = _collate_numpy(rows, range(len(rows)), *settings)
+        if not examples:
+            raise ValueError("Collator got no examples; a batch needs at least one row")
+        store = _rows_store([np.asarray(e[self.column] if isinstance(e, dict) else e) for e in examples], self.column)
+        indices = np.arange(len(examples), dtype=np.int64)
+        arrays = _collate(store, indices, self.pad_id, self.label_pad_id, self.pad_to_multiple_of, self.dtype, None)
         return {key: torch.from_numpy(array) for key, array in arrays.items()}
 
     def __repr__(self) -> str:
         return f"Collator(column={self.column!r}, pad_id={self.pad_id}, label_pad_id={self.label_pad_id})"
+
+
+def _rows_store(rows: list[np.ndarray], column: str) -> _core.TokenStore:
+    """The rows a DataLoader fetched (integer arrays of any width) as a store the Rust collator reads."""
+    bad = next((r for r in rows if r.ndim != 1 or (r.size and r.dtype.kind not in "iu")), None)
+    if bad is not None:
+        raise TypeError(
+            f"Collator needs rows of integer token ids in column {column!r}, got an array of "
+            f"shape {bad.shape} and dtype {bad.dtype}"
+        )
+    # Empty rows (numpy makes them float64) must not promote the others' type.
+    tokens = np.concatenate([r for r in rows if r.size] or [np.zeros(0, dtype=np.int64)])
+    if tokens.dtype.name not in ("int32", "int64", "uint32"):
+        if tokens.dtype == np.uint64 and tokens.size and tokens.max() > np.iinfo(np.int64).max:
+            raise ValueError(f"Collator got the token id {tokens.max()}, which no output dtype holds")
+        tokens = tokens.astype(np.int64)
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum([r.size for r in rows], out=offsets[1:])
+    return _core.TokenStore.from_rows(tokens, offsets)

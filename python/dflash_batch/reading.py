@@ -1,4 +1,5 @@
-"""``read_lengths`` and ``TokenStore``: a dataset's lengths and tokens, read by Rust from mapped files.
+"""``read_lengths`` and ``TokenStore``: a dataset's lengths and tokens, read by Rust from mapped files
+(or from a table in memory, handed to Rust through the Arrow C stream interface without a copy).
 
 Lengths are copied out of the files (4 bytes a row), so planning never touches a mapped page and a file
 replaced later cannot crash it. Tokens stay mapped: ``store[i]`` is a read-only view into the file.
@@ -22,8 +23,9 @@ def read_lengths(source: Any, column: str = "seq_len", *, progress: bool | None 
     """The token length of every row of ``source``, as a read-only 1-D ``uint32`` array.
 
     Args:
-        source: an Arrow IPC file or stream, a ``save_to_disk`` directory, a glob, a list of these, or a
-            ``datasets.Dataset`` (its indices mapping is applied).
+        source: an Arrow IPC file or stream, a ``save_to_disk`` directory, a glob, a list of these, a
+            ``datasets.Dataset`` (its indices mapping is applied), or a table in memory (a pyarrow
+            ``Table``, or any object with ``__arrow_c_stream__``), read in place without a copy.
         column: an integer column (any width), or a list column such as ``"input_ids"`` whose lengths
             come from its offsets without reading the tokens.
         progress: show a progress bar over the files (default: when there are several and stderr is a
@@ -32,15 +34,14 @@ def read_lengths(source: Any, column: str = "seq_len", *, progress: bool | None 
     Raises:
         FileNotFoundError / OSError: the source or one of its files cannot be opened.
         DataError: a file is not Arrow, is truncated or compressed, lacks the column, or holds nulls or
-            negative lengths. The message names the file and the fix.
+            negative lengths (or a table in memory does). The message names the file and the fix.
+        IndexError: a ``datasets`` indices mapping names a row past the data.
     """
     resolved = resolve(source)
     if resolved.table is not None:
-        lengths = _table_lengths(resolved.table, column)
-    else:
-        with _Progress(len(resolved.paths), "reading lengths", progress) as bar:
-            lengths = _core.read_lengths(list(resolved.paths), column, bar.callback)
-    return _apply_rows(lengths, resolved.rows)
+        return _core.read_table_lengths(resolved.table, column, resolved.rows)
+    with _Progress(len(resolved.paths), "reading lengths", progress) as bar:
+        return _core.read_lengths(list(resolved.paths), column, resolved.rows, bar.callback)
 
 
 class TokenStore:
@@ -63,7 +64,7 @@ class TokenStore:
     def _open(self, source: Source, column: str, progress: bool | None) -> None:
         self._source, self._column = source, column
         if source.table is not None:
-            self._inner: Any = _TableTokens(source.table, column, source.rows)
+            self._inner = _core.TokenStore.from_table(source.table, column, source.rows)
             return
         with _Progress(len(source.paths), "mapping tokens", progress) as bar:
             self._inner = _core.TokenStore(list(source.paths), column, source.rows, bar.callback)
@@ -125,16 +126,6 @@ def _index_array(indices: Any) -> np.ndarray:
     return array.astype(np.uint64 if array.dtype.kind == "u" else np.int64)
 
 
-def _apply_rows(lengths: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
-    if rows is None:
-        return lengths
-    if rows.size and rows.max() >= len(lengths):
-        raise IndexError(f"the indices mapping names row {rows.max()}, but the dataset has {len(lengths)} rows")
-    mapped = lengths[rows]
-    mapped.flags.writeable = False
-    return mapped
-
-
 class _Progress:
     """A tqdm bar over files, fed by the Rust reader's callback; silent when off."""
 
@@ -157,90 +148,3 @@ class _Progress:
     def __exit__(self, *exc: Any) -> None:
         if self._bar is not None:
             self._bar.close()
-
-
-# -- tables that live in memory (a datasets.Dataset without plain cache files) -------------------------
-
-
-def _column(table: Any, column: str) -> Any:
-    if column not in table.column_names:
-        lists = [f.name for f in table.schema if _is_token_list(f.type)]
-        hint = f"; pass column={lists[0]!r} to take lengths from its offsets" if lists else ""
-        raise _core.DataError(f"the table has no column {column!r}; its columns are {table.column_names}{hint}")
-    return table.column(column)
-
-
-def _is_token_list(arrow_type: Any) -> bool:
-    import pyarrow as pa
-
-    return (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)) and pa.types.is_integer(
-        arrow_type.value_type
-    )
-
-
-def _table_lengths(table: Any, column: str) -> np.ndarray:
-    import pyarrow as pa
-
-    data = _column(table, column)
-    if data.null_count:
-        raise _core.DataError(f"column {column!r} holds {data.null_count} null(s); drop or fill them first")
-    if _is_token_list(data.type):
-        parts = [np.diff(chunk.offsets.to_numpy()) for chunk in data.chunks]
-    elif pa.types.is_integer(data.type):
-        parts = [chunk.to_numpy() for chunk in data.chunks]
-    else:
-        raise _core.DataError(
-            f"column {column!r} has type {data.type}; it must be an integer column or a list of integers"
-        )
-    values = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-    if values.size == 0:
-        raise _core.DataError("the table holds no rows; pass a dataset with at least one sample")
-    if values.min() < 0 or values.max() > np.iinfo(np.uint32).max:
-        bad = int(np.flatnonzero((values < 0) | (values > np.iinfo(np.uint32).max))[0])
-        raise _core.DataError(f"column {column!r} has the out-of-range length {values[bad]} at row {bad}")
-    lengths = values.astype(np.uint32)
-    lengths.flags.writeable = False
-    return lengths
-
-
-class _TableTokens:
-    """The token store's interface over a pyarrow table in memory: numpy views of its buffers."""
-
-    def __init__(self, table: Any, column: str, rows: np.ndarray | None) -> None:
-        data = _column(table, column)
-        if not _is_token_list(data.type) or str(data.type.value_type) not in ("int32", "int64", "uint32"):
-            raise _core.DataError(
-                f"column {column!r} has type {data.type}; it must be a list of int32, int64 or uint32 token ids"
-            )
-        self.dtype = str(data.type.value_type)
-        self._values = [chunk.values.to_numpy() for chunk in data.chunks]
-        self._offsets = [chunk.offsets.to_numpy() for chunk in data.chunks]
-        self._starts = np.cumsum([0] + [len(c) for c in data.chunks])
-        self._lengths = _apply_rows(_table_lengths(table, column), rows)
-        self._rows = rows
-
-    def __len__(self) -> int:
-        return len(self._lengths)
-
-    def lengths(self) -> np.ndarray:
-        return self._lengths
-
-    def __getitem__(self, index: int) -> np.ndarray:
-        n = len(self)
-        if not -n <= index < n:
-            raise IndexError(f"row {index} is out of range for a dataset of {n} rows; valid rows are 0..{n}")
-        row = index % n
-        if self._rows is not None:
-            row = int(self._rows[row])
-        chunk = int(np.searchsorted(self._starts, row, side="right")) - 1
-        local = row - self._starts[chunk]
-        view = self._values[chunk][self._offsets[chunk][local] : self._offsets[chunk][local + 1]]
-        view.flags.writeable = False
-        return view
-
-    def gather(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        rows = [self[int(i)] for i in indices]
-        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum([len(r) for r in rows], out=offsets[1:])
-        tokens = np.concatenate(rows) if rows else np.zeros(0, dtype=self.dtype)
-        return tokens, offsets

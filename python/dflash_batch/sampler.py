@@ -20,7 +20,6 @@ from ._accelerate import iter_for_shard, wrapping_shard
 from ._arguments import (
     _bool,
     _boundaries,
-    _choice,
     _cost,
     _epoch,
     _fraction,
@@ -146,10 +145,10 @@ class BucketSampler:
             "threads": _threads(threads),
             "accumulation": 1 if accumulation is None else _positive_int("accumulation", accumulation),
             "target_efficiency": _fraction("target_efficiency", target_efficiency),
-            "order": _choice("order", order, ("stratified", "random")),
+            "order": order,
             "cost": _cost(cost),
             "balance_tolerance": _tolerance(balance_tolerance),
-            "mode": _choice("mode", mode, ("padded", "packed")),
+            "mode": mode,
             "bucketed": _bool("bucketed", bucketed),
             # Python-side: long samples become pieces before the Rust planner sees the lengths.
             "truncate": oversize == "truncate",

@@ -2,13 +2,14 @@
 
 Accepted sources: one Arrow IPC file or stream (``.arrow``, ``.feather``, ``.ipc``), a directory
 written by ``datasets.Dataset.save_to_disk`` (its shards in the order ``state.json`` lists), any other
-directory of Arrow files (sorted by name), a glob, a list of any of these, or a ``datasets.Dataset``.
+directory of Arrow files (sorted by name), a glob, a list of any of these, a ``datasets.Dataset``, or a
+table in memory (a pyarrow ``Table``, or any object with ``__arrow_c_stream__``), which Rust reads in place.
 
 A ``Dataset`` backed by its cache files (the usual case: loaded from disk, or produced by ``.map()``)
 is read from those files directly; an indices mapping (from ``select``/``shuffle``/``filter``) becomes
 a row mapping applied on top. A ``Dataset`` whose table is not simply its files — held in memory, or
-with lazy operations such as a rename or a slice recorded on top of them — is read through pyarrow
-instead, still without copying the token column.
+with lazy operations such as a rename or a slice recorded on top of them — is handed to Rust as its
+pyarrow table instead (the Arrow C stream interface), still without copying the token column.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def resolve(source: Any) -> Source:
     """Resolves ``source`` (see the module docs); raises ``FileNotFoundError`` or ``TypeError``."""
     if is_dataset(source):
         return _from_dataset(source)
+    if hasattr(source, "__arrow_c_stream__"):  # a pyarrow Table, or any table that speaks the Arrow C stream
+        return Source(table=source)
     if isinstance(source, (list, tuple)):
         if not source:
             raise FileNotFoundError("the list of files is empty; pass at least one Arrow file")

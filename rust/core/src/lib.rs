@@ -73,4 +73,5 @@ pub use plan::output::{largest_padded, Plan, Stats};
 pub use plan::planner::Planner;
 pub use plan::resume::Resumed;
 pub use read::dataset::read_lengths;
+pub use read::table::table_lengths;
 pub use read::tokens::{Gathered, TokenStore, Tokens};

@@ -49,9 +49,12 @@ fn lengths_from_integers_and_offsets_in_both_formats() {
     for stream in [true, false] {
         let (path, rows) = sample(stream);
         let expected: Vec<u32> = rows.iter().map(|r| r.len() as u32).collect();
-        assert_eq!(read_lengths(&[&path], "seq_len", |_| {}).unwrap(), expected);
         assert_eq!(
-            read_lengths(&[&path], "input_ids", |_| {}).unwrap(),
+            read_lengths(&[&path], "seq_len", None, |_| {}).unwrap(),
+            expected
+        );
+        assert_eq!(
+            read_lengths(&[&path], "input_ids", None, |_| {}).unwrap(),
             expected
         );
     }
@@ -62,7 +65,7 @@ fn files_form_one_row_space_in_order_with_progress() {
     let (a, rows_a) = sample(true);
     let (b, rows_b) = sample(false);
     let mut seen = Vec::new();
-    let lengths = read_lengths(&[&b, &a], "seq_len", |done| seen.push(done)).unwrap();
+    let lengths = read_lengths(&[&b, &a], "seq_len", None, |done| seen.push(done)).unwrap();
     let expected: Vec<u32> = rows_b
         .iter()
         .chain(&rows_a)
@@ -122,7 +125,7 @@ fn out_of_range_rows_are_errors() {
 fn each_bad_input_has_its_own_error() {
     let (good, _) = sample(true);
     let missing = temp_path("missing.arrow");
-    let err = read_lengths(&[&missing], "seq_len", |_| {}).unwrap_err();
+    let err = read_lengths(&[&missing], "seq_len", None, |_| {}).unwrap_err();
     assert!(matches!(
         problem(&err),
         ReadProblem::Io {
@@ -133,14 +136,14 @@ fn each_bad_input_has_its_own_error() {
 
     let text = temp_path("notes.txt");
     std::fs::write(&text, b"hello, world").unwrap();
-    let err = read_lengths(&[&text], "seq_len", |_| {}).unwrap_err();
+    let err = read_lengths(&[&text], "seq_len", None, |_| {}).unwrap_err();
     assert!(
         matches!(problem(&err), ReadProblem::NotArrow { .. }),
         "{err}"
     );
     assert!(err.to_string().contains("b'hello, w'"), "{err}");
 
-    let err = read_lengths(&[&good], "num_tokens", |_| {}).unwrap_err();
+    let err = read_lengths(&[&good], "num_tokens", None, |_| {}).unwrap_err();
     match problem(&err) {
         ReadProblem::ColumnMissing {
             available,
@@ -166,7 +169,7 @@ fn each_bad_input_has_its_own_error() {
         )])],
         true,
     );
-    let err = read_lengths(&[&good, &other], "seq_len", |_| {}).unwrap_err();
+    let err = read_lengths(&[&good, &other], "seq_len", None, |_| {}).unwrap_err();
     assert!(
         matches!(problem(&err), ReadProblem::SchemaMismatch { .. }),
         "{err}"
@@ -194,7 +197,7 @@ fn wrong_types_nulls_negatives_and_empty_datasets_are_refused() {
         false,
     );
     for path in [&floats, &strings] {
-        let err = read_lengths(&[path], "n", |_| {}).unwrap_err();
+        let err = read_lengths(&[path], "n", None, |_| {}).unwrap_err();
         assert!(
             matches!(problem(&err), ReadProblem::ColumnType { .. }),
             "{err}"
@@ -207,7 +210,7 @@ fn wrong_types_nulls_negatives_and_empty_datasets_are_refused() {
         )])],
         true,
     );
-    let err = read_lengths(&[&nulls], "n", |_| {}).unwrap_err();
+    let err = read_lengths(&[&nulls], "n", None, |_| {}).unwrap_err();
     assert_eq!(
         problem(&err),
         &ReadProblem::Null {
@@ -222,7 +225,7 @@ fn wrong_types_nulls_negatives_and_empty_datasets_are_refused() {
         )])],
         true,
     );
-    let err = read_lengths(&[&negative], "n", |_| {}).unwrap_err();
+    let err = read_lengths(&[&negative], "n", None, |_| {}).unwrap_err();
     assert_eq!(
         problem(&err),
         &ReadProblem::Negative {
@@ -238,7 +241,7 @@ fn wrong_types_nulls_negatives_and_empty_datasets_are_refused() {
         )])],
         false,
     );
-    let err = read_lengths(&[&huge], "n", |_| {}).unwrap_err();
+    let err = read_lengths(&[&huge], "n", None, |_| {}).unwrap_err();
     assert!(
         matches!(problem(&err), ReadProblem::TooLarge { row: 0, .. }),
         "{err}"
@@ -250,10 +253,10 @@ fn wrong_types_nulls_negatives_and_empty_datasets_are_refused() {
         )])],
         true,
     );
-    let err = read_lengths(&[&empty], "n", |_| {}).unwrap_err();
+    let err = read_lengths(&[&empty], "n", None, |_| {}).unwrap_err();
     assert_eq!(problem(&err), &ReadProblem::Empty);
     let none: [&PathBuf; 0] = [];
-    assert!(read_lengths(&none, "n", |_| {}).is_err());
+    assert!(read_lengths(&none, "n", None, |_| {}).is_err());
 }
 
 #[test]
@@ -265,7 +268,7 @@ fn every_truncation_is_an_error() {
         for len in 0..bytes.len() {
             std::fs::write(&cut, &bytes[..len]).unwrap();
             assert!(
-                read_lengths(&[&cut], "input_ids", |_| {}).is_err(),
+                read_lengths(&[&cut], "input_ids", None, |_| {}).is_err(),
                 "stream={stream}, {len} bytes"
             );
             assert!(TokenStore::open(&[&cut], "input_ids", None, |_| {}).is_err());
@@ -291,7 +294,7 @@ proptest! {
             let (_, offsets) = store.gather(&all).unwrap();
             prop_assert_eq!(offsets.len(), store.len() + 1);
         }
-        let _ = read_lengths(&[&broken], "seq_len", |_| {});
+        let _ = read_lengths(&[&broken], "seq_len", None, |_| {});
         std::fs::remove_file(&broken).unwrap();
     }
 }

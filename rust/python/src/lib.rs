@@ -13,7 +13,9 @@ mod metrics;
 mod options;
 mod plan;
 mod planning;
+mod table;
 mod truncating;
+mod workload;
 
 use dflash_batch_core::ReadProblem;
 use dflash_batch_core::{Error, ErrorKind};
@@ -41,7 +43,7 @@ pyo3::create_exception!(
 /// subclass (`FileNotFoundError`, `PermissionError`, ...), unreadable data `DataError`, rows past the
 /// end `IndexError`, small buffers `ValueError`, memory that cannot be reserved `MemoryError`, and
 /// everything else `PlanError`.
-fn to_py(err: Error) -> PyErr {
+pub(crate) fn to_py(err: Error) -> PyErr {
     match err.kind() {
         ErrorKind::Read {
             problem: ReadProblem::Io { kind, .. },
@@ -82,10 +84,12 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<plan::Plan>()?;
     m.add_class::<reading::TokenStore>()?;
     m.add_function(wrap_pyfunction!(reading::read_lengths, m)?)?;
+    m.add_function(wrap_pyfunction!(reading::read_table_lengths, m)?)?;
     m.add_function(wrap_pyfunction!(truncating::split_long, m)?)?;
     m.add_function(wrap_pyfunction!(truncating::locate_pieces, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_into, m)?)?;
     m.add_function(wrap_pyfunction!(physical_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(workload::seed_lengths, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_new, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_slot, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_packed_slot, m)?)?;

@@ -1,10 +1,13 @@
 //! Planner arguments from Python: each extracted into the core's type (a named choice, a bucket
-//! count or edges, a cost pair, a ratio in parts per million), with a message that names the
-//! argument and what it takes.
+//! count or edges, a cost pair), with a message that names the argument and what it takes. Ranges
+//! (a cost's signs, a ratio's bounds, a count's limits) are the core's to check, once.
 
 use dflash_batch_core::{Boundaries, CostModel, Mode, Order};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyInt};
+
+use crate::{to_py, PlanError};
 
 /// `order=`: `"stratified"` (the default) or `"random"`.
 pub(crate) struct OrderArg(pub(crate) Order);
@@ -16,8 +19,8 @@ impl<'a, 'py> FromPyObject<'a, 'py> for OrderArg {
         match obj.extract::<String>()?.as_str() {
             "stratified" => Ok(Self(Order::Stratified)),
             "random" => Ok(Self(Order::Random)),
-            other => Err(PyValueError::new_err(format!(
-                "order={other:?} is invalid; use 'stratified' (the default) or 'random'"
+            other => Err(PlanError::new_err(format!(
+                "order='{other}' is invalid; use one of 'stratified' (the default), 'random'"
             ))),
         }
     }
@@ -30,8 +33,28 @@ impl<'a, 'py> FromPyObject<'a, 'py> for BoundariesArg {
     type Error = PyErr;
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        if let Ok(k) = obj.extract::<usize>() {
-            return Ok(Self(Boundaries::Count(k)));
+        if obj.is_instance_of::<PyBool>() {
+            return Err(PyTypeError::new_err(
+                "boundaries must be 'auto', a bucket count, or a list of edges, got a bool",
+            ));
+        }
+        if obj.is_instance_of::<PyInt>() {
+            return match obj.extract::<i128>() {
+                Ok(k) => Ok(Self(Boundaries::count(k).map_err(to_py)?)),
+                // Past i128 is past every limit: the core's message, quoting the value as given.
+                Err(_) => {
+                    let message = Boundaries::count(i128::MAX)
+                        .err()
+                        .map(|e| e.to_string())
+                        .unwrap_or_default();
+                    let given = obj.str()?.to_string();
+                    Err(PlanError::new_err(message.replacen(
+                        &i128::MAX.to_string(),
+                        &given,
+                        1,
+                    )))
+                }
+            };
         }
         let edges = obj.extract::<Vec<u32>>().map_err(|_| {
             PyTypeError::new_err(
@@ -59,8 +82,8 @@ fn cost_model(cost: &Borrowed<'_, '_, PyAny>) -> PyResult<CostModel> {
         if name == "tokens" {
             return Ok(CostModel::TOKENS);
         }
-        return Err(PyValueError::new_err(format!(
-            "cost={name:?} is invalid; pass \"tokens\" (the default) or a pair (a, b): a row of padded \
+        return Err(PlanError::new_err(format!(
+            "cost='{name}' is invalid; pass 'tokens' (the default) or a pair (a, b): a row of padded \
              length L costs a·L + b·L²"
         )));
     }
@@ -76,43 +99,12 @@ fn cost_model(cost: &Borrowed<'_, '_, PyAny>) -> PyResult<CostModel> {
 pub(crate) fn mode_of(mode: &str, bucketed: bool) -> PyResult<Mode> {
     match (mode, bucketed) {
         ("padded", false) => Ok(Mode::Padded),
-        ("padded", true) => Err(PyValueError::new_err(
+        ("padded", true) => Err(PlanError::new_err(
             "bucketed=True applies to mode='packed' (padded batches are always bucketed)",
         )),
         ("packed", bucketed) => Ok(Mode::Packed { bucketed }),
-        (other, _) => Err(PyValueError::new_err(format!(
-            "mode={other:?} is invalid; use 'padded' (the default) or 'packed'"
-        ))),
-    }
-}
-
-/// `target_efficiency=` in (0, 1], as parts per million (at least 1, so a tiny target stays valid).
-pub(crate) fn target_ppm(target_efficiency: f64) -> PyResult<u32> {
-    if !(target_efficiency > 0.0 && target_efficiency <= 1.0) {
-        return Err(PyValueError::new_err(format!(
-            "target_efficiency={target_efficiency} is invalid; pass a padding efficiency in (0, 1], e.g. 0.98"
-        )));
-    }
-    // In (0, 1] × 1e6, rounded: fits u32.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let ppm = ((target_efficiency * 1e6).round() as u32).max(1);
-    Ok(ppm)
-}
-
-/// `balance_tolerance=`: `None`, or a cost ratio tolerance in [0.001, 1000] as parts per million.
-pub(crate) fn tolerance_ppm(balance_tolerance: Option<f64>) -> PyResult<Option<u32>> {
-    match balance_tolerance {
-        None => Ok(None),
-        Some(t) if (0.001..=1000.0).contains(&t) => {
-            // In [1e3, 1e9]: fits u32.
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            let ppm = (t * 1e6).round() as u32;
-            Ok(Some(ppm))
-        }
-        Some(t) => Err(PyValueError::new_err(format!(
-            "balance_tolerance={t} is invalid; pass None (balance inside mixing windows only, \
-             the default) or a cost ratio tolerance between 0.001 and 1000, e.g. 0.1 for steps \
-             whose batches cost within 10% of each other"
+        (other, _) => Err(PlanError::new_err(format!(
+            "mode='{other}' is invalid; use 'padded' (the default) or 'packed'"
         ))),
     }
 }

@@ -12,7 +12,7 @@ use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::options::{mode_of, target_ppm, tolerance_ppm, BoundariesArg, CostArg, OrderArg};
+use crate::options::{mode_of, BoundariesArg, CostArg, OrderArg};
 use crate::plan::Plan;
 use crate::{read_only, to_py};
 
@@ -120,11 +120,13 @@ impl Planner {
                 Oversize::Error
             },
             pad_to_multiple_of,
-            target_efficiency_ppm: target_ppm(target_efficiency)?,
+            target_efficiency_ppm: Config::target_efficiency_ppm(target_efficiency)
+                .map_err(to_py)?,
             order: order.0,
             accumulation,
             cost: cost.map_or(CostModel::TOKENS, |c| c.0),
-            balance_tolerance_ppm: tolerance_ppm(balance_tolerance)?,
+            balance_tolerance_ppm: Config::balance_tolerance_ppm(balance_tolerance)
+                .map_err(to_py)?,
             mode: mode_of(mode, bucketed)?,
         };
         let planner = py

@@ -1,6 +1,6 @@
-//! The Arrow readers' binding: `read_lengths` and `TokenStore`. Files are given as a list of paths;
-//! resolving directories, globs and `datasets` objects into that list is Python's job
-//! (`dflash_batch/sources.py`).
+//! The Arrow readers' binding: `read_lengths` and `TokenStore`, over files or a table in memory.
+//! Files are given as a list of paths; resolving directories, globs and `datasets` objects into that
+//! list (or table) is Python's job (`dflash_batch/sources.py`).
 
 use std::path::PathBuf;
 
@@ -11,6 +11,7 @@ use numpy::{Element, PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
+use crate::table::Table;
 use crate::{read_only, to_py};
 
 /// Runs `$body` with `$rows` bound to `$indices` as a typed slice, for the index dtypes numpy and
@@ -64,19 +65,43 @@ impl<'a> Progress<'a> {
 }
 
 /// The length of every row of `paths` (in order) from `column`: an integer column, or a list column
-/// whose offsets give the lengths. Returns a read-only `uint32` array owned by Rust.
+/// whose offsets give the lengths; with `rows`, of those rows. Returns a read-only `uint32` array
+/// owned by Rust.
 #[pyfunction]
-#[pyo3(signature = (paths, column, progress=None))]
+#[pyo3(signature = (paths, column, rows=None, progress=None))]
 pub(crate) fn read_lengths(
     py: Python<'_>,
     paths: Vec<PathBuf>,
     column: &str,
+    rows: Option<PyReadonlyArray1<'_, u64>>,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<Py<PyArray1<u32>>> {
+    let rows = rows.map(|r| r.as_array().to_vec());
     let mut reporter = Progress::new(progress.as_ref());
-    let result =
-        py.detach(|| dflash_batch_core::read_lengths(&paths, column, |done| reporter.report(done)));
+    let result = py.detach(|| {
+        dflash_batch_core::read_lengths(&paths, column, rows.as_deref(), |done| {
+            reporter.report(done)
+        })
+    });
     let lengths = reporter.finish(result.map_err(to_py))?;
+    read_only(PyArray1::from_vec(py, lengths))
+}
+
+/// [`read_lengths`] for a table in memory (see `table.rs`).
+#[pyfunction]
+#[pyo3(signature = (table, column, rows=None))]
+pub(crate) fn read_table_lengths(
+    py: Python<'_>,
+    table: Table,
+    column: &str,
+    rows: Option<PyReadonlyArray1<'_, u64>>,
+) -> PyResult<Py<PyArray1<u32>>> {
+    let rows = rows.map(|r| r.as_array().to_vec());
+    let lengths = py
+        .detach(|| {
+            dflash_batch_core::table_lengths(&table.schema, &table.batches, column, rows.as_deref())
+        })
+        .map_err(to_py)?;
     read_only(PyArray1::from_vec(py, lengths))
 }
 
@@ -104,12 +129,50 @@ impl TokenStore {
         let mut reporter = Progress::new(progress.as_ref());
         let result =
             py.detach(|| CoreStore::open(&paths, column, rows, |done| reporter.report(done)));
-        let store = reporter.finish(result.map_err(to_py))?;
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
-        Ok(Self {
-            store,
-            pool: PrivatePool::new(threads),
-        })
+        Ok(Self::over(reporter.finish(result.map_err(to_py))?))
+    }
+
+    /// The store over column `column` of a table in memory (see `table.rs`), sharing its buffers.
+    #[staticmethod]
+    #[pyo3(signature = (table, column, rows=None))]
+    fn from_table(
+        py: Python<'_>,
+        table: Table,
+        column: &str,
+        rows: Option<PyReadonlyArray1<'_, u64>>,
+    ) -> PyResult<Self> {
+        let rows = rows.map(|r| r.as_array().to_vec());
+        let store = py
+            .detach(|| CoreStore::from_table(&table.schema, &table.batches, column, rows))
+            .map_err(to_py)?;
+        Ok(Self::over(store))
+    }
+
+    /// The store over rows given flat: `tokens` (int32, int64 or uint32) and the `rows + 1` int64
+    /// `offsets` delimiting them (both copied).
+    #[staticmethod]
+    fn from_rows(
+        py: Python<'_>,
+        tokens: &Bound<'_, PyAny>,
+        offsets: PyReadonlyArray1<'_, i64>,
+    ) -> PyResult<Self> {
+        let tokens = if let Ok(t) = tokens.extract::<PyReadonlyArray1<'_, i32>>() {
+            Gathered::I32(t.as_array().to_vec())
+        } else if let Ok(t) = tokens.extract::<PyReadonlyArray1<'_, i64>>() {
+            Gathered::I64(t.as_array().to_vec())
+        } else {
+            let t = tokens.extract::<PyReadonlyArray1<'_, u32>>().map_err(|_| {
+                pyo3::exceptions::PyTypeError::new_err(
+                    "tokens must be a 1-D array of int32, int64 or uint32 token ids",
+                )
+            })?;
+            Gathered::U32(t.as_array().to_vec())
+        };
+        let offsets = offsets.as_array().to_vec();
+        let store = py
+            .detach(|| CoreStore::from_rows(tokens, offsets))
+            .map_err(to_py)?;
+        Ok(Self::over(store))
     }
 
     fn __len__(&self) -> usize {
@@ -152,6 +215,16 @@ impl TokenStore {
             Gathered::U32(t) => PyArray1::from_vec(py, t).into_any(),
         };
         PyTuple::new(py, [tokens, PyArray1::from_vec(py, offsets).into_any()])
+    }
+}
+
+impl TokenStore {
+    fn over(store: CoreStore) -> Self {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+        Self {
+            store,
+            pool: PrivatePool::new(threads),
+        }
     }
 }
 

@@ -37,6 +37,9 @@ impl fmt::Display for Error {
             K::InvalidSetting { name, value, expected } => {
                 write!(f, "{name}={value} is invalid; {name} must be {expected}")
             }
+            K::InvalidRatio { name, value, expected } => {
+                write!(f, "{name}={value} is invalid; pass {expected}")
+            }
             K::InvalidCost { given } => write!(
                 f,
                 "cost={given} is invalid; pass cost=\"tokens\" or (a, b) with finite a, b ≥ 0 and a + b > 0 \

@@ -48,6 +48,15 @@ pub enum ErrorKind {
         /// What the value must satisfy, e.g. "≥ 1".
         expected: &'static str,
     },
+    /// A ratio setting (`target_efficiency`, `balance_tolerance`) is out of its range.
+    InvalidRatio {
+        /// The setting's name.
+        name: &'static str,
+        /// The value given, formatted (from parts per million, when a `Config` was built directly).
+        value: String,
+        /// What the value must be, and an example.
+        expected: &'static str,
+    },
     /// The cost model `(linear, quadratic)` is not two finite, non-negative numbers with a positive sum.
     InvalidCost {
         /// The pair as given, formatted.

@@ -45,6 +45,25 @@ pub enum Boundaries {
     Edges(Vec<u32>),
 }
 
+impl Boundaries {
+    /// The most buckets: a sample's bucket is kept in a `u16`.
+    pub const MAX_COUNT: usize = u16::MAX as usize;
+
+    /// `k` optimized buckets, `k` from 1 to [`Boundaries::MAX_COUNT`] (any integer a user typed is
+    /// taken, so the message quotes it).
+    pub fn count(k: i128) -> Result<Self> {
+        match usize::try_from(k) {
+            Ok(k) if (1..=Self::MAX_COUNT).contains(&k) => Ok(Self::Count(k)),
+            _ => Err(ErrorKind::InvalidSetting {
+                name: "boundaries",
+                value: k,
+                expected: "a bucket count between 1 and 65535, 'auto' or a list of edges",
+            }
+            .into()),
+        }
+    }
+}
+
 /// How the batches of a shuffled epoch are ordered (see `arrange.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Order {
@@ -193,6 +212,40 @@ impl Config {
         (self.accumulation as usize).saturating_mul(self.world_size as usize)
     }
 
+    /// `target_efficiency` (a padding efficiency in (0, 1]) in the parts per million a `Config`
+    /// keeps: integers hash and compare exactly. At least 1, so a tiny target stays valid.
+    pub fn target_efficiency_ppm(target: f64) -> Result<u32> {
+        if !(target > 0.0 && target <= 1.0) {
+            return Err(ErrorKind::InvalidRatio {
+                name: "target_efficiency",
+                value: target.to_string(),
+                expected: "a padding efficiency in (0, 1], e.g. 0.98",
+            }
+            .into());
+        }
+        // In (0, 1] × 1e6, rounded: fits u32.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        Ok(((target * 1e6).round() as u32).max(1))
+    }
+
+    /// `balance_tolerance` (`None`, or a cost ratio tolerance in [0.001, 1000]) in parts per million.
+    pub fn balance_tolerance_ppm(tolerance: Option<f64>) -> Result<Option<u32>> {
+        match tolerance {
+            None => Ok(None),
+            // In [1e3, 1e9]: fits u32.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            Some(t) if (0.001..=1000.0).contains(&t) => Ok(Some((t * 1e6).round() as u32)),
+            Some(t) => Err(ErrorKind::InvalidRatio {
+                name: "balance_tolerance",
+                value: t.to_string(),
+                expected: "None (balance inside mixing windows only, the default) or a cost ratio \
+                           tolerance between 0.001 and 1000, e.g. 0.1 for steps whose batches cost \
+                           within 10% of each other",
+            }
+            .into()),
+        }
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         if self.world_size == 0 {
             return Err(setting("world_size", 0, "≥ 1"));
@@ -200,14 +253,7 @@ impl Config {
         if self.pad_to_multiple_of == 0 {
             return Err(setting("pad_to_multiple_of", 0, "≥ 1"));
         }
-        if !(1..=1_000_000).contains(&self.target_efficiency_ppm) {
-            return Err(ErrorKind::InvalidSetting {
-                name: "target_efficiency",
-                value: i128::from(self.target_efficiency_ppm),
-                expected: "in (0, 1] (given here in parts per million)",
-            }
-            .into());
-        }
+        Self::target_efficiency_ppm(f64::from(self.target_efficiency_ppm) / 1e6)?;
         if self.accumulation == 0 {
             return Err(setting(
                 "accumulation",
@@ -215,16 +261,7 @@ impl Config {
                 "≥ 1 (micro-batches per optimizer step)",
             ));
         }
-        if let Some(ppm) = self.balance_tolerance_ppm.filter(|&t| t < 1000) {
-            return Err(ErrorKind::InvalidSetting {
-                name: "balance_tolerance",
-                value: i128::from(ppm),
-                expected:
-                    "≥ 0.001 (given here in parts per million; e.g. 0.1 for steps within 10%), \
-                           or None to balance only inside mixing windows",
-            }
-            .into());
-        }
+        Self::balance_tolerance_ppm(self.balance_tolerance_ppm.map(|t| f64::from(t) / 1e6))?;
         let CostModel { linear, quadratic } = self.cost;
         let valid = |c: f64| c.is_finite() && c >= 0.0;
         if !valid(linear) || !valid(quadratic) || linear + quadratic <= 0.0 {
@@ -300,7 +337,9 @@ mod tests {
     #[test]
     fn each_setting_error_names_its_setting() {
         let name = |kind: Option<ErrorKind>| match kind {
-            Some(ErrorKind::InvalidSetting { name, .. }) => name,
+            Some(ErrorKind::InvalidSetting { name, .. } | ErrorKind::InvalidRatio { name, .. }) => {
+                name
+            }
             other => panic!("{other:?}"),
         };
         assert_eq!(name(check(|c| c.accumulation = 0)), "accumulation");
@@ -309,6 +348,18 @@ mod tests {
             "balance_tolerance"
         );
         assert_eq!(check(|c| c.balance_tolerance_ppm = Some(1000)), None);
+        assert_eq!(
+            name(check(|c| c.balance_tolerance_ppm = Some(1_000_000_001))),
+            "balance_tolerance"
+        );
+        assert_eq!(
+            name(check(|c| c.target_efficiency_ppm = 0)),
+            "target_efficiency"
+        );
+        assert_eq!(
+            name(check(|c| c.target_efficiency_ppm = 1_000_001)),
+            "target_efficiency"
+        );
         assert_eq!(name(check(|c| c.world_size = 0)), "world_size");
         let packed_over = |c: &mut Config| {
             c.mode = Mode::Packed { bucketed: false };
@@ -359,5 +410,32 @@ mod tests {
             quadratic: 0.5,
         };
         assert!((model.row(10) - 70.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn ratios_become_parts_per_million_or_an_error_naming_the_value() {
+        assert_eq!(Config::target_efficiency_ppm(0.98).unwrap(), 980_000);
+        assert_eq!(Config::target_efficiency_ppm(1e-9).unwrap(), 1);
+        assert_eq!(
+            Config::balance_tolerance_ppm(Some(0.1)).unwrap(),
+            Some(100_000)
+        );
+        assert_eq!(Config::balance_tolerance_ppm(None).unwrap(), None);
+        for bad in [0.0, -0.5, 1.5, f64::NAN, f64::INFINITY] {
+            let message = Config::target_efficiency_ppm(bad).unwrap_err().to_string();
+            assert!(
+                message.starts_with(&format!("target_efficiency={bad} is invalid")),
+                "{message}"
+            );
+        }
+        for bad in [0.0009, 1000.5, f64::NAN, -1.0] {
+            let message = Config::balance_tolerance_ppm(Some(bad))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                message.starts_with(&format!("balance_tolerance={bad} is invalid")),
+                "{message}"
+            );
+        }
     }
 }

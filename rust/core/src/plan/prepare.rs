@@ -209,14 +209,7 @@ fn choose_buckets<L: Length>(
             return Ok((buckets, predicted));
         }
         Boundaries::Count(k) => {
-            if *k == 0 || *k > usize::from(u16::MAX) {
-                return Err(ErrorKind::InvalidSetting {
-                    name: "boundaries (bucket count)",
-                    value: *k as i128,
-                    expected: "between 1 and 65535",
-                }
-                .into());
-            }
+            Boundaries::count(*k as i128)?;
             optimal_edges(&histogram, *k, config)
         }
         Boundaries::Auto => {

@@ -213,7 +213,7 @@ fn truncated(detail: impl Into<String>) -> ReadProblem {
 }
 
 /// A list of the columns that exist, and a list column to derive lengths from, if any.
-fn missing_column(schema: &Schema, name: &str) -> ReadProblem {
+pub(crate) fn missing_column(schema: &Schema, name: &str) -> ReadProblem {
     let available = schema.fields().iter().map(|f| f.name().clone()).collect();
     let suggestion = schema
         .fields()

@@ -65,16 +65,47 @@ pub fn for_each_file<P: AsRef<Path>>(
 /// The length of every row of `paths`, from column `name`: an integer column, or a list column whose
 /// offsets give the lengths. The result is copied out of the maps, which are closed on return: a
 /// file changed later cannot affect it.
+/// With `rows` (a `datasets` indices mapping), the lengths of those file rows, in that order.
 pub fn read_lengths<P: AsRef<Path>>(
     paths: &[P],
     name: &str,
+    rows: Option<&[u64]>,
     progress: impl FnMut(usize),
 ) -> Result<Vec<u32>> {
     let mut lengths = Vec::new();
     for_each_file(paths, name, accept_lengths, progress, |_, column| {
         append_lengths(name, &column.chunks, &mut lengths)
     })?;
-    Ok(lengths)
+    map_rows(lengths, rows)
+}
+
+/// `rows` as positions among `file_rows` rows, each checked to exist.
+pub(crate) fn check_rows(rows: &[u64], file_rows: usize) -> Result<Vec<usize>> {
+    rows.iter()
+        .map(|&r| {
+            usize::try_from(r)
+                .ok()
+                .filter(|&r| r < file_rows)
+                .ok_or_else(|| {
+                    ErrorKind::RowOutOfRange {
+                        row: i128::from(r),
+                        rows: file_rows as u64,
+                    }
+                    .into()
+                })
+        })
+        .collect()
+}
+
+/// The lengths of `rows` (all of them without a mapping).
+pub(crate) fn map_rows(lengths: Vec<u32>, rows: Option<&[u64]>) -> Result<Vec<u32>> {
+    match rows {
+        None => Ok(lengths),
+        Some(rows) => Ok(check_rows(rows, lengths.len())?
+            .into_iter()
+            .map(|r| lengths[r])
+            .collect()),
+    }
 }
 
 pub(crate) fn read_failure(path: &Path, problem: ReadProblem) -> crate::error::Error {

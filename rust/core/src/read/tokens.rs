@@ -11,14 +11,16 @@ use std::path::Path;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, UInt32Type};
-use arrow_array::{Array, ArrayRef, GenericListArray, OffsetSizeTrait};
+use arrow_array::{Array, ArrayRef, GenericListArray, OffsetSizeTrait, RecordBatch};
 use arrow_buffer::{ArrowNativeType, OffsetBuffer, ScalarBuffer};
-use arrow_schema::{DataType, Field};
+use arrow_schema::{DataType, Field, SchemaRef};
 
 use crate::error::read::ReadProblem;
 use crate::error::{ErrorKind, Result};
+use crate::read::arrow::Column;
 use crate::read::column::{append_lengths, first_null};
-use crate::read::dataset::for_each_file;
+use crate::read::dataset::{check_rows, for_each_file, read_failure};
+use crate::read::table::{table_column, IN_MEMORY};
 
 /// A row's record batch and value range.
 pub(crate) type Located = (usize, Range<usize>);
@@ -106,37 +108,68 @@ impl TokenStore {
         rows: Option<Vec<u64>>,
         progress: impl FnMut(usize),
     ) -> Result<Self> {
-        let mut store = Self {
+        let mut store = Self::empty();
+        for_each_file(paths, name, accept_tokens, progress, |_, column| {
+            store.add(name, &column)
+        })?;
+        store.map(rows)
+    }
+
+    /// The store over column `name` of record batches already in memory (a pyarrow table handed
+    /// over through the Arrow C data interface): the same rules and messages as [`TokenStore::open`],
+    /// with the table named "the in-memory table". The store shares the batches' buffers.
+    pub fn from_table(
+        schema: &SchemaRef,
+        batches: &[RecordBatch],
+        name: &str,
+        rows: Option<Vec<u64>>,
+    ) -> Result<Self> {
+        let column = table_column(schema, batches, name, accept_tokens)?;
+        let mut store = Self::empty();
+        store
+            .add(name, &column)
+            .map_err(|problem| read_failure(Path::new(IN_MEMORY), problem))?;
+        store.map(rows)
+    }
+
+    fn empty() -> Self {
+        Self {
             offsets: Vec::new(),
             values: Values::I32(Vec::new()),
             starts: vec![0],
             lengths: Vec::new(),
             rows: None,
-        };
-        let mut first = true;
-        for_each_file(paths, name, accept_tokens, progress, |_, column| {
-            if std::mem::take(&mut first) {
-                store.values = match column.field.data_type() {
-                    DataType::List(item) | DataType::LargeList(item) => match item.data_type() {
-                        DataType::Int64 => Values::I64(Vec::new()),
-                        DataType::UInt32 => Values::U32(Vec::new()),
-                        _ => Values::I32(Vec::new()),
-                    },
-                    _ => Values::I32(Vec::new()),
-                };
-            }
-            append_lengths(name, &column.chunks, &mut store.lengths)?;
-            column
-                .chunks
-                .iter()
-                .try_for_each(|chunk| store.push(name, chunk))
-        })?;
-        if let Some(rows) = rows {
-            let rows = store.check_rows(&rows)?;
-            store.lengths = rows.iter().map(|&r| store.lengths[r]).collect();
-            store.rows = Some(rows);
         }
-        Ok(store)
+    }
+
+    /// Appends one file's (or table's) column; the first one sets the token type, which
+    /// `accept_tokens` and the schema check keep the same for the rest.
+    fn add(&mut self, name: &str, column: &Column) -> Result<(), ReadProblem> {
+        if self.offsets.is_empty() {
+            self.values = match column.field.data_type() {
+                DataType::List(item) | DataType::LargeList(item) => match item.data_type() {
+                    DataType::Int64 => Values::I64(Vec::new()),
+                    DataType::UInt32 => Values::U32(Vec::new()),
+                    _ => Values::I32(Vec::new()),
+                },
+                _ => Values::I32(Vec::new()),
+            };
+        }
+        append_lengths(name, &column.chunks, &mut self.lengths)?;
+        column
+            .chunks
+            .iter()
+            .try_for_each(|chunk| self.push(name, chunk))
+    }
+
+    /// Applies a row mapping: row `i` of the store becomes file row `rows[i]`.
+    fn map(mut self, rows: Option<Vec<u64>>) -> Result<Self> {
+        if let Some(rows) = rows {
+            let rows = check_rows(&rows, self.file_rows())?;
+            self.lengths = rows.iter().map(|&r| self.lengths[r]).collect();
+            self.rows = Some(rows);
+        }
+        Ok(self)
     }
 
     fn push(&mut self, name: &str, chunk: &ArrayRef) -> Result<(), ReadProblem> {
@@ -163,25 +196,6 @@ impl TokenStore {
 
     fn file_rows(&self) -> usize {
         self.starts.last().copied().unwrap_or(0)
-    }
-
-    /// The mapping's rows as positions, checking every one exists.
-    fn check_rows(&self, rows: &[u64]) -> Result<Vec<usize>> {
-        let file_rows = self.file_rows();
-        rows.iter()
-            .map(|&r| {
-                usize::try_from(r)
-                    .ok()
-                    .filter(|&r| r < file_rows)
-                    .ok_or_else(|| {
-                        ErrorKind::RowOutOfRange {
-                            row: i128::from(r),
-                            rows: file_rows as u64,
-                        }
-                        .into()
-                    })
-            })
-            .collect()
     }
 
     /// The numpy name of the token type: `int32`, `int64` or `uint32`.
