@@ -251,6 +251,10 @@ def test_any_resume_on_any_ranks_trains_every_sample_of_the_epoch_once(
     trained = [i for s in old for i in run(s, steps)]
     state = old[0].state_dict()
     new = [db.BucketSampler(lengths, world_size=after, rank=r, **kwargs) for r in range(after)]
+    try:  # the data must fit the new ranks at all: tiny datasets can have epochs no 'after' ranks can share
+        new[0].plan(2)
+    except db.PlanError:
+        assume(False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for s in new:

@@ -272,3 +272,13 @@ def seed_lengths(n: int, seed: int) -> npt.NDArray[np.uint32]:
     """``n`` lengths of the seed workload (bins and shares of shared/CONTEXT.md), reproducible from
     ``seed``: the same generator as the Rust benches. Raises OverflowError for a negative ``n`` or
     ``seed`` (``dflash_batch.seed_workload`` checks them first)."""
+
+def efficiency(
+    offsets: npt.NDArray[np.uint64],
+    indices: npt.NDArray[np.uint32],
+    lengths: npt.NDArray[np.uint32],
+    pad_to_multiple_of: int = 1,
+) -> float | None:
+    """Real over padded tokens of any CSR batching (each batch's rows × its longest length rounded up to
+    ``pad_to_multiple_of``); None without tokens. Raises PlanError for offsets that are not a CSR over
+    ``indices``, an index past ``lengths``, or ``pad_to_multiple_of`` 0."""

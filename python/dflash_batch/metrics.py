@@ -1,6 +1,6 @@
 """Mixing and balance figures for any batching in CSR form (``order``, ``offsets``), computed by the same
 Rust code as ``Plan.stats()``, so baselines and plans are scored alike. Definitions: see ``Plan.stats``
-and ``rust/core/src/mixing.rs``."""
+and ``rust/core/src/metrics.rs``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,12 @@ from . import _core
 
 def _csr(order: Any, offsets: Any) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(offsets, dtype=np.uint64), np.ascontiguousarray(order, dtype=np.uint32)
+
+
+def efficiency(lengths: Any, order: Any, offsets: Any, pad_to_multiple_of: int = 1) -> float | None:
+    """Real tokens over padded tokens (rows × longest row per batch, rounded up to ``pad_to_multiple_of``)."""
+    offsets, order = _csr(order, offsets)
+    return _core.efficiency(offsets, order, np.ascontiguousarray(lengths, dtype=np.uint32), pad_to_multiple_of)
 
 
 def window_tv(lengths: Any, order: Any, offsets: Any, window: int) -> float | None:

@@ -253,6 +253,8 @@ fn batch_of((offsets, indices): (&[u64], &[u32]), samples: usize) -> Vec<u32> {
 #[cfg(test)]
 mod tests;
 
+pub mod score;
+
 /// The mixing and balance figures of one of `planner`'s plans, given as CSR.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Report {

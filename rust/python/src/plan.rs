@@ -10,6 +10,8 @@ use pyo3::exceptions::{PyIndexError, PyOverflowError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PySlice};
 
+use crate::to_py;
+
 /// One epoch's batches for all ranks, in training order (CSR). Batch `i` is
 /// `indices[offsets[i]:offsets[i+1]]`; step `s` on rank `r` is batch `s * world_size + r`.
 #[pyclass(frozen, name = "Plan", module = "dflash_batch._core", sequence)]
@@ -79,12 +81,7 @@ impl Plan {
         );
         let csr = (offsets.as_slice()?, indices.as_slice()?);
         let (world, lengths) = (self.world_size, self.planner.lengths());
-        if rank >= world {
-            return Err(PyValueError::new_err(format!(
-                "rank {rank} is not one of this plan's {world} ranks; pass 0 ≤ rank < {world}"
-            )));
-        }
-        Ok(py.detach(|| {
+        py.detach(|| {
             dflash_batch_core::largest_padded(
                 csr,
                 world,
@@ -92,7 +89,8 @@ impl Plan {
                 (start, rank),
                 pad_to_multiple_of,
             )
-        }))
+        })
+        .map_err(to_py)
     }
 
     /// Ranks the plan was made for.

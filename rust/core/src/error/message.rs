@@ -37,6 +37,11 @@ impl fmt::Display for Error {
             K::InvalidSetting { name, value, expected } => {
                 write!(f, "{name}={value} is invalid; {name} must be {expected}")
             }
+            K::RankOutOfRange { rank, world_size } => write!(
+                f,
+                "rank {rank} is not one of this plan's {world_size} ranks; pass 0 ≤ rank < {world_size}"
+            ),
+            K::BadBatching { problem } => write!(f, "the batches are not a CSR batching: {problem}"),
             K::InvalidRatio { name, value, expected } => {
                 write!(f, "{name}={value} is invalid; pass {expected}")
             }

@@ -48,6 +48,18 @@ pub enum ErrorKind {
         /// What the value must satisfy, e.g. "≥ 1".
         expected: &'static str,
     },
+    /// A rank that is not one of the plan's.
+    RankOutOfRange {
+        /// The rank asked for.
+        rank: u32,
+        /// The plan's ranks.
+        world_size: u32,
+    },
+    /// Batches given as CSR (to be scored) that are not a CSR over the samples.
+    BadBatching {
+        /// What is wrong, and what it must be.
+        problem: &'static str,
+    },
     /// A ratio setting (`target_efficiency`, `balance_tolerance`) is out of its range.
     InvalidRatio {
         /// The setting's name.

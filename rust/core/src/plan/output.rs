@@ -102,22 +102,20 @@ impl Plan {
 
     /// Elements of the largest padded batch `rank` runs from step `start` on (see
     /// [`largest_padded`]).
-    pub fn largest_padded(&self, lengths: &Lengths, start: u64, rank: u32, multiple: u32) -> u64 {
+    pub fn largest_padded(
+        &self,
+        lengths: &Lengths,
+        start: u64,
+        rank: u32,
+        multiple: u32,
+    ) -> Result<u64> {
         let csr = (self.offsets.as_slice(), self.indices.as_slice());
         largest_padded(csr, self.world_size, lengths, (start, rank), multiple)
     }
 
     /// The batch that rank `rank` trains on at step `step`.
     pub fn step(&self, step: u64, rank: u32) -> Result<&[u32]> {
-        if rank >= self.world_size {
-            let value = i128::from(rank);
-            return Err(ErrorKind::InvalidSetting {
-                name: "rank",
-                value,
-                expected: "below world_size",
-            }
-            .into());
-        }
+        check_rank(rank, self.world_size)?;
         let steps = self.stats.steps;
         let i = step
             .checked_mul(u64::from(self.world_size))
@@ -160,15 +158,17 @@ impl Plan {
 
 /// Elements of the largest padded batch that `rank` runs from step `start` on in the plan `csr`
 /// (offsets, indices) of `world_size` ranks — rows × its longest length (from `lengths`) rounded up
-/// to `multiple` — or 1 when it runs none: what a buffer that holds every one of them needs.
+/// to `multiple` — or 1 when it runs none: what a buffer that holds every one of them needs. A rank
+/// outside the plan's is an error.
 pub fn largest_padded(
     (offsets, indices): (&[u64], &[u32]),
     world_size: u32,
     lengths: &Lengths,
     (start, rank): (u64, u32),
     multiple: u32,
-) -> u64 {
-    with_lengths!(lengths, v => {
+) -> Result<u64> {
+    check_rank(rank, world_size)?;
+    Ok(with_lengths!(lengths, v => {
         let multiple = u64::from(multiple.max(1));
         let (world, batches) = (u64::from(world_size.max(1)), offsets.len().saturating_sub(1) as u64);
         let batch = |i: u64| {
@@ -183,7 +183,15 @@ pub fn largest_padded(
             })
             .max();
         largest.unwrap_or(0).max(1)
-    })
+    }))
+}
+
+/// `rank` must be one of the plan's `world_size` ranks.
+fn check_rank(rank: u32, world_size: u32) -> Result<()> {
+    if rank >= world_size {
+        return Err(ErrorKind::RankOutOfRange { rank, world_size }.into());
+    }
+    Ok(())
 }
 
 /// Fewest and most rows in a batch, in one pass over the offsets.

@@ -1,0 +1,157 @@
+//! Scoring any batching, not only this crate's plans: a baseline's or another library's batches,
+//! given as CSR (`offsets`, `indices`), are checked first and then scored by the code that scores
+//! plans, so every figure in a comparison is measured the same way.
+
+use crate::error::{ErrorKind, Result};
+use crate::metrics::{churn, rank_imbalance, window_tv, Deciles, Imbalance};
+use crate::plan::split::to_usize;
+
+/// Checks that `offsets` is a CSR over `indices` whose rows all lie below `samples`.
+pub fn check_csr(offsets: &[u64], indices: &[u32], samples: usize) -> Result<()> {
+    let rising = offsets.windows(2).all(|w| w[0] <= w[1]);
+    let spans =
+        offsets.first() == Some(&0) && offsets.last().copied() == Some(indices.len() as u64);
+    if !(rising && spans) {
+        return Err(ErrorKind::BadBatching {
+            problem: "offsets must start at 0, never decrease, and end at len(indices)",
+        }
+        .into());
+    }
+    if indices.iter().any(|&r| r as usize >= samples) {
+        return Err(ErrorKind::BadBatching {
+            problem: "indices must be rows of lengths (each below len(lengths))",
+        }
+        .into());
+    }
+    Ok(())
+}
+
+fn at_least_one(name: &'static str, value: u64, expected: &'static str) -> Result<()> {
+    if value == 0 {
+        return Err(ErrorKind::InvalidSetting {
+            name,
+            value: 0,
+            expected,
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// Real tokens over padded tokens (each batch's rows × its longest length rounded up to `multiple`),
+/// the figure `Stats::efficiency` reports for plans; `None` when the batches hold no token.
+pub fn score_efficiency(
+    (offsets, indices): (&[u64], &[u32]),
+    lengths: &[u32],
+    multiple: u64,
+) -> Result<Option<f64>> {
+    check_csr(offsets, indices, lengths.len())?;
+    at_least_one("pad_to_multiple_of", multiple, "≥ 1")?;
+    let (mut real, mut padded) = (0u64, 0u64);
+    for w in offsets.windows(2) {
+        let rows = &indices[to_usize(w[0])..to_usize(w[1])];
+        let longest = rows.iter().map(|&r| u64::from(lengths[r as usize])).max();
+        real += rows
+            .iter()
+            .map(|&r| u64::from(lengths[r as usize]))
+            .sum::<u64>();
+        padded += rows.len() as u64 * longest.unwrap_or(0).div_ceil(multiple) * multiple;
+    }
+    // Token counts stay far below 2^53.
+    #[allow(clippy::cast_precision_loss)]
+    Ok((padded > 0).then(|| real as f64 / padded as f64))
+}
+
+/// [`window_tv`] of any batching, against the token deciles of `lengths`.
+pub fn score_window_tv(
+    (offsets, indices): (&[u64], &[u32]),
+    lengths: &[u32],
+    window: usize,
+) -> Result<Option<f64>> {
+    check_csr(offsets, indices, lengths.len())?;
+    at_least_one("window", window as u64, "≥ 1 batch")?;
+    let deciles = Deciles::new(lengths);
+    Ok(window_tv(offsets, indices, lengths, &deciles, window))
+}
+
+/// [`rank_imbalance`] of any batching in padded tokens: a batch costs its rows × its longest length
+/// rounded up to `multiple`.
+pub fn score_rank_imbalance(
+    (offsets, indices): (&[u64], &[u32]),
+    lengths: &[u32],
+    world_size: usize,
+    multiple: u64,
+) -> Result<Option<Imbalance>> {
+    check_csr(offsets, indices, lengths.len())?;
+    at_least_one("world_size", world_size as u64, "≥ 1")?;
+    at_least_one("pad_to_multiple_of", multiple, "≥ 1")?;
+    let cost = |members: &[u32]| {
+        let longest = members
+            .iter()
+            .map(|&r| u64::from(lengths[r as usize]))
+            .max()
+            .unwrap_or(0);
+        // Padded tokens stay far below 2^53.
+        #[allow(clippy::cast_precision_loss)]
+        let padded = (members.len() as u64 * longest.div_ceil(multiple) * multiple) as f64;
+        padded
+    };
+    Ok(rank_imbalance(offsets, indices, world_size, cost))
+}
+
+/// [`churn`] between two batchings of the same `samples` samples.
+pub fn score_churn(
+    a: (&[u64], &[u32]),
+    b: (&[u64], &[u32]),
+    samples: usize,
+) -> Result<Option<f64>> {
+    check_csr(a.0, a.1, samples)?;
+    check_csr(b.0, b.1, samples)?;
+    Ok(churn(a, b, samples))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_csr_and_settings_are_errors_and_good_ones_scores() {
+        let lengths = [3, 5, 8, 13];
+        let good: (&[u64], &[u32]) = (&[0, 2, 4], &[0, 1, 2, 3]);
+        assert!(score_window_tv(good, &lengths, 1).unwrap().is_some());
+        let imbalance = score_rank_imbalance(good, &lengths, 2, 1).unwrap().unwrap();
+        assert_eq!(imbalance.max, 26.0 / 10.0);
+        assert_eq!(score_churn(good, good, 4).unwrap(), Some(1.0));
+        // (3 + 5) / (2 × 5) and (8 + 13) / (2 × 13); padded to 8: 2 × 8 and 2 × 16.
+        assert_eq!(
+            score_efficiency(good, &lengths, 1).unwrap(),
+            Some(29.0 / 36.0)
+        );
+        assert_eq!(
+            score_efficiency(good, &lengths, 8).unwrap(),
+            Some(29.0 / 48.0)
+        );
+        assert_eq!(score_efficiency((&[0], &[]), &lengths, 1).unwrap(), None);
+        for bad in [
+            (&[0u64, 3, 2][..], &[0u32, 1][..]),
+            (&[1, 2], &[0]),
+            (&[0, 1], &[9]),
+        ] {
+            let err = score_window_tv(bad, &lengths, 1).unwrap_err();
+            assert!(matches!(err.kind(), ErrorKind::BadBatching { .. }), "{err}");
+        }
+        let named = |r: Result<Option<Imbalance>>| match r.unwrap_err().kind() {
+            ErrorKind::InvalidSetting { name, .. } => *name,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            named(score_rank_imbalance(good, &lengths, 0, 1)),
+            "world_size"
+        );
+        assert_eq!(
+            named(score_rank_imbalance(good, &lengths, 2, 0)),
+            "pad_to_multiple_of"
+        );
+        assert!(score_window_tv(good, &lengths, 0).is_err());
+    }
+}
