@@ -31,21 +31,11 @@ import time
 
 import dflash_batch as db
 import numpy as np
+from _tokens import token_store
 
 
 def make_store(rows: int) -> db.TokenStore:
-    import pyarrow as pa
-
-    lengths = db.seed_workload(rows).astype(np.int64)
-    offsets = np.zeros(rows + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    values = (np.arange(offsets[-1], dtype=np.int64) % 32_000).astype(np.int32)
-    table = pa.table({"input_ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))})
-    path = tempfile.mkdtemp() + "/tokens.arrow"
-    with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
-        for batch in table.to_batches(max_chunksize=1000):
-            writer.write_batch(batch)
-    return db.TokenStore(path)
+    return token_store(db.seed_workload(rows))
 
 
 def fail(message: str) -> None:

@@ -6,7 +6,10 @@
 Part 1 scores the default sampler against the issue's targets (efficiency ≥ 0.98, window_tv ≤ 0.075,
 churn ≤ 0.002, planning ≤ 15 ms per epoch, p99 rank imbalance ≤ 1.10), next to HF-style mega-batch
 sorting and the seed's 6 buckets measured in the same run. Part 2 prints the frontier that
-``balance_tolerance`` walks: window_tv against p99 rank imbalance (padded tokens), with planning time.
+``balance_tolerance`` walks: window_tv against p99 rank imbalance and synchronous efficiency, with planning
+time. Part 3 is synchronous efficiency — the share of GPU time spent on work when ranks wait for the
+slowest every micro-batch (FSDP / ZeRO-3) or every optimizer step (DDP with ``no_sync``) — for the
+configurations people run, against its targets, with sorted static batches as the reference (≈ 1).
 Every plan is checked first (every sample once, within budget).
 """
 
@@ -24,6 +27,13 @@ MAX_TOKENS = 16384
 WORLD = 8
 ACCUMULATION = 4
 TOLERANCES = (None, 0.6, 0.4, 0.3, 0.2, 0.15, 0.1, 0.05)
+#: An attention-aware price per row, a·L + b·L² with b = 1/(6 · 5120): a 27B-class width.
+ATTENTION = (1.0, 1.0 / (6 * 5120))
+
+
+def check_all(lengths: np.ndarray, plan: db.Plan) -> None:
+    """Every sample once: a benchmark of a wrong plan measures nothing (packed plans have their own budget)."""
+    assert np.array_equal(np.sort(plan.indices), np.arange(len(lengths))), "plan loses or repeats samples"
 
 
 def check(lengths: np.ndarray, plan: db.Plan) -> None:
@@ -56,6 +66,8 @@ def scored(lengths: np.ndarray, tolerance: float | None, repeats: int) -> dict:
         "median_ms": median * 1e3,
         "best_ms": best * 1e3,
         "buckets": stats["buckets"],
+        "sync": stats["sync_efficiency"],
+        "sync_step": stats["sync_efficiency_step"],
     }
 
 
@@ -67,6 +79,13 @@ def baseline(lengths: np.ndarray, epochs: list[tuple[np.ndarray, np.ndarray]]) -
         "window_tv": metrics.window_tv(lengths, order, offsets, WORLD * ACCUMULATION),
         "churn": metrics.churn(len(lengths), epochs[0], epochs[1]),
         "p99": imbalance[1],
+        **dict(
+            zip(
+                ("sync", "sync_step"),
+                metrics.sync_efficiency(lengths, order, offsets, WORLD, ACCUMULATION),
+                strict=True,
+            )
+        ),
     }
 
 
@@ -92,9 +111,13 @@ def main() -> None:
         ("HF mega-batch sorting", baseline(lengths, megabatch)),
         ("seed's 6 buckets", baseline(lengths, seed_buckets)),
     ]
-    print(f"\n{'strategy':<26} {'efficiency':>10} {'window_tv':>10} {'churn':>8} {'p99 imbalance':>14}")
+    head = f"{'strategy':<26} {'efficiency':>10} {'window_tv':>10} {'churn':>8} {'p99 imbalance':>14}"
+    print(f"\n{head} {'sync/micro':>10} {'sync/step':>10}")
     for name, r in rows:
-        print(f"{name:<26} {r['efficiency']:>10.4f} {r['window_tv']:>10.4f} {r['churn']:>8.4f} {r['p99']:>14.3f}")
+        print(
+            f"{name:<26} {r['efficiency']:>10.4f} {r['window_tv']:>10.4f} {r['churn']:>8.4f} {r['p99']:>14.3f} "
+            f"{r['sync']:>10.4f} {r['sync_step']:>10.4f}"
+        )
     print(f"(dflash_batch: {default['buckets']} buckets, {default['steps']:,} steps per rank)")
 
     ok = lambda met: "MET" if met else "MISSED"  # noqa: E731
@@ -114,13 +137,68 @@ def main() -> None:
         )
 
     print("\nfrontier: balance_tolerance vs mixing (same workload and settings)")
-    print(f"{'balance_tolerance':>18} {'window_tv':>10} {'p50':>7} {'p99':>7} {'median ms':>10} {'best ms':>8}")
+    print(
+        f"{'balance_tolerance':>18} {'window_tv':>10} {'p50':>7} {'p99':>7} {'sync/micro':>10} {'sync/step':>10} "
+        f"{'median ms':>10} {'best ms':>8}"
+    )
     for tolerance in TOLERANCES:
         r = default if tolerance is None else scored(lengths, tolerance, max(3, args.repeats // 3))
         name = "None (default)" if tolerance is None else f"{tolerance:g}"
         print(
-            f"{name:>18} {r['window_tv']:>10.4f} {r['p50']:>7.3f} {r['p99']:>7.3f} "
-            f"{r['median_ms']:>10.1f} {r['best_ms']:>8.1f}"
+            f"{name:>18} {r['window_tv']:>10.4f} {r['p50']:>7.3f} {r['p99']:>7.3f} {r['sync']:>10.4f} "
+            f"{r['sync_step']:>10.4f} {r['median_ms']:>10.1f} {r['best_ms']:>8.1f}"
+        )
+    synchronous(lengths)
+
+
+def synchronous(lengths: np.ndarray) -> None:
+    """Part 3: synchronous efficiency of the configurations people run, against the targets."""
+    print(f"\nsynchronous efficiency, {WORLD} ranks (sorted static batches ≈ 1 by construction)")
+    print(f"{'plan':<52} {'efficiency':>10} {'window_tv':>10} {'sync/micro':>10} {'sync/step':>10}")
+    got = {}
+
+    def row(key: str, name: str, price=None, **settings) -> None:
+        sampler = db.BucketSampler(lengths, max_tokens=MAX_TOKENS, world_size=WORLD, rank=0, **settings)
+        plan = sampler.plan(0)
+        check_all(lengths, plan)
+        stats = plan.stats()
+        sync = (stats["sync_efficiency"], stats["sync_efficiency_step"])
+        if price is not None:  # the plan's own cost model is not the price it is scored at
+            accumulation = settings.get("accumulation", 1)
+            sync = metrics.sync_efficiency(lengths, plan.indices, plan.offsets, WORLD, accumulation, cost=price)
+        got[key] = (stats["efficiency"], stats["window_tv"], *sync)
+        print(f"{name:<52} {stats['efficiency']:>10.4f} {stats['window_tv']:>10.4f} {sync[0]:>10.4f} {sync[1]:>10.4f}")
+
+    a = ACCUMULATION
+    row("a4", f"accumulation {a}, padded tokens", accumulation=a)
+    row("a1", "accumulation 1, padded tokens", accumulation=1)
+    row("attention", f"accumulation {a}, priced a·L+b·L², cost='tokens'", ATTENTION, accumulation=a)
+    row("matched", f"accumulation {a}, priced a·L+b·L², cost=(a, b)", accumulation=a, cost=ATTENTION)
+    row("packed", f"packed rows, accumulation {a}, cost=(a, b)", accumulation=a, mode="packed", cost=ATTENTION)
+    row("packed1", "packed rows, accumulation 1, cost=(a, b)", accumulation=1, mode="packed", cost=ATTENTION)
+    order = np.argsort(lengths, kind="stable")
+    sorted_static = baselines.cut(lengths, order, max_tokens=MAX_TOKENS)
+    micro, step = metrics.sync_efficiency(lengths, *sorted_static, WORLD, ACCUMULATION)
+    efficiency = baselines.efficiency(lengths, *sorted_static)
+    name = "sorted static batches (the reference)"
+    print(f"{name:<52} {efficiency:>10.4f} {'':>10} {micro:>10.4f} {step:>10.4f}")
+
+    ok = lambda met: "MET" if met else "MISSED"  # noqa: E731
+    targets = [
+        (f"per micro-batch ≥ 0.965 (accumulation {ACCUMULATION})", got["a4"][2], 0.965),
+        ("per micro-batch ≥ 0.93 (accumulation 1)", got["a1"][2], 0.93),
+        (f"per optimizer step ≥ 0.970 (accumulation {ACCUMULATION})", got["a4"][3], 0.970),
+        ("attention price, matching cost model ≥ 0.94 (per micro-batch)", got["matched"][2], 0.94),
+        ("packed rows ≥ 0.985 (per micro-batch)", got["packed"][2], 0.985),
+    ]
+    print("\ntargets (padding efficiency ≥ 0.98 and window_tv ≤ 0.075 at accumulation 4, as above)")
+    for name, value, target in targets:
+        print(f"  {name:<64} {value:.4f}  {ok(value >= target)}")
+    if got["a1"][2] < 0.93:
+        print(
+            "    why (accumulation 1): a mixing window is one step, so the step's batches are the window's and"
+            " only the ranks can be chosen; matching costs across steps would make each optimizer step one"
+            " length band (window_tv of 8-batch windows 0.22 → much worse)."
         )
 
 

@@ -172,3 +172,42 @@ def test_cost_and_tolerance_survive_pickling():
     clone = pickle.loads(pickle.dumps(s))
     assert np.array_equal(clone.plan(2).indices, s.plan(2).indices)
     assert clone.state_dict() == s.state_dict()
+
+
+def sync_oracle(costs: np.ndarray, world: int, accumulation: int) -> tuple[float, float]:
+    """Synchronous efficiency written out: per step the slowest rank, per window the slowest rank's sum."""
+    steps = len(costs) // world
+    grid = costs[: steps * world].reshape(steps, world)  # batch s * world + r is rank r's step s
+    micro = grid.sum() / (world * grid.max(axis=1).sum())
+    windows = [grid[s : s + accumulation].sum(axis=0).max() for s in range(0, steps, accumulation)]
+    return micro, grid.sum() / (world * sum(windows))
+
+
+@pytest.mark.parametrize(
+    "settings", [{}, {"accumulation": 1}, {"cost": (1.0, 1 / 30720)}, {"mode": "packed", "cost": (1.0, 1 / 30720)}]
+)
+def test_sync_efficiency_matches_the_definition(settings):
+    s = sampler(**settings)
+    plan = s.plan(0)
+    a, b = settings.get("cost", (1.0, 0.0))
+    packed = settings.get("mode") == "packed"
+    costs = []
+    for batch in batches(plan):
+        rows = LENGTHS[batch].astype(np.float64)
+        costs.append((a * rows + b * rows**2).sum() if packed else len(rows) * (a * rows.max() + b * rows.max() ** 2))
+    stats = plan.stats()
+    micro, step = sync_oracle(np.array(costs), 8, settings.get("accumulation", 4))
+    assert (stats["sync_efficiency"], stats["sync_efficiency_step"]) == pytest.approx((micro, step), rel=1e-9)
+    assert stats["sync_efficiency_step"] >= stats["sync_efficiency"] - 1e-12
+    if not packed:
+        got = db.metrics.sync_efficiency(
+            LENGTHS, plan.indices, plan.offsets, 8, settings.get("accumulation", 4), cost=(a, b)
+        )
+        assert got == pytest.approx((micro, step), rel=1e-9)
+
+
+def test_ranks_even_their_sums_over_each_optimizer_step():
+    """Inside each window, batches go to ranks longest-first onto the lightest rank: the per-step figure
+    that DDP with no_sync waits on is 0.987 on the seed workload (0.978 with ranks drawn at random)."""
+    stats = sampler().plan(0).stats()
+    assert stats["sync_efficiency_step"] > 0.98 and stats["sync_efficiency"] > 0.96

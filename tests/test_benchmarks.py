@@ -29,6 +29,7 @@ def test_plan_benchmark():
 def test_mixing_benchmark():
     out = run("mixing.py", "--samples", "20000", "--repeats", "2")
     assert "window_tv ≤ 0.075" in out and "frontier: balance_tolerance" in out and "0.05" in out
+    assert "per optimizer step ≥ 0.970" in out and "sorted static batches (the reference)" in out
 
 
 def test_packing_benchmark():
@@ -66,3 +67,14 @@ def test_cuda_check_without_cuda_exits_2():
         pytest.skip("CUDA is available here")
     result = subprocess.run([sys.executable, str(BENCHMARKS / "cuda_check.py")], capture_output=True, text=True)
     assert result.returncode == 2 and "CUDA is not available" in result.stdout
+
+
+def test_train_gpu_dry_run_on_the_cpu():
+    """The GPU training table's script runs end to end on a tiny model, so it works when a GPU comes."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("pyarrow")
+    out = run("train_gpu.py", "--device", "cpu", "--tiny", "--samples", "6000")
+    for line in ("sorted static", "full shuffle", "seed's 6 buckets", "dflash_batch padded", "dflash_batch packed"):
+        assert line in out, out
+    assert "Ktok/s a rank, 8 in sync" in out and "packed ≥ 1.0 of sorted static" in out

@@ -20,6 +20,7 @@ EXPECTED = {
     "reading": lambda out: out == "[1 2 3] 300",
     "Loader": lambda out: out == "torch.int64 True",
     "packing": lambda out: 0.97 < float(out) <= 1.0,
+    "cost": lambda out: 0.5 < float(out) <= 1.0,
 }
 
 
@@ -31,7 +32,7 @@ def test_every_block_is_checked():
 def test_readme_block_runs(index, name, capsys, tmp_path, monkeypatch):
     if name != "reading" and name != "packing":
         pytest.importorskip("torch")
-    if name in ("Trainer", "packed HF"):
+    if name in ("Trainer", "packed HF", "cost"):
         pytest.importorskip("transformers")
     if name == "accelerate":
         pytest.importorskip("accelerate")

@@ -12,6 +12,7 @@ milliseconds, reproducible from ``(seed, epoch)``, with equal step counts on eve
 
 from ._core import DataError, Plan, PlanError, __version__
 from .collate import Collator, collate, collate_packed
+from .cost import CostFit, measure_cost
 from .loader import Loader
 from .reading import TokenStore, read_lengths
 from .sampler import BucketSampler
@@ -21,6 +22,7 @@ __all__ = [
     "SEED_SAMPLES",
     "BucketSampler",
     "Collator",
+    "CostFit",
     "DataError",
     "Loader",
     "Plan",
@@ -29,6 +31,7 @@ __all__ = [
     "__version__",
     "collate",
     "collate_packed",
+    "measure_cost",
     "read_lengths",
     "seed_workload",
 ]

@@ -282,3 +282,17 @@ def efficiency(
     """Real over padded tokens of any CSR batching (each batch's rows × its longest length rounded up to
     ``pad_to_multiple_of``); None without tokens. Raises PlanError for offsets that are not a CSR over
     ``indices``, an index past ``lengths``, or ``pad_to_multiple_of`` 0."""
+
+def sync_efficiency(
+    offsets: npt.NDArray[np.uint64],
+    indices: npt.NDArray[np.uint32],
+    lengths: npt.NDArray[np.uint32],
+    world_size: int,
+    accumulation: int = 1,
+    pad_to_multiple_of: int = 1,
+    cost: tuple[float, float] = (1.0, 0.0),
+) -> tuple[float, float] | None:
+    """``(per micro-batch, per optimizer step)`` synchronous efficiency of any CSR batching: its cost
+    over ``world_size ×`` the time when ranks wait for the slowest every step, or every ``accumulation``
+    steps. A row of padded length ``L`` costs ``a·L + b·L²``. None without a step. Raises PlanError for
+    a batching that is not a CSR over ``lengths``, a zero count, or an invalid cost."""

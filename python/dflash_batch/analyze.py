@@ -16,7 +16,7 @@ import numpy as np
 from . import baselines, metrics
 from .sampler import BucketSampler
 
-COLUMNS = ("efficiency", "window_tv", "churn", "rank_imbalance_p99", "steps")
+COLUMNS = ("efficiency", "window_tv", "churn", "rank_imbalance_p99", "sync_efficiency", "sync_efficiency_step", "steps")
 
 
 def histogram(lengths: np.ndarray, bins: int = 12) -> list[dict[str, Any]]:
@@ -33,15 +33,19 @@ def histogram(lengths: np.ndarray, bins: int = 12) -> list[dict[str, Any]]:
 def strategies(lengths: np.ndarray, *, sampler: BucketSampler, rule: dict[str, int], window: int) -> dict:
     """Every strategy's figures: two epochs each (seeds 0 and 1) for churn; steps per rank."""
     world = sampler.world_size
+    price = sampler._config["cost"] if isinstance(sampler._config["cost"], tuple) else (1.0, 0.0)
 
     def scored(epochs: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
         order, offsets = epochs[0]
         imbalance = metrics.rank_imbalance(lengths, order, offsets, world)
+        sync = metrics.sync_efficiency(lengths, order, offsets, world, window // world, cost=price)
         return {
             "efficiency": baselines.efficiency(lengths, order, offsets),
             "window_tv": metrics.window_tv(lengths, order, offsets, window),
             "churn": metrics.churn(len(lengths), epochs[0], epochs[1]),
             "rank_imbalance_p99": None if imbalance is None else imbalance[1],
+            "sync_efficiency": None if sync is None else sync[0],
+            "sync_efficiency_step": None if sync is None else sync[1],
             "steps": (len(offsets) - 1) // world,
         }
 
@@ -61,6 +65,8 @@ def strategies(lengths: np.ndarray, *, sampler: BucketSampler, rule: dict[str, i
         "window_tv": stats["window_tv"],
         "churn": plans[0].churn(plans[1]),
         "rank_imbalance_p99": stats["rank_imbalance_p99"],
+        "sync_efficiency": stats["sync_efficiency"],
+        "sync_efficiency_step": stats["sync_efficiency_step"],
         "steps": stats["steps"],
     }
     return rows
@@ -100,9 +106,17 @@ def print_report(result: dict) -> None:
     )
     rule = ", ".join(f"{k}={v}" for k, v in result["rule"].items())
     print(f"\n{rule}; world_size={result['world_size']}; mixing windows of {result['window']} batches")
-    print(f"{'strategy':<24}" + "".join(f"{c:>20}" for c in COLUMNS))
+    print(f"{'strategy':<24}" + "".join(f"{_HEADS.get(c, c):>{len(_HEADS.get(c, c)) + 2}}" for c in COLUMNS))
     for name, row in result["strategies"].items():
-        print(f"{name:<24}" + "".join(f"{_figure(row[c]):>20}" for c in COLUMNS))
+        print(f"{name:<24}" + "".join(f"{_figure(row[c]):>{len(_HEADS.get(c, c)) + 2}}" for c in COLUMNS))
+    print(
+        "(sync: the share of GPU time that does work when ranks wait for the slowest every micro-batch, or"
+        " every optimizer step under DDP's no_sync)"
+    )
+
+
+#: Short column heads, so the table fits a terminal.
+_HEADS = {"rank_imbalance_p99": "p99 imbalance", "sync_efficiency": "sync/micro", "sync_efficiency_step": "sync/step"}
 
 
 def plot(result: dict, path: str) -> None:

@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _core
+import dflash_batch._core as _core
+
 from .reading import _INDEX_DTYPES, TokenStore, _index_array
 
 KEYS = ("input_ids", "attention_mask", "labels", "position_ids")

@@ -44,7 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _core
+import dflash_batch._core as _core
+
 from .collate import KEYS, PACKED_KEYS, _multiple, _pack_into, _token, collate, output_dtype
 from .pipeline import _CudaTransfer, _HostTransfer, _Pipeline
 from .reading import TokenStore

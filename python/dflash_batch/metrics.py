@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _core
+import dflash_batch._core as _core
 
 
 def _csr(order: Any, offsets: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -39,3 +39,21 @@ def churn(samples: int, first: tuple[Any, Any], second: tuple[Any, Any]) -> floa
     a_offsets, a_order = _csr(*first)
     b_offsets, b_order = _csr(*second)
     return _core.churn(a_offsets, a_order, b_offsets, b_order, samples)
+
+
+def sync_efficiency(
+    lengths: Any,
+    order: Any,
+    offsets: Any,
+    world_size: int,
+    accumulation: int = 1,
+    *,
+    pad_to_multiple_of: int = 1,
+    cost: tuple[float, float] = (1.0, 0.0),
+) -> tuple[float, float] | None:
+    """``(per micro-batch, per optimizer step)`` synchronous efficiency: the batches' cost over
+    ``world_size ×`` the time ranks take waiting for the slowest one, every step or every
+    ``accumulation`` steps. A row of padded length ``L`` costs ``a·L + b·L²`` (``cost=(a, b)``)."""
+    offsets, order = _csr(order, offsets)
+    lengths = np.ascontiguousarray(lengths, dtype=np.uint32)
+    return _core.sync_efficiency(offsets, order, lengths, world_size, accumulation, pad_to_multiple_of, cost)

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _core
+import dflash_batch._core as _core
+
 from .sources import Source, resolve
 
 

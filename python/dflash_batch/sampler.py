@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from . import _core, checkpoint, label_tokens
+import dflash_batch._core as _core
+
+from . import checkpoint, label_tokens
 from ._accelerate import iter_for_shard, wrapping_shard
 from ._arguments import (
     _bool,
@@ -386,6 +388,8 @@ class BucketSampler:
         checkpoint.unpickled(self, state)
 
     def __repr__(self) -> str:
+        if not hasattr(self, "_planner"):  # construction failed part way (a debugger, a traceback)
+            return "BucketSampler(<not built>)"
         c = self._config
         size = f"batch_size={c['batch_size']}" if c["batch_size"] else f"max_tokens={c['max_tokens']}"
         return (

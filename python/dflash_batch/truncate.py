@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _core
+import dflash_batch._core as _core
+
 from ._core import PlanError
 
 

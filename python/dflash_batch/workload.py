@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _core
+from ._core import seed_lengths
 
 #: Samples in the seed dataset.
 SEED_SAMPLES = 902_087
@@ -21,4 +21,4 @@ def seed_workload(n: int = SEED_SAMPLES, seed: int = 0) -> np.ndarray:
         raise ValueError(f"n={n!r} is invalid; n must be an int >= 0")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
         raise ValueError(f"seed={seed!r} is invalid; seed must be an int in [0, 2**64)")
-    return _core.seed_lengths(int(n), int(seed))
+    return seed_lengths(int(n), int(seed))

@@ -11,6 +11,10 @@
 //!   edge cannot bias the distance.
 //! * **churn** (between two plans): the share of sample pairs sharing a batch in the first plan that
 //!   share one again in the second.
+//! * **synchronous efficiency**: useful cost over the time ranks take when every step (or every
+//!   optimizer step) waits for its slowest rank: `Σ cost / (world_size × Σ_steps max_rank cost)`.
+//!   Padding efficiency says how full the batches are; this says how much of the GPUs' time the
+//!   ranks spend waiting on each other, which on many GPUs costs more.
 //! * **rank imbalance**: per step, the most over the least cost among the step's `world_size`
 //!   batches (padded tokens, or the configuration's cost model `a·L + b·L²` per row; a packed row
 //!   costs `Σ a·l + b·l²` over its samples); reported as its median, 99th percentile and maximum.
@@ -208,6 +212,55 @@ pub fn rank_imbalance(
     })
 }
 
+/// The share of GPU time spent on work when ranks wait for each other (see [`synchronous`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Synchronous {
+    /// Ranks meet every micro-batch (FSDP / ZeRO-3, DDP without accumulation): each step lasts as
+    /// long as its costliest batch.
+    pub per_micro_batch: f64,
+    /// Ranks meet once per optimizer step (DDP with `no_sync`): each window of `accumulation` steps
+    /// lasts as long as the rank whose micro-batches cost the most in it.
+    pub per_optimizer_step: f64,
+}
+
+/// Synchronous efficiency of a plan whose batch `i` costs `cost(members)`: the batches' total cost
+/// over `world_size ×` the time the ranks take when they wait for the slowest (per micro-batch, and
+/// per window of `accumulation` steps, the last one possibly shorter). Batch `s × world_size + r` is
+/// rank `r`'s step `s`. Sorted static batches score ≈ 1; `None` for a plan without a step or cost.
+pub fn synchronous(
+    offsets: &[u64],
+    indices: &[u32],
+    world_size: usize,
+    accumulation: usize,
+    cost: impl Fn(&[u32]) -> f64,
+) -> Option<Synchronous> {
+    let steps = offsets.len().saturating_sub(1).checked_div(world_size)?;
+    let (mut total, mut micro, mut windows) = (0.0, 0.0, 0.0);
+    let mut sums = vec![0.0f64; world_size];
+    for s in 0..steps {
+        let mut slowest = 0.0f64;
+        for (r, sum) in sums.iter_mut().enumerate() {
+            let b = s * world_size + r;
+            let c = cost(rows(offsets, indices, b, b + 1));
+            total += c;
+            slowest = slowest.max(c);
+            *sum += c;
+        }
+        micro += slowest;
+        if (s + 1) % accumulation.max(1) == 0 || s + 1 == steps {
+            windows += sums.iter().copied().fold(0.0, f64::max);
+            sums.iter_mut().for_each(|x| *x = 0.0);
+        }
+    }
+    // Ranks below 2^32: exact in f64.
+    #[allow(clippy::cast_precision_loss)]
+    let world = world_size as f64;
+    (micro > 0.0).then(|| Synchronous {
+        per_micro_batch: total / (world * micro),
+        per_optimizer_step: total / (world * windows),
+    })
+}
+
 /// The share of sample pairs that share a batch in plan `a` and again in plan `b` (plans over the same
 /// `samples` sample ids); `None` when `a` has no pair at all.
 pub fn churn(a: (&[u64], &[u32]), b: (&[u64], &[u32]), samples: usize) -> Option<f64> {
@@ -262,6 +315,8 @@ pub struct Report {
     pub window_tv: Option<f64>,
     /// [`rank_imbalance`] in padded tokens; `None` for an empty plan.
     pub imbalance: Option<Imbalance>,
+    /// [`synchronous`] efficiency under the configuration's cost model.
+    pub synchronous: Option<Synchronous>,
 }
 
 /// [`window_tv`] and [`rank_imbalance`] of a plan made by `planner` (whose lengths `deciles` were built
@@ -301,5 +356,12 @@ fn report_with<L: Length>(
     Report {
         window_tv: window_tv(offsets, indices, lengths, deciles, window),
         imbalance: rank_imbalance(offsets, indices, config.world_size as usize, cost),
+        synchronous: synchronous(
+            offsets,
+            indices,
+            config.world_size as usize,
+            config.accumulation as usize,
+            cost,
+        ),
     }
 }

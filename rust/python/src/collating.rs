@@ -14,8 +14,8 @@ use pyo3::exceptions::{PyMemoryError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
+use crate::errors::to_py;
 use crate::reading::TokenStore;
-use crate::to_py;
 
 const BUFFER_NAMES: [&str; 4] = ["input_ids", "attention_mask", "labels", "position_ids"];
 

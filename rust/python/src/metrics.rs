@@ -3,10 +3,11 @@
 //! the batching (`metrics/score.rs`).
 
 use dflash_batch_core::metrics::score;
+use dflash_batch_core::CostModel;
 use numpy::PyReadonlyArray1;
 use pyo3::prelude::*;
 
-use crate::to_py;
+use crate::errors::to_py;
 
 /// Real over padded tokens of any batching (rows × longest rounded up to `pad_to_multiple_of`).
 #[pyfunction]
@@ -56,6 +57,35 @@ pub(crate) fn rank_imbalance(
         .detach(|| score::score_rank_imbalance(csr, lengths, world_size, pad_to_multiple_of))
         .map_err(to_py)?;
     Ok(got.map(|i| (i.p50, i.p99, i.max)))
+}
+
+/// `(per micro-batch, per optimizer step)` synchronous efficiency of any padded batching on
+/// `world_size` ranks, `accumulation` micro-batches per optimizer step, a row of padded length `L`
+/// costing `a·L + b·L²` (`cost=(a, b)`; `(1, 0)`: padded tokens).
+#[pyfunction]
+#[pyo3(signature = (offsets, indices, lengths, world_size, accumulation=1, pad_to_multiple_of=1, cost=(1.0, 0.0)))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn sync_efficiency(
+    py: Python<'_>,
+    offsets: PyReadonlyArray1<'_, u64>,
+    indices: PyReadonlyArray1<'_, u32>,
+    lengths: PyReadonlyArray1<'_, u32>,
+    world_size: usize,
+    accumulation: usize,
+    pad_to_multiple_of: u64,
+    cost: (f64, f64),
+) -> PyResult<Option<(f64, f64)>> {
+    let csr = (offsets.as_slice()?, indices.as_slice()?);
+    let lengths = lengths.as_slice()?;
+    let cost = CostModel {
+        linear: cost.0,
+        quadratic: cost.1,
+    };
+    let ranks = (world_size, accumulation);
+    let got = py
+        .detach(|| score::score_synchronous(csr, lengths, ranks, pad_to_multiple_of, cost))
+        .map_err(to_py)?;
+    Ok(got.map(|s| (s.per_micro_batch, s.per_optimizer_step)))
 }
 
 /// Share of sample pairs batched together in `a` that are batched together again in `b`.

@@ -7,7 +7,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt};
 
-use crate::{to_py, PlanError};
+use crate::errors::{to_py, PlanError};
 
 /// `order=`: `"stratified"` (the default) or `"random"`.
 pub(crate) struct OrderArg(pub(crate) Order);

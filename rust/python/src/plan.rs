@@ -10,7 +10,7 @@ use pyo3::exceptions::{PyIndexError, PyOverflowError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PySlice};
 
-use crate::to_py;
+use crate::errors::to_py;
 
 /// One epoch's batches for all ranks, in training order (CSR). Batch `i` is
 /// `indices[offsets[i]:offsets[i+1]]`; step `s` on rank `r` is batch `s * world_size + r`.
@@ -152,8 +152,9 @@ impl Plan {
     /// its capacity), efficiency, utilization (real tokens / (batches × max_tokens)), skipped,
     /// dropped, dropped_batches, split_batches, reformed (extra forming passes to keep the shared
     /// step count), buckets, min_rows, max_rows; and, computed on each
-    /// call (O(samples), GIL released), window, window_tv and rank_imbalance_p50/p99/max (on the
-    /// configuration's cost).
+    /// call (O(samples), GIL released), window, window_tv, rank_imbalance_p50/p99/max and
+    /// sync_efficiency (per micro-batch) / sync_efficiency_step (per optimizer step), on the
+    /// configuration's cost.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let offsets = self.offsets.bind(py).readonly();
         let indices = self.indices.bind(py).readonly();
@@ -201,6 +202,9 @@ impl Plan {
         d.set_item("rank_imbalance_p50", imbalance.map(|i| i.p50))?;
         d.set_item("rank_imbalance_p99", imbalance.map(|i| i.p99))?;
         d.set_item("rank_imbalance_max", imbalance.map(|i| i.max))?;
+        let sync = report.synchronous;
+        d.set_item("sync_efficiency", sync.map(|s| s.per_micro_batch))?;
+        d.set_item("sync_efficiency_step", sync.map(|s| s.per_optimizer_step))?;
         Ok(d)
     }
 

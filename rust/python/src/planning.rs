@@ -12,9 +12,10 @@ use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
+use crate::arrays::read_only;
+use crate::errors::to_py;
 use crate::options::{mode_of, BoundariesArg, CostArg, OrderArg};
 use crate::plan::Plan;
-use crate::{read_only, to_py};
 
 /// Runs `$body` with `$slice` bound to the chunk's values as a typed slice, whatever its integer dtype.
 macro_rules! with_int_slice {

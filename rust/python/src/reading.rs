@@ -11,8 +11,9 @@ use numpy::{Element, PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
+use crate::arrays::read_only;
+use crate::errors::to_py;
 use crate::table::Table;
-use crate::{read_only, to_py};
 
 /// Runs `$body` with `$rows` bound to `$indices` as a typed slice, for the index dtypes numpy and
 /// the sampler produce; anything else is a `TypeError`.

@@ -10,7 +10,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
-use crate::DataError;
+use crate::errors::DataError;
 
 /// The capsule name the Arrow PyCapsule interface gives a C stream.
 const STREAM: &std::ffi::CStr = c"arrow_array_stream";

@@ -5,8 +5,9 @@ use dflash_batch_core::plan::truncate;
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
 
+use crate::arrays::read_only;
+use crate::errors::to_py;
 use crate::planning::lengths_from_chunks;
-use crate::{read_only, to_py};
 
 /// Arrays a Python caller receives: read-only, owned by Rust.
 type Out = Py<PyArray1<u32>>;

@@ -3,7 +3,10 @@
 //! plans, so every figure in a comparison is measured the same way.
 
 use crate::error::{ErrorKind, Result};
-use crate::metrics::{churn, rank_imbalance, window_tv, Deciles, Imbalance};
+use crate::metrics::{
+    churn, rank_imbalance, synchronous, window_tv, Deciles, Imbalance, Synchronous,
+};
+use crate::plan::config::{Batching, Config, CostModel};
 use crate::plan::split::to_usize;
 
 /// Checks that `offsets` is a CSR over `indices` whose rows all lie below `samples`.
@@ -99,6 +102,42 @@ pub fn score_rank_imbalance(
     Ok(rank_imbalance(offsets, indices, world_size, cost))
 }
 
+/// [`synchronous`] efficiency of any padded batching on `world_size` ranks with `accumulation`
+/// micro-batches per optimizer step: a batch costs its rows × `cost.row(L)`, `L` its longest length
+/// rounded up to `multiple`.
+pub fn score_synchronous(
+    (offsets, indices): (&[u64], &[u32]),
+    lengths: &[u32],
+    (world_size, accumulation): (usize, usize),
+    multiple: u64,
+    cost: CostModel,
+) -> Result<Option<Synchronous>> {
+    check_csr(offsets, indices, lengths.len())?;
+    at_least_one("world_size", world_size as u64, "≥ 1")?;
+    at_least_one("accumulation", accumulation as u64, "≥ 1")?;
+    at_least_one("pad_to_multiple_of", multiple, "≥ 1")?;
+    let mut config = Config::new(Batching::Tokens(u64::MAX));
+    config.cost = cost;
+    config.validate_cost()?;
+    let price = |members: &[u32]| {
+        let longest = members
+            .iter()
+            .map(|&r| u64::from(lengths[r as usize]))
+            .max();
+        // Row counts stay far below 2^53.
+        #[allow(clippy::cast_precision_loss)]
+        let rows = members.len() as f64;
+        rows * cost.row(longest.unwrap_or(0).div_ceil(multiple) * multiple)
+    };
+    Ok(synchronous(
+        offsets,
+        indices,
+        world_size,
+        accumulation,
+        price,
+    ))
+}
+
 /// [`churn`] between two batchings of the same `samples` samples.
 pub fn score_churn(
     a: (&[u64], &[u32]),
@@ -153,5 +192,15 @@ mod tests {
             "pad_to_multiple_of"
         );
         assert!(score_window_tv(good, &lengths, 0).is_err());
+        // Steps (3 + 5 → 2 × 5 = 10 padded tokens) and (8 + 13 → 26) on one rank each; two ranks.
+        let sync = score_synchronous(good, &lengths, (2, 1), 1, CostModel::TOKENS)
+            .unwrap()
+            .unwrap();
+        assert_eq!(sync.per_micro_batch, 36.0 / (2.0 * 26.0));
+        let bad_cost = CostModel {
+            linear: -1.0,
+            quadratic: 0.0,
+        };
+        assert!(score_synchronous(good, &lengths, (2, 1), 1, bad_cost).is_err());
     }
 }

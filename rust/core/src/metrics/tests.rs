@@ -134,3 +134,21 @@ fn churn_counts_pairs_that_meet_again() {
     assert_eq!(churn(a, a, 6), Some(1.0));
     assert_eq!(churn(([0u64, 1].as_slice(), [0u32].as_slice()), a, 6), None);
 }
+
+#[test]
+fn synchronous_efficiency_counts_the_wait_for_the_slowest_rank() {
+    // Two ranks, four steps, accumulation 2: costs by batch (rank 0, rank 1) per step.
+    let costs = [4.0, 2.0, 1.0, 3.0, 5.0, 5.0, 2.0, 2.0];
+    let offsets: Vec<u64> = (0..=8).collect();
+    let indices: Vec<u32> = (0..8).collect();
+    let cost = |m: &[u32]| costs[m[0] as usize];
+    let got = synchronous(&offsets, &indices, 2, 2, cost).unwrap();
+    // Per micro-batch: 24 / (2 × (4 + 3 + 5 + 2)) = 24 / 28.
+    assert!((got.per_micro_batch - 24.0 / 28.0).abs() < 1e-12);
+    // Per optimizer step: rank sums (5, 5) then (7, 7): 24 / (2 × (5 + 7)) = 1.
+    assert!((got.per_optimizer_step - 1.0).abs() < 1e-12);
+    // A last window shorter than accumulation (3 steps with accumulation 2) still counts.
+    let three = synchronous(&offsets[..7], &indices[..6], 2, 2, cost).unwrap();
+    assert!((three.per_optimizer_step - 20.0 / (2.0 * (5.0 + 5.0))).abs() < 1e-12);
+    assert_eq!(synchronous(&[0], &[], 2, 1, cost), None);
+}

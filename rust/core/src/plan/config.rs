@@ -246,6 +246,17 @@ impl Config {
         }
     }
 
+    /// The cost model: two finite, non-negative numbers with a positive sum.
+    pub(crate) fn validate_cost(&self) -> Result<()> {
+        let CostModel { linear, quadratic } = self.cost;
+        let valid = |c: f64| c.is_finite() && c >= 0.0;
+        if !valid(linear) || !valid(quadratic) || linear + quadratic <= 0.0 {
+            let given = format!("({linear}, {quadratic})");
+            return Err(ErrorKind::InvalidCost { given }.into());
+        }
+        Ok(())
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         if self.world_size == 0 {
             return Err(setting("world_size", 0, "≥ 1"));
@@ -262,12 +273,7 @@ impl Config {
             ));
         }
         Self::balance_tolerance_ppm(self.balance_tolerance_ppm.map(|t| f64::from(t) / 1e6))?;
-        let CostModel { linear, quadratic } = self.cost;
-        let valid = |c: f64| c.is_finite() && c >= 0.0;
-        if !valid(linear) || !valid(quadratic) || linear + quadratic <= 0.0 {
-            let given = format!("({linear}, {quadratic})");
-            return Err(ErrorKind::InvalidCost { given }.into());
-        }
+        self.validate_cost()?;
         if let Mode::Packed { .. } = self.mode {
             if let Batching::Rows(_) = self.batching {
                 return Err(ErrorKind::PackedSetting {

@@ -22,7 +22,7 @@ use crate::error::Result;
 use crate::read::arrow::{missing_column, Column};
 use crate::read::column::{accept_lengths, append_lengths};
 use crate::read::dataset::{map_rows, read_failure};
-use crate::read::tokens::{Gathered, TokenStore};
+use crate::read::tokens::{accept_tokens, Gathered, TokenStore};
 
 /// How messages name a table that has no path.
 pub const IN_MEMORY: &str = "the in-memory table";
@@ -75,6 +75,23 @@ pub fn table_lengths(
 }
 
 impl TokenStore {
+    /// The store over column `name` of record batches already in memory (a pyarrow table handed
+    /// over through the Arrow C data interface): the same rules and messages as [`TokenStore::open`],
+    /// with the table named "the in-memory table". The store shares the batches' buffers.
+    pub fn from_table(
+        schema: &SchemaRef,
+        batches: &[RecordBatch],
+        name: &str,
+        rows: Option<Vec<u64>>,
+    ) -> Result<Self> {
+        let column = table_column(schema, batches, name, accept_tokens)?;
+        let mut store = Self::empty();
+        store
+            .add(name, &column)
+            .map_err(|problem| read_failure(Path::new(IN_MEMORY), problem))?;
+        store.map(rows)
+    }
+
     /// The store over rows given as one flat token buffer and the `rows + 1` offsets that delimit
     /// them (what a `collate_fn` holds after a DataLoader fetched a batch), as a one-column table
     /// named `input_ids`.

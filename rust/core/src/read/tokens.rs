@@ -11,16 +11,15 @@ use std::path::Path;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, UInt32Type};
-use arrow_array::{Array, ArrayRef, GenericListArray, OffsetSizeTrait, RecordBatch};
+use arrow_array::{Array, ArrayRef, GenericListArray, OffsetSizeTrait};
 use arrow_buffer::{ArrowNativeType, OffsetBuffer, ScalarBuffer};
-use arrow_schema::{DataType, Field, SchemaRef};
+use arrow_schema::{DataType, Field};
 
 use crate::error::read::ReadProblem;
 use crate::error::{ErrorKind, Result};
 use crate::read::arrow::Column;
 use crate::read::column::{append_lengths, first_null};
-use crate::read::dataset::{check_rows, for_each_file, read_failure};
-use crate::read::table::{table_column, IN_MEMORY};
+use crate::read::dataset::{check_rows, for_each_file};
 
 /// A row's record batch and value range.
 pub(crate) type Located = (usize, Range<usize>);
@@ -84,7 +83,7 @@ pub struct TokenStore {
 }
 
 /// The type rule for a token column.
-fn accept_tokens(field: &Field) -> Result<(), ReadProblem> {
+pub(crate) fn accept_tokens(field: &Field) -> Result<(), ReadProblem> {
     let item = match field.data_type() {
         DataType::List(item) | DataType::LargeList(item) => Some(item.data_type()),
         _ => None,
@@ -115,24 +114,7 @@ impl TokenStore {
         store.map(rows)
     }
 
-    /// The store over column `name` of record batches already in memory (a pyarrow table handed
-    /// over through the Arrow C data interface): the same rules and messages as [`TokenStore::open`],
-    /// with the table named "the in-memory table". The store shares the batches' buffers.
-    pub fn from_table(
-        schema: &SchemaRef,
-        batches: &[RecordBatch],
-        name: &str,
-        rows: Option<Vec<u64>>,
-    ) -> Result<Self> {
-        let column = table_column(schema, batches, name, accept_tokens)?;
-        let mut store = Self::empty();
-        store
-            .add(name, &column)
-            .map_err(|problem| read_failure(Path::new(IN_MEMORY), problem))?;
-        store.map(rows)
-    }
-
-    fn empty() -> Self {
+    pub(crate) fn empty() -> Self {
         Self {
             offsets: Vec::new(),
             values: Values::I32(Vec::new()),
@@ -144,7 +126,7 @@ impl TokenStore {
 
     /// Appends one file's (or table's) column; the first one sets the token type, which
     /// `accept_tokens` and the schema check keep the same for the rest.
-    fn add(&mut self, name: &str, column: &Column) -> Result<(), ReadProblem> {
+    pub(crate) fn add(&mut self, name: &str, column: &Column) -> Result<(), ReadProblem> {
         if self.offsets.is_empty() {
             self.values = match column.field.data_type() {
                 DataType::List(item) | DataType::LargeList(item) => match item.data_type() {
@@ -163,7 +145,7 @@ impl TokenStore {
     }
 
     /// Applies a row mapping: row `i` of the store becomes file row `rows[i]`.
-    fn map(mut self, rows: Option<Vec<u64>>) -> Result<Self> {
+    pub(crate) fn map(mut self, rows: Option<Vec<u64>>) -> Result<Self> {
         if let Some(rows) = rows {
             let rows = check_rows(&rows, self.file_rows())?;
             self.lengths = rows.iter().map(|&r| self.lengths[r]).collect();
