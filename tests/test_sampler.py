@@ -340,3 +340,16 @@ def test_target_efficiency_out_of_range(bad):
 def test_target_efficiency_must_be_a_number():
     with pytest.raises(TypeError, match="target_efficiency must be a number"):
         db.BucketSampler(np.array([5, 6]), batch_size=1, target_efficiency="high")
+
+
+def test_a_tiny_dataset_on_many_ranks_plans_every_epoch():
+    """Regression: 8 samples on 5 ranks under max_tokens=700 asked for 10 batches (a margin over the
+    calibration draws) and raised, though every epoch fits in 5: the step target is capped at what the
+    samples can fill."""
+    lengths = np.array([318, 38, 425, 135, 9, 21, 256, 154])
+    for rank in range(5):
+        sampler = db.BucketSampler(lengths, max_tokens=700, world_size=5, rank=rank, seed=0)
+        assert len(sampler) == 1
+        for epoch in range(6):
+            plan = sampler.plan(epoch)
+            assert len(plan) == 5 and sorted(plan.indices.tolist()) == list(range(8))

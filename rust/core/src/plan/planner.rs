@@ -338,13 +338,13 @@ impl Planner {
             let fixed = !self.config.shuffle
                 || (self.by_bucket.is_some() && matches!(self.config.batching, Batching::Rows(_)));
             if fixed {
-                return steps_target(&[first, first], &self.config);
+                return steps_target(&[first, first], &self.config, self.admitted);
             }
             let mut counts = vec![first];
             if self.lengths.len() <= ARRANGE_MAX_SAMPLES {
                 counts.extend((1..=CALIBRATION_DRAWS).map(|i| count(calibration_key(i))));
             }
-            steps_target(&counts, &self.config)
+            steps_target(&counts, &self.config, self.admitted)
         })
     }
 

@@ -40,7 +40,11 @@ pub(crate) fn calibration_key(i: u64) -> u64 {
 /// the ranks, split up to it; under `drop_last` below the smallest by as much, the rest dropped.
 /// Without calibration draws (huge epochs), `√batches / 20` stands in for the deviation (~0.02·√batches
 /// was measured on the seed workload with narrow buckets).
-pub(crate) fn steps_target(counts: &[usize], config: &Config) -> usize {
+/// The target never asks for more batches than `samples` can fill (one row each) when the reference
+/// draws fit under that: a tiny dataset on many ranks (8 samples, 5 ranks) would otherwise be
+/// refused for want of splits though a plan of fewer steps exists; an epoch that forms more than
+/// the capped target is formed again, down to the reference draws, as above.
+pub(crate) fn steps_target(counts: &[usize], config: &Config, samples: u64) -> usize {
     let world = config.world_size as usize;
     let (lo, hi) = (
         counts.iter().min().copied().unwrap_or(0),
@@ -69,5 +73,30 @@ pub(crate) fn steps_target(counts: &[usize], config: &Config) -> usize {
         let steps = lo.saturating_sub(margin) / world;
         return if steps == 0 { lo / world } else { steps } * world;
     }
-    (hi + margin).next_multiple_of(world)
+    let target = (hi + margin).next_multiple_of(world);
+    let most = usize::try_from(samples).unwrap_or(usize::MAX) / world * world;
+    let reference = counts.first().copied().unwrap_or(0).next_multiple_of(world);
+    if target > most && reference <= most && most > 0 {
+        return most;
+    }
+    target
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::config::Batching;
+
+    #[test]
+    fn the_target_stays_within_what_the_samples_can_fill() {
+        let config = Config {
+            world_size: 5,
+            ..Config::new(Batching::Tokens(700))
+        };
+        // Draws of 4, 5, 6 batches: a margin above 6 asks for 10 batches, more than 8 samples fill.
+        assert_eq!(steps_target(&[4, 5, 6], &config, 8), 5);
+        assert_eq!(steps_target(&[4, 5, 6], &config, 1000), 10);
+        // The reference draws must fit: 6 batches cannot become 5.
+        assert_eq!(steps_target(&[6, 5, 4], &config, 8), 10);
+    }
 }
