@@ -1,0 +1,110 @@
+use super::*;
+
+fn check(change: impl FnOnce(&mut Config)) -> Option<ErrorKind> {
+    let mut config = Config::new(Batching::Tokens(1024));
+    change(&mut config);
+    config.validate().err().map(|e| e.kind().clone())
+}
+
+#[test]
+fn each_setting_error_names_its_setting() {
+    let name = |kind: Option<ErrorKind>| match kind {
+        Some(ErrorKind::InvalidSetting { name, .. } | ErrorKind::InvalidRatio { name, .. }) => name,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(name(check(|c| c.accumulation = 0)), "accumulation");
+    assert_eq!(
+        name(check(|c| c.balance_tolerance_ppm = Some(999))),
+        "balance_tolerance"
+    );
+    assert_eq!(check(|c| c.balance_tolerance_ppm = Some(1000)), None);
+    assert_eq!(
+        name(check(|c| c.balance_tolerance_ppm = Some(1_000_000_001))),
+        "balance_tolerance"
+    );
+    assert_eq!(
+        name(check(|c| c.target_efficiency_ppm = 0)),
+        "target_efficiency"
+    );
+    assert_eq!(
+        name(check(|c| c.target_efficiency_ppm = 1_000_001)),
+        "target_efficiency"
+    );
+    assert_eq!(name(check(|c| c.world_size = 0)), "world_size");
+    let packed_over = |c: &mut Config| {
+        c.mode = Mode::Packed { bucketed: false };
+        c.batching = Batching::Tokens(1 << 32);
+    };
+    assert_eq!(name(check(packed_over)), "max_tokens");
+    let message = crate::error::Error::from(check(packed_over).unwrap()).to_string();
+    assert!(
+        message.contains("max_tokens=4294967296") && message.contains("packed mode"),
+        "{message}"
+    );
+    let packed_max = |c: &mut Config| {
+        c.mode = Mode::Packed { bucketed: false };
+        c.batching = Batching::Tokens(u64::from(u32::MAX));
+    };
+    assert_eq!(check(packed_max), None);
+}
+
+#[test]
+fn cost_models_must_be_finite_non_negative_and_not_zero() {
+    for (linear, quadratic) in [
+        (-1.0, 0.0),
+        (0.0, 0.0),
+        (f64::NAN, 1.0),
+        (1.0, f64::INFINITY),
+    ] {
+        let got = check(|c| c.cost = CostModel { linear, quadratic });
+        assert!(
+            matches!(got, Some(ErrorKind::InvalidCost { .. })),
+            "{linear}, {quadratic}: {got:?}"
+        );
+    }
+    assert_eq!(
+        check(|c| c.cost = CostModel {
+            linear: 0.0,
+            quadratic: 1e-3
+        }),
+        None
+    );
+    let message = crate::error::Error::from(ErrorKind::InvalidCost {
+        given: "(0, 0)".into(),
+    })
+    .to_string();
+    assert!(message.contains("a·L + b·L²"), "{message}");
+    // Row cost: 2·10 + 0.5·100.
+    let model = CostModel {
+        linear: 2.0,
+        quadratic: 0.5,
+    };
+    assert!((model.row(10) - 70.0).abs() < 1e-12);
+}
+
+#[test]
+fn ratios_become_parts_per_million_or_an_error_naming_the_value() {
+    assert_eq!(Config::target_efficiency_ppm(0.98).unwrap(), 980_000);
+    assert_eq!(Config::target_efficiency_ppm(1e-9).unwrap(), 1);
+    assert_eq!(
+        Config::balance_tolerance_ppm(Some(0.1)).unwrap(),
+        Some(100_000)
+    );
+    assert_eq!(Config::balance_tolerance_ppm(None).unwrap(), None);
+    for bad in [0.0, -0.5, 1.5, f64::NAN, f64::INFINITY] {
+        let message = Config::target_efficiency_ppm(bad).unwrap_err().to_string();
+        assert!(
+            message.starts_with(&format!("target_efficiency={bad} is invalid")),
+            "{message}"
+        );
+    }
+    for bad in [0.0009, 1000.5, f64::NAN, -1.0] {
+        let message = Config::balance_tolerance_ppm(Some(bad))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.starts_with(&format!("balance_tolerance={bad} is invalid")),
+            "{message}"
+        );
+    }
+}
