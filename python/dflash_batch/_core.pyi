@@ -94,7 +94,9 @@ class Plan:
         batches, TypeError for a non-integer."""
     def stats(self) -> dict[str, int | float | None]:
         """Figures of the plan: batches, steps, samples, real and padded tokens, efficiency, skipped,
-        dropped and split batches, buckets, rows per batch, and its mixing and rank balance."""
+        dropped and split batches, buckets, rows per batch, its mixing (window_tv) and rank balance
+        (rank_imbalance_p50/p99/max, and sync_efficiency / sync_efficiency_step: the share of GPU time
+        that does work when ranks wait for the slowest every micro-batch / every optimizer step)."""
     def largest_padded(self, start: int, rank: int, pad_to_multiple_of: int) -> int:
         """Elements of the largest padded batch ``rank`` runs from step ``start`` on: rows × longest
         length rounded up to ``pad_to_multiple_of``; 1 when it runs none. Raises ValueError for a rank
