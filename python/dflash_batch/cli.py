@@ -63,6 +63,11 @@ def demo(args: argparse.Namespace) -> int:
         f"  mixing: window_tv {stats['window_tv']:.3f} over windows of {stats['window']} batches, "
         f"churn {churn:.5f}; rank imbalance p99 {stats['rank_imbalance_p99']:.2f}"
     )
+    if stats["sync_efficiency"] is not None:
+        print(
+            f"  ranks in sync: {stats['sync_efficiency']:.3f} of the GPUs' time works when they meet every "
+            f"micro-batch, {stats['sync_efficiency_step']:.3f} every optimizer step"
+        )
     first = sampler.plan(0)[0]
     print(f"  epoch 0, step 0, rank 0: {len(first)} samples of lengths {sorted(lengths[first].tolist())}")
 
