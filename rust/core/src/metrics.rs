@@ -168,20 +168,21 @@ pub struct Imbalance {
     pub max: f64,
 }
 
-/// The rank imbalance of a plan whose batch `i` costs `cost(members)`; `None` for an empty plan.
-pub fn rank_imbalance(
-    offsets: &[u64],
-    indices: &[u32],
-    world_size: usize,
-    cost: impl Fn(&[u32]) -> f64,
-) -> Option<Imbalance> {
-    let batches = offsets.len().saturating_sub(1);
-    let steps = batches.checked_div(world_size)?;
+/// The cost of every batch of a CSR plan: `cost(members)` of each, in order. Computed once and
+/// shared by [`rank_imbalance`] and [`synchronous`].
+pub fn batch_costs(offsets: &[u64], indices: &[u32], cost: impl Fn(&[u32]) -> f64) -> Vec<f64> {
+    (0..offsets.len().saturating_sub(1))
+        .map(|b| cost(rows(offsets, indices, b, b + 1)))
+        .collect()
+}
+
+/// The rank imbalance of a plan whose batch `i` costs `costs[i]`; `None` for an empty plan.
+pub fn rank_imbalance(costs: &[f64], world_size: usize) -> Option<Imbalance> {
+    let steps = costs.len().checked_div(world_size)?;
     let mut ratios: Vec<f64> = (0..steps)
         .map(|s| {
-            let costs = (s * world_size..(s + 1) * world_size)
-                .map(|b| cost(rows(offsets, indices, b, b + 1)));
-            let (lo, hi) = costs.fold((f64::INFINITY, 0.0f64), |(lo, hi), c| {
+            let step = &costs[s * world_size..(s + 1) * world_size];
+            let (lo, hi) = step.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &c| {
                 (lo.min(c), hi.max(c))
             });
             if lo <= 0.0 {
@@ -223,25 +224,18 @@ pub struct Synchronous {
     pub per_optimizer_step: f64,
 }
 
-/// Synchronous efficiency of a plan whose batch `i` costs `cost(members)`: the batches' total cost
+/// Synchronous efficiency of a plan whose batch `i` costs `costs[i]`: the batches' total cost
 /// over `world_size ×` the time the ranks take when they wait for the slowest (per micro-batch, and
 /// per window of `accumulation` steps, the last one possibly shorter). Batch `s × world_size + r` is
 /// rank `r`'s step `s`. Sorted static batches score ≈ 1; `None` for a plan without a step or cost.
-pub fn synchronous(
-    offsets: &[u64],
-    indices: &[u32],
-    world_size: usize,
-    accumulation: usize,
-    cost: impl Fn(&[u32]) -> f64,
-) -> Option<Synchronous> {
-    let steps = offsets.len().saturating_sub(1).checked_div(world_size)?;
+pub fn synchronous(costs: &[f64], world_size: usize, accumulation: usize) -> Option<Synchronous> {
+    let steps = costs.len().checked_div(world_size)?;
     let (mut total, mut micro, mut windows) = (0.0, 0.0, 0.0);
     let mut sums = vec![0.0f64; world_size];
     for s in 0..steps {
         let mut slowest = 0.0f64;
         for (r, sum) in sums.iter_mut().enumerate() {
-            let b = s * world_size + r;
-            let c = cost(rows(offsets, indices, b, b + 1));
+            let c = costs[s * world_size + r];
             total += c;
             slowest = slowest.max(c);
             *sum += c;
@@ -353,15 +347,13 @@ fn report_with<L: Length>(
             .unwrap_or(0);
         config.batch_cost(members.len() as u64, longest)
     };
+    let (costs, world) = (
+        batch_costs(offsets, indices, cost),
+        config.world_size as usize,
+    );
     Report {
         window_tv: window_tv(offsets, indices, lengths, deciles, window),
-        imbalance: rank_imbalance(offsets, indices, config.world_size as usize, cost),
-        synchronous: synchronous(
-            offsets,
-            indices,
-            config.world_size as usize,
-            config.accumulation as usize,
-            cost,
-        ),
+        imbalance: rank_imbalance(&costs, world),
+        synchronous: synchronous(&costs, world, config.accumulation as usize),
     }
 }

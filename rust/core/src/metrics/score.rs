@@ -4,7 +4,7 @@
 
 use crate::error::{ErrorKind, Result};
 use crate::metrics::{
-    churn, rank_imbalance, synchronous, window_tv, Deciles, Imbalance, Synchronous,
+    batch_costs, churn, rank_imbalance, synchronous, window_tv, Deciles, Imbalance, Synchronous,
 };
 use crate::plan::config::{Batching, Config, CostModel};
 use crate::plan::split::to_usize;
@@ -99,7 +99,10 @@ pub fn score_rank_imbalance(
         let padded = (members.len() as u64 * longest.div_ceil(multiple) * multiple) as f64;
         padded
     };
-    Ok(rank_imbalance(offsets, indices, world_size, cost))
+    Ok(rank_imbalance(
+        &batch_costs(offsets, indices, cost),
+        world_size,
+    ))
 }
 
 /// [`synchronous`] efficiency of any padded batching on `world_size` ranks with `accumulation`
@@ -129,13 +132,8 @@ pub fn score_synchronous(
         let rows = members.len() as f64;
         rows * cost.row(longest.unwrap_or(0).div_ceil(multiple) * multiple)
     };
-    Ok(synchronous(
-        offsets,
-        indices,
-        world_size,
-        accumulation,
-        price,
-    ))
+    let costs = batch_costs(offsets, indices, price);
+    Ok(synchronous(&costs, world_size, accumulation))
 }
 
 /// [`churn`] between two batchings of the same `samples` samples.

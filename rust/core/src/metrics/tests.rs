@@ -121,7 +121,7 @@ fn imbalance_is_max_over_min_per_step() {
     // Two ranks; step 0 costs 4 and 2 (ratio 2), step 1 costs 3 and 3 (ratio 1).
     let offsets = [0, 4, 6, 9, 12];
     let indices: Vec<u32> = (0..12).collect();
-    let got = rank_imbalance(&offsets, &indices, 2, |m| m.len() as f64).unwrap();
+    let got = rank_imbalance(&batch_costs(&offsets, &indices, |m| m.len() as f64), 2).unwrap();
     assert_eq!((got.p50, got.p99, got.max), (1.0, 2.0, 2.0));
 }
 
@@ -142,13 +142,13 @@ fn synchronous_efficiency_counts_the_wait_for_the_slowest_rank() {
     let offsets: Vec<u64> = (0..=8).collect();
     let indices: Vec<u32> = (0..8).collect();
     let cost = |m: &[u32]| costs[m[0] as usize];
-    let got = synchronous(&offsets, &indices, 2, 2, cost).unwrap();
+    let got = synchronous(&batch_costs(&offsets, &indices, cost), 2, 2).unwrap();
     // Per micro-batch: 24 / (2 × (4 + 3 + 5 + 2)) = 24 / 28.
     assert!((got.per_micro_batch - 24.0 / 28.0).abs() < 1e-12);
     // Per optimizer step: rank sums (5, 5) then (7, 7): 24 / (2 × (5 + 7)) = 1.
     assert!((got.per_optimizer_step - 1.0).abs() < 1e-12);
     // A last window shorter than accumulation (3 steps with accumulation 2) still counts.
-    let three = synchronous(&offsets[..7], &indices[..6], 2, 2, cost).unwrap();
+    let three = synchronous(&batch_costs(&offsets[..7], &indices[..6], cost), 2, 2).unwrap();
     assert!((three.per_optimizer_step - 20.0 / (2.0 * (5.0 + 5.0))).abs() < 1e-12);
-    assert_eq!(synchronous(&[0], &[], 2, 1, cost), None);
+    assert_eq!(synchronous(&batch_costs(&[0], &[], cost), 2, 1), None);
 }
