@@ -37,7 +37,8 @@ FUZZ_EXAMPLES ?= 300
 fuzz: build
 	rm -f fuzz-report.jsonl
 	DFLASH_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) DFLASH_FUZZ_REPORT=$(abspath fuzz-report.jsonl) \
-		$(BIN)/python -m pytest -q tests/test_adversarial.py tests/test_arrow_mutations.py tests/test_arrow_fuzz.py
+		$(BIN)/python -m pytest -q tests/test_adversarial.py tests/test_arrow_mutations.py tests/test_arrow_fuzz.py \
+		tests/test_megatron.py::test_damaged_indexes_never_lose_rows_silently
 	$(BIN)/python tests/_adversary.py fuzz-report.jsonl
 
 lint: venv

@@ -7,6 +7,13 @@ In one run: dflash_batch ``mode="packed"`` (plain and ``bucketed=True``) against
 first-fit over 64 open rows (the kind of packer HF ``DataCollatorWithFlattening`` users and axolotl's
 multipack run in Python). Targets: utilization ≥ 0.99, plan ≤ 30 ms per epoch and ≥ 50× the Python first-fit, p99 rank
 imbalance ≤ 1.05. Every plan is checked first (every sample once, no row over C).
+
+Google Grain's packers (``grain.experimental.FirstFitPackIterDataset`` and ``BestFitPackIterDataset``, 64
+and 512 bins, shuffled input) pack token arrays, not lengths, at about a millisecond a sample here, so
+they run on the first ``--grain-samples`` samples (default 50,000; every sample is counted back out).
+Beside them, dflash_batch on the same samples: the plan alone, and the plan plus every packed row
+collated (``collate_packed``), which is the work Grain's figure includes. Times per epoch are scaled to
+the seed's 902,087 samples (packing is linear in samples).
 """
 
 from __future__ import annotations
@@ -90,10 +97,70 @@ def scored(lengths: np.ndarray, bucketed: bool, repeats: int) -> dict:
     }
 
 
+def grain_packed(lengths: np.ndarray, packer: str, bins: int) -> tuple[float, float]:
+    """(utilization, seconds) of one epoch of Grain's ``packer`` over ``lengths`` (int32 tokens)."""
+    import logging
+
+    logging.disable(logging.WARNING)  # grain warns that jax is absent
+    import grain
+
+    class Source:
+        def __len__(self) -> int:
+            return len(lengths)
+
+        def __getitem__(self, i: int) -> dict:
+            return {"input_ids": np.ones(int(lengths[i]), dtype=np.int32)}
+
+    parent = grain.MapDataset.source(Source()).shuffle(seed=0).to_iter_dataset()
+    start = time.perf_counter()
+    packed = getattr(grain.experimental, packer)(
+        parent, length_struct={"input_ids": CAPACITY}, num_packing_bins=bins, shuffle_bins=True, seed=0
+    )
+    rows = tokens = 0
+    for row in packed:
+        rows += 1
+        tokens += int(np.count_nonzero(row["input_ids_segment_ids"]))
+    seconds = time.perf_counter() - start
+    assert tokens == int(lengths.sum()), f"{packer} lost tokens"
+    return tokens / (rows * CAPACITY), seconds
+
+
+def dflash_packed(lengths: np.ndarray) -> tuple[float, float, float]:
+    """(utilization, plan seconds, plan + collate seconds) of dflash_batch on ``lengths``."""
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    import pyarrow as pa
+
+    column = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(np.ones(int(offsets[-1]), dtype=np.int32)))
+    store = db.TokenStore(pa.table({"input_ids": column}))
+    sampler = db.BucketSampler(lengths, max_tokens=CAPACITY, mode="packed", seed=0)
+    plan_s = timings(lambda i: sampler.plan(i + 1), 5)[0]
+    start = time.perf_counter()
+    plan = sampler.plan(0)
+    for b in range(len(plan)):
+        db.collate_packed(store, plan[b], capacity=CAPACITY, dtype="int32")
+    return plan.stats()["utilization"], plan_s, time.perf_counter() - start
+
+
+def grain_table(lengths: np.ndarray, samples: int) -> None:
+    part = lengths[:samples]
+    scale = db.SEED_SAMPLES / len(part)
+    print(f"\nGrain's packers against dflash_batch on the first {len(part):,} samples (times scaled ×{scale:.1f})")
+    print(f"{'packer':<44} {'utilization':>11} {'s / 902K epoch':>15}")
+    util, plan_s, collated_s = dflash_packed(part)
+    print(f"{'dflash_batch packed: plan':<44} {util:>11.4f} {plan_s * scale:>15.2f}")
+    print(f"{'dflash_batch packed: plan + collate every row':<44} {util:>11.4f} {collated_s * scale:>15.2f}")
+    for packer in ("FirstFitPackIterDataset", "BestFitPackIterDataset"):
+        for bins in (64, 512):
+            util, seconds = grain_packed(part, packer, bins)
+            print(f"{'grain ' + packer + f', {bins} bins':<44} {util:>11.4f} {seconds * scale:>15.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=db.SEED_SAMPLES)
     parser.add_argument("--repeats", type=int, default=21)
+    parser.add_argument("--grain-samples", type=int, default=50_000, help="0 skips Grain")
     args = parser.parse_args()
 
     lengths = db.seed_workload(args.samples, seed=0)
@@ -132,6 +199,8 @@ def main() -> None:
     )
     print(f"  ≥ 50× Python first-fit:      {ratio:.0f}×  {ok(ratio >= 50)}")
     print(f"  p99 rank imbalance ≤ 1.05:   {plain['p99']:.3f}  {ok(plain['p99'] <= 1.05)}")
+    if args.grain_samples:
+        grain_table(lengths, args.grain_samples)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,11 @@
 Correctness is asserted first (every sample exactly once, every batch within budget); then medians are
 printed side by side with ratios. Targets: ≤ 10 ms per epoch, ≥ 50× HF transformers'
 LengthGroupedSampler, 100M lengths ≤ 2 s and ≤ 1 GB peak RSS (measured in a child process).
+
+lhotse's ``DynamicBucketingSampler`` (6 buckets, ``max_duration`` = the token budget, a sample's duration
+its length) runs at ~0.2 ms a sample here, minutes for the seed epoch, so it runs on the first
+``--lhotse-samples`` samples (default 50,000) and its time is scaled to the epoch. Its budget caps the sum of
+lengths in a batch, not rows × longest, so its batches pad more than a padded-token budget's.
 """
 
 from __future__ import annotations
@@ -67,6 +72,28 @@ def length_grouped(lengths: np.ndarray, repeats: int) -> tuple[tuple[float, floa
     return seconds, baselines.efficiency(lengths, order, offsets)
 
 
+def lhotse_bucketing(lengths: np.ndarray) -> tuple[float, float] | None:
+    """(seconds per epoch, efficiency) of lhotse's DynamicBucketingSampler over ``lengths``."""
+    try:
+        import warnings
+
+        from lhotse import CutSet, MonoCut
+        from lhotse.dataset import DynamicBucketingSampler
+    except ImportError:
+        return None
+    cuts = CutSet.from_cuts(MonoCut(id=str(i), start=0.0, duration=float(n), channel=0) for i, n in enumerate(lengths))
+    with warnings.catch_warnings():  # lhotse suggests a lazy CutSet; these cuts are already in memory
+        warnings.simplefilter("ignore")
+        sampler = DynamicBucketingSampler(cuts, max_duration=MAX_TOKENS, num_buckets=6, shuffle=True, seed=0)
+        start = time.perf_counter()
+        batches = [np.array([int(c.id) for c in batch]) for batch in sampler]
+        seconds = time.perf_counter() - start
+    order = np.concatenate(batches)
+    assert np.array_equal(np.sort(order), np.arange(len(lengths))), "lhotse loses or repeats samples"
+    offsets = np.cumsum([0] + [len(b) for b in batches])
+    return seconds, baselines.efficiency(lengths, order, offsets)
+
+
 def big_run(n: int) -> dict:
     """Plans 3 epochs of n lengths in a fresh process; reports median plan seconds and peak RSS."""
     code = f"""
@@ -93,6 +120,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=31)
     parser.add_argument("--big", type=int, default=100_000_000, help="lengths for the memory run")
     parser.add_argument("--no-big", action="store_true")
+    parser.add_argument("--lhotse-samples", type=int, default=50_000, help="0 skips lhotse")
     args = parser.parse_args()
 
     lengths = db.seed_workload(args.samples, seed=0)
@@ -117,6 +145,15 @@ def main() -> None:
     for name, eff, (median, best) in rows:
         print(f"{name:<36} {eff:>10.3f} {median * 1e3:>10.1f} {best * 1e3:>9.1f} {median / six[0]:>9.1f}")
     print(f"(planner construction, once per sampler: {six_build * 1e3:.1f} ms; × dflash uses medians)")
+    part = lengths[: args.lhotse_samples]
+    lhotse = lhotse_bucketing(part) if len(part) else None
+    if lhotse is not None:
+        seconds = lhotse[0] * len(lengths) / len(part)
+        print(
+            f"lhotse DynamicBucketingSampler, 6 buckets, on the first {len(part):,} samples: efficiency "
+            f"{lhotse[1]:.3f}, {seconds:.1f} s per {len(lengths):,}-sample epoch "
+            f"(scaled; {seconds / six[0]:,.0f}× dflash)"
+        )
 
     print("\ntargets (median; best in brackets)")
     ok = lambda met: "MET" if met else "MISSED"  # noqa: E731

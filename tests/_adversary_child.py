@@ -241,6 +241,33 @@ def run_arrow(case, _):
         )
 
 
+def run_megatron(case, _):
+    """A Megatron pair whose ``.idx`` was damaged: dflash_batch raises a documented error, or reads the
+    original lengths and exactly the ``.bin``'s tokens in the dtype the damaged header names (a dtype
+    code changed to another of the same width is undetectable: the format has no checksums); document
+    boundaries, when read, rise from 0 to the sequence count. No row lost or invented."""
+    from _megatron import DTYPES
+
+    prefix = case["prefix"]
+    lengths = db.read_lengths(prefix)
+    store = db.TokenStore(prefix)
+    tokens, offsets = store.gather(np.arange(len(store)))
+    check(lengths.tolist() == case["lengths"], f"read lengths {lengths.tolist()}, the original has {case['lengths']}")
+    check(np.array_equal(np.diff(offsets), lengths), "lengths and the token store disagree")
+    with open(prefix + ".idx", "rb") as f:
+        code = f.read(18)[17]
+    with open(prefix + ".bin", "rb") as f:
+        reference = np.frombuffer(f.read(), dtype=DTYPES[code])
+    check(store.dtype == reference.dtype, f"dtype {store.dtype}, the header says {reference.dtype}")
+    check(np.array_equal(tokens, reference, equal_nan=tokens.dtype.kind == "f"), "tokens differ from the .bin")
+    try:
+        documents = db.read_documents(prefix)
+    except DOCUMENTED:
+        return
+    check(documents[0] == 0 and documents[-1] == len(lengths), f"documents span {documents[0]}..{documents[-1]}")
+    check(bool((np.diff(documents.astype(np.int64)) >= 0).all()), "documents fall")
+
+
 def run_selftest(case, _):
     """What the harness must catch, on demand (tests/test_adversarial.py checks it does)."""
     what = case["what"]
@@ -268,6 +295,7 @@ RUNNERS = {
     "source": run_source,
     "cli": run_cli,
     "arrow": run_arrow,
+    "megatron": run_megatron,
 }
 
 

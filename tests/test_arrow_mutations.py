@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 from _adversary import EXAMPLES, run_cases
 from _arrow import token_table, write_ipc
+from _mutate import mutate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -48,24 +49,16 @@ def mutation():
 
 def damage(data: bytes, other: bytes, ops) -> bytes:
     """``data`` after ``ops``; ``other`` is the same table in the other IPC format (for splices)."""
-    out = bytearray(data)
-    for op in ops:
-        if not out:
-            break
-        if op[0] == "flip":
-            bit = op[1] % (len(out) * 8)
-            out[bit // 8] ^= 1 << (bit % 8)
-        elif op[0] == "word":
+
+    def special(out: bytearray, op) -> bytearray:
+        if op[0] == "word":
             at = (op[1] % len(out)) & ~3  # Arrow's fields are aligned to 4 or 8 bytes
             out[at : at + 4] = op[2].to_bytes(4, "little")[: len(out) - at]
-        elif op[0] == "truncate":
-            del out[int(op[1] * len(out)) :]
-        elif op[0] == "splice":  # this file's head, the other encoding's tail
-            out = out[: int(op[1] * len(out))] + bytearray(other[int(op[2] * len(other)) :])
-        elif op[0] == "repeat":
-            at = int(op[1] * len(out))
-            out[at:at] = out[at : at + op[2]]
-    return bytes(out)
+            return out
+        # a splice: this file's head, the other encoding's tail
+        return out[: int(op[1] * len(out))] + bytearray(other[int(op[2] * len(other)) :])
+
+    return mutate(data, ops, special)
 
 
 def digest(table: pa.Table) -> str:

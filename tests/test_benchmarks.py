@@ -21,8 +21,9 @@ def run(script: str, *args: str) -> str:
 
 
 def test_plan_benchmark():
-    out = run("plan.py", "--no-big", "--repeats", "3")
+    out = run("plan.py", "--no-big", "--repeats", "3", "--lhotse-samples", "2000")
     assert "dflash_batch, boundaries='auto'" in out and "plan ≤ 10 ms per epoch" in out
+    assert "lhotse DynamicBucketingSampler, 6 buckets, on the first 2,000 samples" in out
     assert "plan time per rank vs world_size" in out and "       512" in out
 
 
@@ -33,14 +34,16 @@ def test_mixing_benchmark():
 
 
 def test_packing_benchmark():
-    out = run("packing.py", "--samples", "5000", "--repeats", "2")
+    out = run("packing.py", "--samples", "5000", "--repeats", "2", "--grain-samples", "400")
     assert "Python first-fit (random order)" in out and "utilization ≥ 0.99" in out
+    assert "grain BestFitPackIterDataset, 512 bins" in out and "plan + collate every row" in out
 
 
 def test_read_benchmark(tmp_path):
     pytest.importorskip("datasets")
     out = run("read.py", "--rows", "3000", "--cache-dir", str(tmp_path), "--repeats", "2", "--batches", "5")
     assert "dflash_batch read_lengths(seq_len)" in out and "gather ≥ 20× ds[list]" in out
+    assert "megatron lengths (902,087) ≤ 20 ms" in out and "dflash_batch TokenStore.gather (megatron)" in out
 
 
 def test_loader_benchmark(tmp_path):

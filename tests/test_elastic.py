@@ -265,6 +265,13 @@ def test_any_resume_on_any_ranks_trains_every_sample_of_the_epoch_once(
     assert sorted(trained + rest + carried) == list(range(n)), "a sample was repeated in epoch 1"
     assert bool(carried) == any("carried into epoch 2" in str(w.message) for w in caught)
     event("carried" if carried else "planned on the new ranks")
-    nxt = epoch_of(new, 2)
+    try:
+        nxt = epoch_of(new, 2)
+    except db.PlanError as error:
+        # A tiny dataset whose epoch fits the new ranks may not fit them with the carried samples added
+        # (8 samples + 1 carried on 7 ranks need 14 batches, or 7 holding 9 samples): a clear refusal.
+        assert carried and "ranks a batch without repeating samples" in str(error), str(error)
+        event("epoch 2 with the carried samples does not fit the new ranks")
+        return
     assert sorted(nxt) == sorted(list(range(n)) + carried)
     assert len({s.plan().steps for s in new}) == 1

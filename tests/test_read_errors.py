@@ -110,15 +110,25 @@ def test_column_of_the_wrong_type(tmp_path, array):
     path = write_ipc(tmp_path / "w.arrow", pa.table({"x": array}))
     with pytest.raises(db.DataError, match=r'has column "x" of type .* but it must be'):
         db.read_lengths(path, "x")
-    with pytest.raises(db.DataError, match="list \\(or large list\\) of int32, int64 or uint32"):
+    with pytest.raises(db.DataError, match=r"list \(or large list\) of token ids \(any integer width"):
         db.TokenStore(path, "x")
 
 
-def test_token_values_of_the_wrong_width(tmp_path):
-    path = write_ipc(tmp_path / "w.arrow", pa.table({"x": pa.array([[1, 2]], pa.list_(pa.int16()))}))
-    np.testing.assert_array_equal(db.read_lengths(path, "x"), [2])  # lengths only need offsets
-    with pytest.raises(db.DataError, match="int32, int64 or uint32 token ids"):
-        db.TokenStore(path, "x")
+@pytest.mark.parametrize("width", [pa.int8(), pa.uint8(), pa.int16(), pa.uint16()])
+def test_token_values_of_every_integer_width_are_read(tmp_path, width):
+    path = write_ipc(tmp_path / "w.arrow", pa.table({"x": pa.array([[1, 2], [3]], pa.list_(width))}))
+    np.testing.assert_array_equal(db.read_lengths(path, "x"), [2, 1])
+    store = db.TokenStore(path, "x")
+    assert store.dtype == np.dtype(width.to_pandas_dtype())
+    np.testing.assert_array_equal(db.collate(store, [1, 0])["input_ids"], [[3, 0], [1, 2]])
+
+
+def test_float_token_values_must_be_whole_numbers_to_collate(tmp_path):
+    path = write_ipc(tmp_path / "w.arrow", pa.table({"x": pa.array([[1.0, 2.0], [1.5]], pa.list_(pa.float32()))}))
+    store = db.TokenStore(path, "x")
+    np.testing.assert_array_equal(db.collate(store, [0])["input_ids"], [[1, 2]])
+    with pytest.raises(db.DataError, match=r"token 1\.5 of a float token file is not a whole number that int64"):
+        db.collate(store, [1])
 
 
 def test_nulls_in_the_length_column(tmp_path):

@@ -18,6 +18,7 @@ EXPECTED = {
     "accelerate": lambda out: out.split()[1] == "1",
     "torch DataLoader": lambda out: out == "True",
     "reading": lambda out: out == "[1 2 3] 300",
+    "megatron": lambda out: out == "[3 1 2] [5 6 7] [0 2 3]",
     "Loader": lambda out: out == "torch.int64 True",
     "packing": lambda out: 0.97 < float(out) <= 1.0,
     "cost": lambda out: 0.5 < float(out) <= 1.0,

@@ -14,7 +14,7 @@ from ._core import DataError, Plan, PlanError, __version__
 from .collate import Collator, collate, collate_packed
 from .cost import CostFit, measure_cost
 from .loader import Loader
-from .reading import TokenStore, read_lengths
+from .reading import TokenStore, read_documents, read_lengths
 from .sampler import BucketSampler
 from .workload import SEED_SAMPLES, seed_workload
 
@@ -32,6 +32,7 @@ __all__ = [
     "collate",
     "collate_packed",
     "measure_cost",
+    "read_documents",
     "read_lengths",
     "seed_workload",
 ]

@@ -28,6 +28,11 @@ def read_lengths(
     OSError for a file that cannot be opened, IndexError for a mapped row past the files' rows,
     MemoryError when the lengths do not fit."""
 
+def read_documents(paths: Sequence[str]) -> npt.NDArray[np.uint64]:
+    """The document boundaries of the Megatron pairs ``paths`` (each named by its ``.idx`` or ``.bin``),
+    in one row space: sequence numbers rising from 0 to the sequence count. Raises OSError subclasses
+    and DataError as ``read_lengths``; DataError for a file that is not a Megatron pair."""
+
 def read_table_lengths(
     table: object, column: str, rows: npt.NDArray[np.uint64] | None = None
 ) -> npt.NDArray[np.uint32]:
@@ -45,7 +50,8 @@ class TokenStore:
         rows: npt.NDArray[np.uint64] | None = None,
         progress: Callable[[int], object] | None = None,
     ) -> None:
-        """Maps ``column`` (a list of int32, int64 or uint32) of ``paths``; with ``rows`` (a ``datasets``
+        """Maps ``column`` (a list of token ids of any integer width, or whole floats) of ``paths`` (Arrow
+        files or Megatron pairs by their ``.idx``); with ``rows`` (a ``datasets``
         indices mapping), row ``i`` of the store is file row ``rows[i]``. Raises DataError, OSError
         and IndexError as ``read_lengths``."""
     @staticmethod
@@ -55,12 +61,13 @@ class TokenStore:
         ``read_table_lengths``."""
     @staticmethod
     def from_rows(tokens: npt.NDArray[np.integer], offsets: npt.NDArray[np.int64]) -> TokenStore:
-        """The store over rows given flat: ``tokens`` (int32, int64 or uint32, copied) and the ``rows + 1``
+        """The store over rows given flat: ``tokens`` (any token dtype, copied) and the ``rows + 1``
         ``offsets`` delimiting them. Raises TypeError for another dtype, DataError for offsets that do
         not rise from 0 to ``len(tokens)`` or for no rows."""
     @property
     def dtype(self) -> str:
-        """The numpy dtype name of the tokens: ``int32``, ``int64`` or ``uint32``."""
+        """The numpy dtype name of the tokens: an integer width (``int8`` … ``int64``, ``uint8`` …
+        ``uint32``), or Megatron's ``float32``/``float64``."""
     def __len__(self) -> int: ...
     def lengths(self) -> npt.NDArray[np.uint32]:
         """Tokens per row, as a new read-only array."""

@@ -1,5 +1,6 @@
-"""``read_lengths`` and ``TokenStore``: a dataset's lengths and tokens, read by Rust from mapped files
-(or from a table in memory, handed to Rust through the Arrow C stream interface without a copy).
+"""``read_lengths``, ``TokenStore`` and ``read_documents``: a dataset's lengths and tokens, read by Rust from
+mapped files (Arrow IPC, or Megatron-LM ``.bin``/``.idx`` pairs), or from a table in memory, handed to Rust
+through the Arrow C stream interface without a copy.
 
 Lengths are copied out of the files (4 bytes a row), so planning never touches a mapped page and a file
 replaced later cannot crash it. Tokens stay mapped: ``store[i]`` is a read-only view into the file.
@@ -24,18 +25,22 @@ def read_lengths(source: Any, column: str = "seq_len", *, progress: bool | None 
     """The token length of every row of ``source``, as a read-only 1-D ``uint32`` array.
 
     Args:
-        source: an Arrow IPC file or stream, a ``save_to_disk`` directory, a glob, a list of these, a
-            ``datasets.Dataset`` (its indices mapping is applied), or a table in memory (a pyarrow
+        source: an Arrow IPC file or stream, a ``save_to_disk`` directory, a Megatron-LM dataset by its
+            prefix (``path/data_text_document`` for the ``.bin``/``.idx`` pair), a glob, a list of these,
+            a ``datasets.Dataset`` (its indices mapping is applied), or a table in memory (a pyarrow
             ``Table``, or any object with ``__arrow_c_stream__``), read in place without a copy.
         column: an integer column (any width), or a list column such as ``"input_ids"`` whose lengths
-            come from its offsets without reading the tokens.
+            come from its offsets without reading the tokens. A Megatron dataset has one sequence per
+            sample and no columns: its ``.idx`` lengths are read, whatever ``column`` says.
         progress: show a progress bar over the files (default: when there are several and stderr is a
             terminal).
 
     Raises:
         FileNotFoundError / OSError: the source or one of its files cannot be opened.
         DataError: a file is not Arrow, is truncated or compressed, lacks the column, or holds nulls or
-            negative lengths (or a table in memory does). The message names the file and the fix.
+            negative lengths (or a table in memory does); a Megatron pair has a half missing, or an
+            ``.idx`` whose magic, version, dtype, counts, pointers or document boundaries do not hold
+            against itself and its ``.bin``. The message names the file and the fix.
         IndexError: a ``datasets`` indices mapping names a row past the data.
     """
     resolved = resolve(source)
@@ -45,17 +50,43 @@ def read_lengths(source: Any, column: str = "seq_len", *, progress: bool | None 
         return _core.read_lengths(list(resolved.paths), column, resolved.rows, bar.callback)
 
 
+def read_documents(source: Any) -> np.ndarray:
+    """The document boundaries of a Megatron-LM dataset, as a read-only ``uint64`` array.
+
+    A sample is one sequence of the ``.idx`` (what SFT-style training reads); documents group
+    consecutive sequences. Boundary ``k`` is the sequence that starts document ``k``, and the last is the
+    sequence count, so document ``k`` is sequences ``b[k]:b[k + 1]``. Several pairs share one row space
+    (as in :func:`read_lengths`): each pair's boundaries are shifted by the sequences before it, and a
+    pair whose last document was left open is closed at its end.
+
+    Args:
+        source: Megatron prefixes, halves, a glob or a directory of pairs (see :func:`read_lengths`).
+
+    Raises:
+        FileNotFoundError: no such pair. DataError: as for :func:`read_lengths`, or a file that is not a
+            Megatron dataset (only those record documents).
+    """
+    resolved = resolve(source)
+    if resolved.table is not None or resolved.rows is not None:
+        raise _core.DataError(
+            f"{resolved.describe()} has no document boundaries: only Megatron .bin/.idx datasets record them"
+        )
+    return _core.read_documents(list(resolved.paths))
+
+
 class TokenStore:
     """A token column kept memory-mapped, for random access to any sample's tokens.
 
     ``len(store)``, ``store.lengths()``, ``store[i]`` (a read-only numpy view of row ``i``'s tokens,
     no copy) and ``store.gather(indices)`` (the rows' tokens concatenated, and int64 offsets delimiting
-    them). Tokens keep the column's type: int32, int64 or uint32. Pickles as its source: a process
-    that unpickles it maps the files again.
+    them). Tokens keep the column's type: any integer width from int8/uint8 to int64/uint32, or a
+    Megatron dataset's dtype (uint16 and int32 usually; its float32/float64 codes too, which collation
+    requires to hold whole numbers). Pickles as its source: a process that unpickles it maps the files
+    again.
 
     Args:
         source: as for :func:`read_lengths`.
-        column: a list (or large list) column of int32, int64 or uint32 token ids.
+        column: a list (or large list) column of token ids (not used for a Megatron dataset).
         progress: as for :func:`read_lengths`.
     """
 

@@ -1,9 +1,13 @@
-"""Turning what users pass as a dataset into what the Rust readers take: a list of Arrow files.
+"""Turning what users pass as a dataset into what the Rust readers take: a list of files.
 
 Accepted sources: one Arrow IPC file or stream (``.arrow``, ``.feather``, ``.ipc``), a directory
 written by ``datasets.Dataset.save_to_disk`` (its shards in the order ``state.json`` lists), any other
 directory of Arrow files (sorted by name), a glob, a list of any of these, a ``datasets.Dataset``, or a
 table in memory (a pyarrow ``Table``, or any object with ``__arrow_c_stream__``), which Rust reads in place.
+
+Megatron-LM indexed datasets are named by their prefix (``path/data_text_document`` for the pair
+``data_text_document.bin`` + ``.idx``), by either half, by a glob over prefixes or halves, or by a
+directory of pairs (sorted by name); each pair is passed on as its ``.idx``, and Rust maps both halves.
 
 A ``Dataset`` backed by its cache files (the usual case: loaded from disk, or produced by ``.map()``)
 is read from those files directly; an indices mapping (from ``select``/``shuffle``/``filter``) becomes
@@ -24,6 +28,7 @@ from typing import Any
 import numpy as np
 
 ARROW_SUFFIXES = (".arrow", ".feather", ".ipc", ".arrows")
+MEGATRON_SUFFIXES = (".idx", ".bin")
 
 
 @dataclass(frozen=True)
@@ -49,8 +54,23 @@ def resolve(source: Any) -> Source:
     if isinstance(source, (list, tuple)):
         if not source:
             raise FileNotFoundError("the list of files is empty; pass at least one Arrow file")
-        return Source(paths=_regular(p for item in source for p in _paths(item)))
-    return Source(paths=_regular(_paths(source)))
+        return Source(paths=_regular(_pairs_once(p for item in source for p in _paths(item))))
+    return Source(paths=_regular(_pairs_once(_paths(source))))
+
+
+def _pairs_once(paths: Any) -> list[str]:
+    """The paths with each Megatron half named by its ``.idx``, a pair named twice (``*``) kept once."""
+    out: list[str] = []
+    pairs: set[str] = set()
+    for path in paths:
+        if path.endswith(".bin"):
+            path = path[: -len(".bin")] + ".idx"
+        if path.endswith(".idx"):
+            if path in pairs:
+                continue
+            pairs.add(path)
+        out.append(path)
+    return out
 
 
 def _regular(paths: Any) -> tuple[str, ...]:
@@ -68,7 +88,10 @@ def _regular(paths: Any) -> tuple[str, ...]:
             from ._core import DataError
 
             kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
-            raise DataError(f"{path} is {kind}, not a regular file; pass an Arrow file or a save_to_disk directory")
+            raise DataError(
+                f"{path} is {kind}, not a regular file; pass an Arrow file, a save_to_disk directory "
+                "or a Megatron prefix"
+            )
     return paths
 
 
@@ -91,8 +114,12 @@ def _paths(item: Any) -> list[str]:
         return _directory(path)
     if os.path.exists(path):
         return [path]
+    if any(os.path.exists(path + suffix) for suffix in MEGATRON_SUFFIXES):
+        return [path + ".idx"]  # a Megatron prefix (Rust names a missing half)
     if glob.has_magic(path):
         matches = sorted(glob.glob(path))
+        if not matches:  # a glob over Megatron prefixes: `data/*_text_document`
+            matches = sorted({m[:-4] + ".idx" for suffix in MEGATRON_SUFFIXES for m in glob.glob(path + suffix)})
         if not matches:
             raise FileNotFoundError(f"no files match the pattern {path!r}")
         return [p for m in matches for p in (_directory(m) if os.path.isdir(m) else [m])]
@@ -105,7 +132,10 @@ def _paths(item: Any) -> list[str]:
         ) from None
     except OSError:
         pass
-    raise FileNotFoundError(f"{path} does not exist; pass an Arrow file, a save_to_disk directory or a glob")
+    raise FileNotFoundError(
+        f"{path} does not exist; pass an Arrow file, a save_to_disk directory, a Megatron prefix "
+        "(the path before .bin/.idx) or a glob"
+    )
 
 
 def _directory(path: str) -> list[str]:
@@ -122,11 +152,14 @@ def _directory(path: str) -> list[str]:
         raise FileNotFoundError(
             f"{path} holds a DatasetDict with splits {names}; pass one split's directory, e.g. {example!r}"
         )
-    files = sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(ARROW_SUFFIXES))
+    names = os.listdir(path)
+    files = sorted(os.path.join(path, n) for n in names if n.endswith(ARROW_SUFFIXES))
+    if not files:  # a directory of Megatron pairs, each named once
+        files = sorted({os.path.join(path, n[:-4] + ".idx") for n in names if n.endswith(MEGATRON_SUFFIXES)})
     if not files:
         raise FileNotFoundError(
-            f"no Arrow files ({', '.join('*' + s for s in ARROW_SUFFIXES)}) in directory {path}; "
-            "pass a directory written by datasets' save_to_disk or one holding Arrow IPC files"
+            f"no Arrow files ({', '.join('*' + s for s in ARROW_SUFFIXES)}) nor Megatron pairs (*.bin + *.idx) in "
+            f"directory {path}; pass a directory written by datasets' save_to_disk or one holding Arrow IPC files"
         )
     return files
 

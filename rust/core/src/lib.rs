@@ -72,6 +72,6 @@ pub use plan::config::{Batching, Boundaries, Config, CostModel, Mode, Order, Ove
 pub use plan::output::{largest_padded, Plan, Stats};
 pub use plan::planner::Planner;
 pub use plan::resume::Resumed;
-pub use read::dataset::read_lengths;
+pub use read::dataset::{read_documents, read_lengths};
 pub use read::table::table_lengths;
 pub use read::tokens::{Gathered, TokenStore, Tokens};

@@ -16,8 +16,9 @@ pyo3::create_exception!(
     dflash_batch,
     DataError,
     PyValueError,
-    "A dataset file that cannot be read as asked: not Arrow, truncated, compressed, a missing column \
-     or one of the wrong type, nulls or negative lengths. The message names the file and the fix."
+    "A dataset file that cannot be read as asked: not Arrow (or not a consistent Megatron .bin/.idx \
+     pair), truncated, compressed, a missing column or one of the wrong type, nulls or negative \
+     lengths. The message names the file and the fix."
 );
 
 /// The one mapping from core errors to Python exceptions: I/O failures become the matching `OSError`
@@ -30,9 +31,9 @@ pub(crate) fn to_py(err: Error) -> PyErr {
             problem: ReadProblem::Io { kind, .. },
             ..
         } => std::io::Error::new(*kind, err.to_string()).into(),
-        ErrorKind::Read { .. } | ErrorKind::TokenOutOfRange { .. } => {
-            DataError::new_err(err.to_string())
-        }
+        ErrorKind::Read { .. }
+        | ErrorKind::TokenOutOfRange { .. }
+        | ErrorKind::TokenNotInteger { .. } => DataError::new_err(err.to_string()),
         ErrorKind::BufferTooSmall { .. } | ErrorKind::PackedRowTooLong { .. } => {
             PyValueError::new_err(err.to_string())
         }

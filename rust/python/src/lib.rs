@@ -36,6 +36,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<plan::Plan>()?;
     m.add_class::<reading::TokenStore>()?;
     m.add_function(wrap_pyfunction!(reading::read_lengths, m)?)?;
+    m.add_function(wrap_pyfunction!(reading::read_documents, m)?)?;
     m.add_function(wrap_pyfunction!(reading::read_table_lengths, m)?)?;
     m.add_function(wrap_pyfunction!(truncating::split_long, m)?)?;
     m.add_function(wrap_pyfunction!(truncating::locate_pieces, m)?)?;

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use dflash_batch_core::pool::PrivatePool;
-use dflash_batch_core::{Gathered, TokenStore as CoreStore, Tokens};
+use dflash_batch_core::{each_token, token_types, Gathered, TokenStore as CoreStore, Tokens};
 use numpy::ndarray::ArrayView1;
 use numpy::{Element, PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
@@ -149,7 +149,7 @@ impl TokenStore {
         Ok(Self::over(store))
     }
 
-    /// The store over rows given flat: `tokens` (int32, int64 or uint32) and the `rows + 1` int64
+    /// The store over rows given flat: `tokens` (any token dtype) and the `rows + 1` int64
     /// `offsets` delimiting them (both copied).
     #[staticmethod]
     fn from_rows(
@@ -157,18 +157,7 @@ impl TokenStore {
         tokens: &Bound<'_, PyAny>,
         offsets: PyReadonlyArray1<'_, i64>,
     ) -> PyResult<Self> {
-        let tokens = if let Ok(t) = tokens.extract::<PyReadonlyArray1<'_, i32>>() {
-            Gathered::I32(t.as_array().to_vec())
-        } else if let Ok(t) = tokens.extract::<PyReadonlyArray1<'_, i64>>() {
-            Gathered::I64(t.as_array().to_vec())
-        } else {
-            let t = tokens.extract::<PyReadonlyArray1<'_, u32>>().map_err(|_| {
-                pyo3::exceptions::PyTypeError::new_err(
-                    "tokens must be a 1-D array of int32, int64 or uint32 token ids",
-                )
-            })?;
-            Gathered::U32(t.as_array().to_vec())
-        };
+        let tokens = gathered(tokens)?;
         let offsets = offsets.as_array().to_vec();
         let store = py
             .detach(|| CoreStore::from_rows(tokens, offsets))
@@ -185,7 +174,7 @@ impl TokenStore {
         read_only(PyArray1::from_vec(py, self.store.lengths().to_vec()))
     }
 
-    /// The numpy dtype name of the tokens: `int32`, `int64` or `uint32`.
+    /// The numpy dtype name of the tokens, e.g. `int32` or `uint16`.
     #[getter]
     fn dtype(&self) -> &'static str {
         self.store.dtype()
@@ -194,11 +183,7 @@ impl TokenStore {
     /// Row `index`'s tokens: a read-only view into the mapped file (no copy).
     fn __getitem__<'py>(slf: Bound<'py, Self>, index: i64) -> PyResult<Bound<'py, PyAny>> {
         let owner = slf.clone().into_any();
-        match slf.get().store.get(index).map_err(to_py)? {
-            Tokens::I32(t) => view(t, owner),
-            Tokens::I64(t) => view(t, owner),
-            Tokens::U32(t) => view(t, owner),
-        }
+        each_token!(Tokens, slf.get().store.get(index).map_err(to_py)?, t => view(t, owner))
     }
 
     /// The tokens of `indices` (a 1-D array of any integer type; negative counts from the end)
@@ -210,11 +195,7 @@ impl TokenStore {
         indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let (tokens, offsets) = gather_any(py, &self.store, indices)?.map_err(to_py)?;
-        let tokens = match tokens {
-            Gathered::I32(t) => PyArray1::from_vec(py, t).into_any(),
-            Gathered::I64(t) => PyArray1::from_vec(py, t).into_any(),
-            Gathered::U32(t) => PyArray1::from_vec(py, t).into_any(),
-        };
+        let tokens = each_token!(Gathered, tokens, t => PyArray1::from_vec(py, t).into_any());
         PyTuple::new(py, [tokens, PyArray1::from_vec(py, offsets).into_any()])
     }
 }
@@ -227,6 +208,31 @@ impl TokenStore {
             pool: PrivatePool::new(threads),
         }
     }
+}
+
+/// A 1-D numpy array of any token dtype, copied.
+fn gathered(tokens: &Bound<'_, PyAny>) -> PyResult<Gathered> {
+    macro_rules! extract {
+        ($($v:ident $t:ident $arrow:ident $name:literal),*) => {
+            $(if let Ok(t) = tokens.extract::<PyReadonlyArray1<'_, $t>>() {
+                return Ok(Gathered::$v(t.as_array().to_vec()));
+            })*
+        };
+    }
+    token_types!(extract);
+    Err(pyo3::exceptions::PyTypeError::new_err(
+        "tokens must be a 1-D array of token ids (int8 to int64, uint8 to uint32, float32 or float64)",
+    ))
+}
+
+/// The document boundaries of Megatron datasets `paths`, as a read-only `uint64` array: sequence
+/// numbers rising from 0 to the sequence count, in one row space over all the pairs.
+#[pyfunction]
+pub(crate) fn read_documents(py: Python<'_>, paths: Vec<PathBuf>) -> PyResult<Py<PyArray1<u64>>> {
+    let boundaries = py
+        .detach(|| dflash_batch_core::read_documents(&paths))
+        .map_err(to_py)?;
+    read_only(PyArray1::from_vec(py, boundaries))
 }
 
 /// [`CoreStore::gather`] for indices of any supported dtype (the outer error is a wrong dtype).

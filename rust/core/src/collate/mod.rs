@@ -52,7 +52,21 @@ impl Default for Padding {
 
 /// An output element type: `i32` or `i64`, convertible from every stored token type.
 pub trait OutputToken:
-    Copy + Send + Sync + TryFrom<i64> + From<i32> + Convert<i32> + Convert<i64> + Convert<u32> + 'static
+    Copy
+    + Send
+    + Sync
+    + TryFrom<i64>
+    + From<i32>
+    + Convert<i32>
+    + Convert<i64>
+    + Convert<u32>
+    + Convert<u16>
+    + Convert<i16>
+    + Convert<u8>
+    + Convert<i8>
+    + Convert<f32>
+    + Convert<f64>
+    + 'static
 {
     /// The numpy name, for messages.
     const NAME: &'static str;
@@ -118,23 +132,46 @@ impl Convert<i64> for i64 {
     }
 }
 
-impl Convert<i32> for i64 {
-    fn convert(tokens: &[i32], out: &mut [i64]) -> Result<()> {
-        out.iter_mut()
-            .zip(tokens)
-            .for_each(|(o, &t)| *o = i64::from(t));
-        Ok(())
-    }
+/// Widening conversions: every value fits, so the loop is a plain vectorized widen.
+macro_rules! widen {
+    ($($s:ty => $($o:ty),+);*) => {$($(
+        impl Convert<$s> for $o {
+            fn convert(tokens: &[$s], out: &mut [$o]) -> Result<()> {
+                out.iter_mut()
+                    .zip(tokens)
+                    .for_each(|(o, &t)| *o = <$o>::from(t));
+                Ok(())
+            }
+        }
+    )+)*};
 }
 
-impl Convert<u32> for i64 {
-    fn convert(tokens: &[u32], out: &mut [i64]) -> Result<()> {
-        out.iter_mut()
-            .zip(tokens)
-            .for_each(|(o, &t)| *o = i64::from(t));
-        Ok(())
-    }
+widen!(i32 => i64; u32 => i64; u16 => i32, i64; i16 => i32, i64; u8 => i32, i64; i8 => i32, i64);
+
+/// Float token ids (Megatron's float32/float64 codes) must be whole numbers the output can hold.
+macro_rules! from_float {
+    ($($s:ty),*) => {$(
+        impl<T: OutputToken> Convert<$s> for T {
+            fn convert(tokens: &[$s], out: &mut [T]) -> Result<()> {
+                for (o, &t) in out.iter_mut().zip(tokens) {
+                    let whole = f64::from(t);
+                    // The range check makes the cast exact: whole numbers below 2^63 in magnitude.
+                    #[allow(clippy::cast_possible_truncation)]
+                    let id = (whole.fract() == 0.0 && whole.abs() < 2f64.powi(63))
+                        .then(|| whole as i64)
+                        .and_then(|id| T::try_from(id).ok());
+                    *o = id.ok_or_else(|| ErrorKind::TokenNotInteger {
+                        value: t.to_string(),
+                        dtype: T::NAME,
+                    })?;
+                }
+                Ok(())
+            }
+        }
+    )*};
 }
+
+from_float!(f32, f64);
 
 impl Convert<u32> for i32 {
     fn convert(tokens: &[u32], out: &mut [i32]) -> Result<()> {
@@ -349,11 +386,7 @@ impl<T: OutputToken> Fill<T> {
         labels: &mut [T],
         positions: &mut [T],
     ) -> Result<()> {
-        let len = match tokens {
-            Tokens::I32(t) => T::convert(t, ids).map(|()| t.len())?,
-            Tokens::I64(t) => T::convert(t, ids).map(|()| t.len())?,
-            Tokens::U32(t) => T::convert(t, ids).map(|()| t.len())?,
-        };
+        let len = crate::each_token!(Tokens, tokens, t => T::convert(t, ids).map(|()| t.len())?);
         ids[len..].fill(self.pad_id);
         labels[..len].copy_from_slice(&ids[..len]);
         labels[len..].fill(self.label_pad_id);

@@ -130,11 +130,7 @@ pub fn collate_packed_windows<T: OutputToken, I: Copy + Into<i128>>(
     for (s, place) in located.iter().enumerate() {
         let len = place.1.len();
         let row = &mut ids[at..at + len];
-        match store.tokens_at(place) {
-            Tokens::I32(t) => T::convert(t, row)?,
-            Tokens::I64(t) => T::convert(t, row)?,
-            Tokens::U32(t) => T::convert(t, row)?,
-        }
+        crate::each_token!(Tokens, store.tokens_at(place), t => T::convert(t, row)?);
         labels[at..at + len].copy_from_slice(row);
         if len > 0 {
             labels[at] = label_pad_id;

@@ -220,6 +220,11 @@ impl fmt::Display for Error {
                 f,
                 "token id {value} does not fit in {dtype}; collate with dtype=int64"
             ),
+            K::TokenNotInteger { value, dtype } => write!(
+                f,
+                "token {value} of a float token file is not a whole number that {dtype} holds; \
+                 float token files must hold integral ids (rewrite them with an integer dtype)"
+            ),
             K::RowOutOfRange { row, rows } => write!(
                 f,
                 "row {row} is out of range for a dataset of {rows} rows; valid rows are 0..{rows}"

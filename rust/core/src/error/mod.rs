@@ -227,6 +227,13 @@ pub enum ErrorKind {
         /// The output dtype.
         dtype: &'static str,
     },
+    /// A float token (Megatron's float dtypes) that is not a whole number the output dtype holds.
+    TokenNotInteger {
+        /// The token, as written.
+        value: String,
+        /// The output dtype.
+        dtype: &'static str,
+    },
     /// A row index past the end of a dataset.
     RowOutOfRange {
         /// The index asked for.

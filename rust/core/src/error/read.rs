@@ -89,6 +89,36 @@ pub enum ReadProblem {
     },
     /// No rows in any of the files (or no files).
     Empty,
+    /// Document boundaries asked of a file that has none (only Megatron indexes do).
+    NoDocuments,
+    /// A Megatron `.idx` without the `MMIDIDX` magic.
+    NotMegatron {
+        /// The file's first bytes.
+        head: Vec<u8>,
+    },
+    /// A Megatron `.idx` of a version other than 1.
+    MegatronVersion {
+        /// The version in the header.
+        version: u64,
+    },
+    /// A Megatron `.idx` whose token dtype code is not one the format defines.
+    MegatronDtype {
+        /// The code in the header.
+        code: u8,
+    },
+    /// One half of a Megatron `.bin`/`.idx` pair is missing.
+    MegatronHalfMissing {
+        /// The file that is not there.
+        missing: String,
+        /// The half that is.
+        present: String,
+    },
+    /// A Megatron index whose parts disagree: its counts with its size, its pointers with each other
+    /// or with the `.bin`, or its document boundaries with its sequences.
+    MegatronInconsistent {
+        /// Which parts disagree, and how.
+        detail: String,
+    },
 }
 
 impl fmt::Display for ReadProblem {
@@ -98,6 +128,8 @@ impl fmt::Display for ReadProblem {
             P::Io { message, .. } => write!(f, "cannot be read: {message}"),
             P::NotArrow { head } => {
                 let hint = match head.get(..4) {
+                    Some(b"MMID") => "; it looks like a Megatron index: pass its prefix, or name it \
+                                      with the .idx extension beside its .bin",
                     Some(b"PAR1") => "; it looks like Parquet: convert it with pyarrow.parquet.read_table + \
                                       pyarrow.feather.write_feather(table, path, compression='uncompressed')",
                     _ => "; pass a file written by datasets.save_to_disk, pyarrow.ipc.new_file or new_stream",
@@ -147,6 +179,38 @@ impl fmt::Display for ReadProblem {
                 "has a different schema from {first} ({detail}); every shard must come from one dataset"
             ),
             P::Empty => write!(f, "holds no rows; pass a dataset with at least one sample"),
+            P::NoDocuments => write!(
+                f,
+                "has no document boundaries: only Megatron .bin/.idx datasets record them; pass \
+                 Megatron prefixes"
+            ),
+            P::NotMegatron { head } => write!(
+                f,
+                "is not a Megatron index (it starts with {:?}, not b'MMIDIDX\\x00\\x00'); pass the prefix \
+                 of a .bin/.idx pair written by megatron-core's IndexedDatasetBuilder",
+                EscapedHead(head)
+            ),
+            P::MegatronVersion { version } => write!(
+                f,
+                "is a Megatron index of version {version}; only version 1 (what megatron-core writes) \
+                 is defined: rebuild it with megatron-core's IndexedDatasetBuilder"
+            ),
+            P::MegatronDtype { code } => write!(
+                f,
+                "is a Megatron index with token dtype code {code}, which the format does not define \
+                 (1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 6 float64, 7 float32, 8 uint16); the \
+                 header is damaged: rebuild the index"
+            ),
+            P::MegatronHalfMissing { missing, present } => write!(
+                f,
+                "is half of a Megatron dataset: {missing} is missing beside {present}; a dataset is a \
+                 .bin/.idx pair with one prefix, so copy both files"
+            ),
+            P::MegatronInconsistent { detail } => write!(
+                f,
+                "is not a consistent Megatron index ({detail}); rebuild the .idx from its .bin with \
+                 the tool that wrote them"
+            ),
         }
     }
 }

@@ -80,7 +80,7 @@ pub fn read_column(
 }
 
 /// Maps `path` read-only into a [`Buffer`] that keeps the map alive.
-fn map_file(path: &Path) -> Result<Buffer, ReadProblem> {
+pub(crate) fn map_file(path: &Path) -> Result<Buffer, ReadProblem> {
     let file = File::open(path).map_err(io_problem)?;
     let meta = file.metadata().map_err(io_problem)?;
     if meta.is_dir() {
@@ -218,7 +218,7 @@ pub(crate) fn missing_column(schema: &Schema, name: &str) -> ReadProblem {
     let suggestion = schema
         .fields()
         .iter()
-        .find(|f| f.data_type().is_nested() && crate::read::column::list_of_integers(f.data_type()))
+        .find(|f| f.data_type().is_nested() && crate::read::column::list_of_numbers(f.data_type()))
         .map(|f| f.name().clone());
     ReadProblem::ColumnMissing {
         column: name.to_owned(),

@@ -13,10 +13,13 @@ use arrow_schema::{DataType, Field};
 
 use crate::error::read::ReadProblem;
 
-/// Whether `data_type` is a list (or large list) of integers: a token column.
-pub fn list_of_integers(data_type: &DataType) -> bool {
+/// Whether `data_type` is a list (or large list) of numbers: a token column (Megatron defines float
+/// token dtypes too).
+pub fn list_of_numbers(data_type: &DataType) -> bool {
     match data_type {
-        DataType::List(item) | DataType::LargeList(item) => item.data_type().is_integer(),
+        DataType::List(item) | DataType::LargeList(item) => {
+            item.data_type().is_integer() || item.data_type().is_floating()
+        }
         _ => false,
     }
 }
@@ -29,7 +32,7 @@ pub fn type_name(data_type: &DataType) -> String {
 /// The type rule for a lengths column: an integer column, or a list of integers.
 pub fn accept_lengths(field: &Field) -> Result<(), ReadProblem> {
     let data_type = field.data_type();
-    if data_type.is_integer() || list_of_integers(data_type) {
+    if data_type.is_integer() || list_of_numbers(data_type) {
         return Ok(());
     }
     Err(ReadProblem::ColumnType {

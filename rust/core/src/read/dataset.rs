@@ -1,6 +1,6 @@
-//! A dataset: Arrow files in order, one global row space (`datasets.save_to_disk` shards, or any list
-//! of IPC files). Every file must have the schema of the first, so rows mean the same thing
-//! throughout.
+//! A dataset: files in order, one global row space (`datasets.save_to_disk` shards, any list of IPC
+//! files, or Megatron `.bin`/`.idx` pairs named by either half). Every file must have the schema of
+//! the first, so rows mean the same thing throughout.
 
 use std::path::Path;
 
@@ -8,8 +8,9 @@ use arrow_schema::{Field, Schema};
 
 use crate::error::read::ReadProblem;
 use crate::error::{ErrorKind, Result};
-use crate::read::arrow::{read_column, Column};
+use crate::read::arrow::Column;
 use crate::read::column::{accept_lengths, append_lengths, type_name};
+use crate::read::megatron;
 
 /// Calls `each(file_index, column)` for column `name` of every file in order, checking the files
 /// agree on their schema; `progress(done)` after each file. Fails with [`ReadProblem::Empty`] when
@@ -26,7 +27,12 @@ pub fn for_each_file<P: AsRef<Path>>(
     for (i, path) in paths.iter().enumerate() {
         let path = path.as_ref();
         let fail = |problem| read_failure(path, problem);
-        let column = match (read_column(path, name, &accept), &first) {
+        let read = if megatron::is_megatron(path) {
+            megatron::read_column(path, name, &accept)
+        } else {
+            crate::read::arrow::read_column(path, name, &accept)
+        };
+        let column = match (read, &first) {
             (Ok(column), _) => column,
             // The first file had the column: this one's schema differs, which says more.
             (Err(ReadProblem::ColumnMissing { available, .. }), Some((first_path, _))) => {
@@ -77,6 +83,36 @@ pub fn read_lengths<P: AsRef<Path>>(
         append_lengths(name, &column.chunks, &mut lengths)
     })?;
     map_rows(lengths, rows)
+}
+
+/// The document boundaries of Megatron pairs `paths` (each named by either half), in one row space:
+/// sequence numbers rising from 0, each file's boundaries shifted by the sequences before it. A file
+/// whose last document is left open (no closing boundary) is closed at its end, so documents never
+/// span files.
+pub fn read_documents<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<u64>> {
+    let mut boundaries = vec![0u64];
+    let mut before = 0u64;
+    for path in paths {
+        let path = path.as_ref();
+        if !megatron::is_megatron(path) {
+            return Err(read_failure(path, ReadProblem::NoDocuments));
+        }
+        let (documents, sequences) =
+            megatron::read_documents(path).map_err(|p| read_failure(path, p))?;
+        boundaries.extend(documents.iter().skip(1).map(|&b| before + b));
+        before += sequences as u64;
+        if boundaries.last() != Some(&before) {
+            boundaries.push(before);
+        }
+    }
+    if before == 0 {
+        let source = paths.first().map_or_else(
+            || "the list of files".to_owned(),
+            |p| p.as_ref().display().to_string(),
+        );
+        return Err(read_failure(Path::new(&source), ReadProblem::Empty));
+    }
+    Ok(boundaries)
 }
 
 /// `rows` as positions among `file_rows` rows, each checked to exist.

@@ -11,9 +11,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow_array::{
-    Array, ArrayRef, Int32Array, Int64Array, LargeListArray, RecordBatch, UInt32Array,
-};
+use arrow_array::{Array, ArrayRef, LargeListArray, RecordBatch};
 use arrow_buffer::{OffsetBuffer, ScalarBuffer};
 use arrow_schema::{Field, SchemaRef};
 
@@ -96,11 +94,7 @@ impl TokenStore {
     /// them (what a `collate_fn` holds after a DataLoader fetched a batch), as a one-column table
     /// named `input_ids`.
     pub fn from_rows(tokens: Gathered, offsets: Vec<i64>) -> Result<Self> {
-        let values: ArrayRef = match tokens {
-            Gathered::I32(t) => Arc::new(Int32Array::from(t)),
-            Gathered::I64(t) => Arc::new(Int64Array::from(t)),
-            Gathered::U32(t) => Arc::new(UInt32Array::from(t)),
-        };
+        let values = tokens.into_array();
         let fail =
             |detail: String| read_failure(Path::new(IN_MEMORY), ReadProblem::Corrupt { detail });
         let rising = offsets.first() == Some(&0) && offsets.windows(2).all(|w| w[0] <= w[1]);
@@ -122,7 +116,7 @@ impl TokenStore {
 
 #[cfg(test)]
 mod tests {
-    use arrow_array::ListArray;
+    use arrow_array::{Int64Array, ListArray};
     use arrow_schema::DataType;
 
     use super::*;

@@ -10,8 +10,13 @@ use std::ops::Range;
 use std::path::Path;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Int32Type, Int64Type, UInt32Type};
-use arrow_array::{Array, ArrayRef, GenericListArray, OffsetSizeTrait};
+use arrow_array::types::{
+    Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type,
+    UInt8Type,
+};
+use arrow_array::{
+    Array, ArrayRef, ArrowPrimitiveType, GenericListArray, OffsetSizeTrait, PrimitiveArray,
+};
 use arrow_buffer::{ArrowNativeType, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field};
 
@@ -40,35 +45,107 @@ impl Offsets {
     }
 }
 
-/// The token values of every record batch, in their stored type.
-#[derive(Debug, Clone)]
-enum Values {
-    I32(Vec<ScalarBuffer<i32>>),
-    I64(Vec<ScalarBuffer<i64>>),
-    U32(Vec<ScalarBuffer<u32>>),
+/// Calls `$m!` with every stored token type as `Variant rust_type ArrowType "numpy name"`: the
+/// integer widths Arrow lists and Megatron indexed datasets hold, and Megatron's two float codes.
+/// The enums below and every match over them are generated from this one list.
+#[macro_export]
+macro_rules! token_types {
+    ($m:ident) => {
+        $m! {
+            I32 i32 Int32Type "int32",
+            I64 i64 Int64Type "int64",
+            U32 u32 UInt32Type "uint32",
+            U16 u16 UInt16Type "uint16",
+            I16 i16 Int16Type "int16",
+            U8 u8 UInt8Type "uint8",
+            I8 i8 Int8Type "int8",
+            F32 f32 Float32Type "float32",
+            F64 f64 Float64Type "float64"
+        }
+    };
 }
 
-/// One row's tokens, borrowed from the map.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tokens<'a> {
-    /// `int32` token ids.
-    I32(&'a [i32]),
-    /// `int64` token ids.
-    I64(&'a [i64]),
-    /// `uint32` token ids.
-    U32(&'a [u32]),
+/// `match $value { Enum::V($t) => $body, ... }` over every token type, for an enum of this module
+/// (`Tokens`, `Gathered`) named in scope as `$enum`.
+#[macro_export]
+macro_rules! each_token {
+    ($enum:ident, $value:expr, $t:ident => $body:expr) => {
+        $crate::each_token!(@arms $enum, $value, $t => $body;
+            I32, I64, U32, U16, I16, U8, I8, F32, F64)
+    };
+    (@arms $enum:ident, $value:expr, $t:ident => $body:expr; $($v:ident),*) => {
+        match $value {
+            $($enum::$v($t) => $body,)*
+        }
+    };
 }
 
-/// Rows gathered into one flat buffer, in the column's type.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Gathered {
-    /// `int32` token ids.
-    I32(Vec<i32>),
-    /// `int64` token ids.
-    I64(Vec<i64>),
-    /// `uint32` token ids.
-    U32(Vec<u32>),
+macro_rules! token_enums {
+    ($($v:ident $t:ident $arrow:ident $name:literal),*) => {
+        /// The token values of every record batch, in their stored type.
+        #[derive(Debug, Clone)]
+        enum Values {
+            $($v(Vec<ScalarBuffer<$t>>),)*
+        }
+
+        /// One row's tokens, borrowed from the map.
+        #[derive(Debug, Clone, Copy, PartialEq)]
+        pub enum Tokens<'a> {
+            $(#[doc = concat!("`", $name, "` tokens.")] $v(&'a [$t]),)*
+        }
+
+        /// Rows gathered into one flat buffer, in the column's type.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum Gathered {
+            $(#[doc = concat!("`", $name, "` tokens.")] $v(Vec<$t>),)*
+        }
+
+        /// The store's values for an Arrow list's item type (`None`: not a token type).
+        fn values_for(item: &DataType) -> Option<Values> {
+            $(if *item == <$arrow as ArrowPrimitiveType>::DATA_TYPE {
+                return Some(Values::$v(Vec::new()));
+            })*
+            None
+        }
+
+        impl Values {
+            fn push(&mut self, values: &ArrayRef) {
+                match self {
+                    $(Values::$v(v) => v.push(values.as_primitive::<$arrow>().values().clone()),)*
+                }
+            }
+
+            fn dtype(&self) -> &'static str {
+                match self {
+                    $(Values::$v(_) => $name,)*
+                }
+            }
+
+            fn tokens(&self, batch: usize, range: Range<usize>) -> Tokens<'_> {
+                match self {
+                    $(Values::$v(v) => Tokens::$v(&v[batch][range]),)*
+                }
+            }
+
+            fn concat(&self, located: &[Located]) -> Gathered {
+                match self {
+                    $(Values::$v(v) => Gathered::$v(concat(v, located)),)*
+                }
+            }
+        }
+
+        impl Gathered {
+            /// The tokens as an Arrow array (copied into Arrow's buffer).
+            pub fn into_array(self) -> ArrayRef {
+                match self {
+                    $(Gathered::$v(t) => std::sync::Arc::new(PrimitiveArray::<$arrow>::from(t)),)*
+                }
+            }
+        }
+    };
 }
+
+token_types!(token_enums);
 
 /// A mapped token column over one or more files (see the module docs).
 #[derive(Debug, Clone)]
@@ -84,16 +161,17 @@ pub struct TokenStore {
 
 /// The type rule for a token column.
 pub(crate) fn accept_tokens(field: &Field) -> Result<(), ReadProblem> {
-    let item = match field.data_type() {
-        DataType::List(item) | DataType::LargeList(item) => Some(item.data_type()),
-        _ => None,
-    };
-    match item {
-        Some(DataType::Int32 | DataType::Int64 | DataType::UInt32) => Ok(()),
+    match field.data_type() {
+        DataType::List(item) | DataType::LargeList(item)
+            if values_for(item.data_type()).is_some() =>
+        {
+            Ok(())
+        }
         _ => Err(ReadProblem::ColumnType {
             column: field.name().clone(),
             found: crate::read::column::type_name(field.data_type()),
-            expected: "a list (or large list) of int32, int64 or uint32 token ids",
+            expected: "a list (or large list) of token ids (any integer width, or floats holding \
+                       whole numbers)",
         }),
     }
 }
@@ -128,14 +206,9 @@ impl TokenStore {
     /// `accept_tokens` and the schema check keep the same for the rest.
     pub(crate) fn add(&mut self, name: &str, column: &Column) -> Result<(), ReadProblem> {
         if self.offsets.is_empty() {
-            self.values = match column.field.data_type() {
-                DataType::List(item) | DataType::LargeList(item) => match item.data_type() {
-                    DataType::Int64 => Values::I64(Vec::new()),
-                    DataType::UInt32 => Values::U32(Vec::new()),
-                    _ => Values::I32(Vec::new()),
-                },
-                _ => Values::I32(Vec::new()),
-            };
+            if let DataType::List(item) | DataType::LargeList(item) = column.field.data_type() {
+                self.values = values_for(item.data_type()).unwrap_or(Values::I32(Vec::new()));
+            }
         }
         append_lengths(name, &column.chunks, &mut self.lengths)?;
         column
@@ -166,11 +239,7 @@ impl TokenStore {
                 row: (self.file_rows() + batch_row.unwrap_or(0)) as u64,
             });
         }
-        match &mut self.values {
-            Values::I32(v) => v.push(values.as_primitive::<Int32Type>().values().clone()),
-            Values::I64(v) => v.push(values.as_primitive::<Int64Type>().values().clone()),
-            Values::U32(v) => v.push(values.as_primitive::<UInt32Type>().values().clone()),
-        }
+        self.values.push(&values);
         self.offsets.push(offsets);
         self.starts.push(self.file_rows() + chunk.len());
         Ok(())
@@ -180,13 +249,9 @@ impl TokenStore {
         self.starts.last().copied().unwrap_or(0)
     }
 
-    /// The numpy name of the token type: `int32`, `int64` or `uint32`.
+    /// The numpy name of the token type, e.g. `int32` or `uint16`.
     pub fn dtype(&self) -> &'static str {
-        match self.values {
-            Values::I32(_) => "int32",
-            Values::I64(_) => "int64",
-            Values::U32(_) => "uint32",
-        }
+        self.values.dtype()
     }
 
     /// Rows in the store.
@@ -228,11 +293,7 @@ impl TokenStore {
     /// The tokens of store row `index` (negative counts from the end), borrowed from the map.
     pub fn get(&self, index: i64) -> Result<Tokens<'_>> {
         let (batch, range) = self.locate(self.resolve(index)?);
-        Ok(match &self.values {
-            Values::I32(v) => Tokens::I32(&v[batch][range]),
-            Values::I64(v) => Tokens::I64(&v[batch][range]),
-            Values::U32(v) => Tokens::U32(&v[batch][range]),
-        })
+        Ok(self.values.tokens(batch, range))
     }
 
     /// Record batch and value range of store row `row` (already resolved).
@@ -259,12 +320,7 @@ impl TokenStore {
 
     /// The tokens at a location from [`TokenStore::locate_all`].
     pub(crate) fn tokens_at(&self, (batch, range): &Located) -> Tokens<'_> {
-        let range = range.clone();
-        match &self.values {
-            Values::I32(v) => Tokens::I32(&v[*batch][range]),
-            Values::I64(v) => Tokens::I64(&v[*batch][range]),
-            Values::U32(v) => Tokens::U32(&v[*batch][range]),
-        }
+        self.values.tokens(*batch, range.clone())
     }
 
     /// The tokens of `indices` (negative counts from the end) concatenated, and the `len + 1` offsets
@@ -276,12 +332,7 @@ impl TokenStore {
         for (_, range) in &located {
             offsets.push(offsets[offsets.len() - 1] + range.len() as i64);
         }
-        let gathered = match &self.values {
-            Values::I32(v) => Gathered::I32(concat(v, &located)),
-            Values::I64(v) => Gathered::I64(concat(v, &located)),
-            Values::U32(v) => Gathered::U32(concat(v, &located)),
-        };
-        Ok((gathered, offsets))
+        Ok((self.values.concat(&located), offsets))
     }
 }
 
