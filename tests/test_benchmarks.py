@@ -33,6 +33,11 @@ def test_mixing_benchmark():
     assert "per optimizer step ≥ 0.970" in out and "sorted static batches (the reference)" in out
 
 
+def test_forming_after_ordering_study():
+    out = run("forming_after_ordering.py", "--samples", "3000", "--accumulation", "1", "4")
+    assert "sync/micro" in out and "→" in out
+
+
 def test_packing_benchmark():
     out = run("packing.py", "--samples", "5000", "--repeats", "2", "--grain-samples", "400")
     assert "Python first-fit (random order)" in out and "utilization ≥ 0.99" in out

@@ -110,6 +110,14 @@ def test_the_sampler_plans_a_megatron_dataset_and_the_loader_collates_it(tmp_pat
     out = db.collate(store, batch)
     for r, i in enumerate(batch):
         np.testing.assert_array_equal(out["input_ids"][r, : len(rows[i])], rows[i])
+    pytest.importorskip("torch")
+    seen = []
+    with db.Loader(store, sampler) as loader:  # the uint16 tokens widened to int64 tensors
+        for batch, planned in zip(loader, sampler.plan(), strict=True):
+            for r, i in enumerate(planned):
+                np.testing.assert_array_equal(batch["input_ids"][r, : len(rows[i])].numpy(), rows[i])
+            seen.extend(planned.tolist())
+    assert sorted(seen) == list(range(300))
 
 
 def test_analyze_reads_a_megatron_prefix(tmp_path, capsys):
