@@ -88,6 +88,8 @@ def test_sources_name_pairs_by_prefix_half_list_glob_and_directory(tmp_path):
     ):
         np.testing.assert_array_equal(db.read_lengths(source), both, err_msg=str(source))
     np.testing.assert_array_equal(db.read_lengths(a + ".bin"), [3, 1])
+    # A pair listed twice is read twice, as an Arrow file listed twice is: nothing is dropped silently.
+    np.testing.assert_array_equal(db.read_lengths([a, a + ".bin"]), [3, 1, 3, 1])
     np.testing.assert_array_equal(db.read_documents([a, b]), [0, 1, 2, 3])
     assert db.TokenStore(str(tmp_path / "*")).paths == (a + ".idx", b + ".idx")
 

@@ -54,23 +54,19 @@ def resolve(source: Any) -> Source:
     if isinstance(source, (list, tuple)):
         if not source:
             raise FileNotFoundError("the list of files is empty; pass at least one Arrow file")
-        return Source(paths=_regular(_pairs_once(p for item in source for p in _paths(item))))
-    return Source(paths=_regular(_pairs_once(_paths(source))))
+        return Source(paths=_regular(p for item in source for p in _paths(item)))
+    return Source(paths=_regular(_paths(source)))
 
 
-def _pairs_once(paths: Any) -> list[str]:
-    """The paths with each Megatron half named by its ``.idx``, a pair named twice (``*``) kept once."""
-    out: list[str] = []
-    pairs: set[str] = set()
-    for path in paths:
-        if path.endswith(".bin"):
-            path = path[: -len(".bin")] + ".idx"
-        if path.endswith(".idx"):
-            if path in pairs:
-                continue
-            pairs.add(path)
-        out.append(path)
-    return out
+def _as_index(path: str) -> str:
+    """A Megatron pair named by either half, as its ``.idx``; any other path as it is."""
+    return path[: -len(".bin")] + ".idx" if path.endswith(".bin") else path
+
+
+def _once(paths: list[str]) -> list[str]:
+    """One glob's matches with each pair kept once (``data/*`` matches both halves). A pair the user
+    lists twice is read twice, as an Arrow file listed twice is."""
+    return list(dict.fromkeys(paths))
 
 
 def _regular(paths: Any) -> tuple[str, ...]:
@@ -113,11 +109,11 @@ def _paths(item: Any) -> list[str]:
     if os.path.isdir(path):
         return _directory(path)
     if os.path.exists(path):
-        return [path]
+        return [_as_index(path)]
     if any(os.path.exists(path + suffix) for suffix in MEGATRON_SUFFIXES):
         return [path + ".idx"]  # a Megatron prefix (Rust names a missing half)
     if glob.has_magic(path):
-        matches = sorted(glob.glob(path))
+        matches = _once([_as_index(m) for m in sorted(glob.glob(path))])
         if not matches:  # a glob over Megatron prefixes: `data/*_text_document`
             matches = sorted({m[:-4] + ".idx" for suffix in MEGATRON_SUFFIXES for m in glob.glob(path + suffix)})
         if not matches:
