@@ -59,11 +59,7 @@ pub fn for_each_file<P: AsRef<Path>>(
         progress(i + 1);
     }
     if rows == 0 {
-        let source = paths.first().map_or_else(
-            || "the list of files".to_owned(),
-            |p| p.as_ref().display().to_string(),
-        );
-        return Err(read_failure(Path::new(&source), ReadProblem::Empty));
+        return Err(empty(paths));
     }
     Ok(())
 }
@@ -106,11 +102,7 @@ pub fn read_documents<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<u64>> {
         }
     }
     if before == 0 {
-        let source = paths.first().map_or_else(
-            || "the list of files".to_owned(),
-            |p| p.as_ref().display().to_string(),
-        );
-        return Err(read_failure(Path::new(&source), ReadProblem::Empty));
+        return Err(empty(paths));
     }
     Ok(boundaries)
 }
@@ -142,6 +134,15 @@ pub(crate) fn map_rows(lengths: Vec<u32>, rows: Option<&[u64]>) -> Result<Vec<u3
             .map(|r| lengths[r])
             .collect()),
     }
+}
+
+/// [`ReadProblem::Empty`] for a dataset of no rows, named by its first file.
+fn empty<P: AsRef<Path>>(paths: &[P]) -> crate::error::Error {
+    let source = paths.first().map_or_else(
+        || "the list of files".to_owned(),
+        |p| p.as_ref().display().to_string(),
+    );
+    read_failure(Path::new(&source), ReadProblem::Empty)
 }
 
 pub(crate) fn read_failure(path: &Path, problem: ReadProblem) -> crate::error::Error {

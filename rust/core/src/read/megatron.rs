@@ -26,9 +26,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::types::{
-    Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt8Type,
+    Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type,
+    UInt8Type,
 };
-use arrow_array::{ArrayRef, ArrowPrimitiveType, LargeListArray, PrimitiveArray};
+use arrow_array::{new_empty_array, ArrayRef, ArrowPrimitiveType, LargeListArray, PrimitiveArray};
 use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, Schema};
 
@@ -71,11 +72,17 @@ pub fn read_column(
     accept: impl Fn(&Field) -> Result<(), ReadProblem>,
 ) -> Result<Column, ReadProblem> {
     let (index, bin) = open(path, name, false)?;
-    let item = Arc::new(Field::new("item", item_type(index.code), false));
+    // The code was checked when the index was parsed.
+    let item_type = item_type(index.code).unwrap_or(DataType::UInt16);
+    let item = Arc::new(Field::new("item", item_type, false));
     let field = Arc::new(Field::new(name, DataType::LargeList(item.clone()), false));
     accept(&field)?;
     let elements = index.offsets.last().copied().unwrap_or(0);
-    let values = values(index.code, bin, usize::try_from(elements).unwrap_or(0));
+    let values = values(
+        item.data_type(),
+        bin,
+        usize::try_from(elements).unwrap_or(0),
+    );
     let offsets = OffsetBuffer::new(ScalarBuffer::from(index.offsets));
     let list =
         LargeListArray::try_new(item, offsets, values, None).map_err(|e| ReadProblem::Corrupt {
@@ -148,7 +155,7 @@ fn parse(
         return Err(ReadProblem::MegatronVersion { version });
     }
     let code = bytes[17];
-    let Some(size) = item_size(code) else {
+    let Some(size) = item_type(code).and_then(|t| t.primitive_width()) else {
         return Err(ReadProblem::MegatronDtype { code });
     };
     let (count, documents) = (word(18), word(26));
@@ -281,20 +288,9 @@ fn check_documents(
     Ok(keep.then_some(kept))
 }
 
-/// Bytes per token of a dtype code (`None`: not a code the format defines).
-fn item_size(code: u8) -> Option<usize> {
+/// The numpy/Arrow type of a dtype code (`None`: not a code the format defines).
+fn item_type(code: u8) -> Option<DataType> {
     Some(match code {
-        1 | 2 => 1,
-        3 | 8 => 2,
-        4 | 7 => 4,
-        5 | 6 => 8,
-        _ => return None,
-    })
-}
-
-/// The numpy/Arrow type of a dtype code the format defines.
-fn item_type(code: u8) -> DataType {
-    match code {
         1 => DataType::UInt8,
         2 => DataType::Int8,
         3 => DataType::Int16,
@@ -302,26 +298,21 @@ fn item_type(code: u8) -> DataType {
         5 => DataType::Int64,
         6 => DataType::Float64,
         7 => DataType::Float32,
-        _ => DataType::UInt16,
-    }
+        8 => DataType::UInt16,
+        _ => return None,
+    })
 }
 
-/// The first `elements` tokens of the mapped `.bin`, typed (the map is page-aligned).
-fn values(code: u8, bin: Buffer, elements: usize) -> ArrayRef {
-    fn typed<T: ArrowPrimitiveType>(bin: Buffer, elements: usize) -> ArrayRef {
-        Arc::new(PrimitiveArray::<T>::new(
-            ScalarBuffer::new(bin, 0, elements),
-            None,
-        ))
+/// The first `elements` tokens of the mapped `.bin` as an array of `item` (the map is page-aligned),
+/// typed through the one list of token types.
+fn values(item: &DataType, bin: Buffer, elements: usize) -> ArrayRef {
+    macro_rules! typed {
+        ($($v:ident $t:ident $arrow:ident $name:literal),*) => {
+            $(if *item == <$arrow as ArrowPrimitiveType>::DATA_TYPE {
+                return Arc::new(PrimitiveArray::<$arrow>::new(ScalarBuffer::new(bin, 0, elements), None));
+            })*
+        };
     }
-    match code {
-        1 => typed::<UInt8Type>(bin, elements),
-        2 => typed::<Int8Type>(bin, elements),
-        3 => typed::<Int16Type>(bin, elements),
-        4 => typed::<Int32Type>(bin, elements),
-        5 => typed::<Int64Type>(bin, elements),
-        6 => typed::<Float64Type>(bin, elements),
-        7 => typed::<Float32Type>(bin, elements),
-        _ => typed::<UInt16Type>(bin, elements),
-    }
+    crate::token_types!(typed);
+    new_empty_array(item) // not reached: every dtype code maps to a token type
 }

@@ -51,7 +51,12 @@ impl Offsets {
 #[macro_export]
 macro_rules! token_types {
     ($m:ident) => {
-        $m! {
+        $crate::token_types! { [$m] }
+    };
+    // A macro by path (`[$crate::each_token]`) and leading arguments for it, before a `;`.
+    ([$($m:tt)*] $(, $($prefix:tt)*)?) => {
+        $($m)*! {
+            $($($prefix)*;)?
             I32 i32 Int32Type "int32",
             I64 i64 Int64Type "int64",
             U32 u32 UInt32Type "uint32",
@@ -70,10 +75,10 @@ macro_rules! token_types {
 #[macro_export]
 macro_rules! each_token {
     ($enum:ident, $value:expr, $t:ident => $body:expr) => {
-        $crate::each_token!(@arms $enum, $value, $t => $body;
-            I32, I64, U32, U16, I16, U8, I8, F32, F64)
+        $crate::token_types!([$crate::each_token], @arms $enum, $value, $t => $body)
     };
-    (@arms $enum:ident, $value:expr, $t:ident => $body:expr; $($v:ident),*) => {
+    (@arms $enum:ident, $value:expr, $t:ident => $body:expr;
+        $($v:ident $ty:ident $arrow:ident $name:literal),*) => {
         match $value {
             $($enum::$v($t) => $body,)*
         }
