@@ -88,21 +88,8 @@ pub fn score_rank_imbalance(
     check_csr(offsets, indices, lengths.len())?;
     at_least_one("world_size", world_size as u64, "≥ 1")?;
     at_least_one("pad_to_multiple_of", multiple, "≥ 1")?;
-    let cost = |members: &[u32]| {
-        let longest = members
-            .iter()
-            .map(|&r| u64::from(lengths[r as usize]))
-            .max()
-            .unwrap_or(0);
-        // Padded tokens stay far below 2^53.
-        #[allow(clippy::cast_precision_loss)]
-        let padded = (members.len() as u64 * longest.div_ceil(multiple) * multiple) as f64;
-        padded
-    };
-    Ok(rank_imbalance(
-        &batch_costs(offsets, indices, cost),
-        world_size,
-    ))
+    let costs = padded_costs((offsets, indices), lengths, multiple, CostModel::TOKENS);
+    Ok(rank_imbalance(&costs, world_size))
 }
 
 /// [`synchronous`] efficiency of any padded batching on `world_size` ranks with `accumulation`
@@ -122,18 +109,28 @@ pub fn score_synchronous(
     let mut config = Config::new(Batching::Tokens(u64::MAX));
     config.cost = cost;
     config.validate_cost()?;
-    let price = |members: &[u32]| {
+    let costs = padded_costs((offsets, indices), lengths, multiple, cost);
+    Ok(synchronous(&costs, world_size, accumulation))
+}
+
+/// Each batch's rows × `cost.row(L)`, `L` its longest length rounded up to `multiple` (exact padded
+/// tokens under [`CostModel::TOKENS`]: counts stay far below 2^53).
+fn padded_costs(
+    csr: (&[u64], &[u32]),
+    lengths: &[u32],
+    multiple: u64,
+    cost: CostModel,
+) -> Vec<f64> {
+    batch_costs(csr.0, csr.1, |members: &[u32]| {
         let longest = members
             .iter()
             .map(|&r| u64::from(lengths[r as usize]))
-            .max();
-        // Row counts stay far below 2^53.
+            .max()
+            .unwrap_or(0);
         #[allow(clippy::cast_precision_loss)]
         let rows = members.len() as f64;
-        rows * cost.row(longest.unwrap_or(0).div_ceil(multiple) * multiple)
-    };
-    let costs = batch_costs(offsets, indices, price);
-    Ok(synchronous(&costs, world_size, accumulation))
+        rows * cost.row(longest.div_ceil(multiple) * multiple)
+    })
 }
 
 /// [`churn`] between two batchings of the same `samples` samples.
