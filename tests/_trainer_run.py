@@ -62,10 +62,13 @@ def main() -> None:
     parser.add_argument("--mode", default="padded")
     parser.add_argument("--eval", action="store_true")
     parser.add_argument("--save-steps", type=int, default=4)
+    parser.add_argument("--trim-steps", action="store_true")
     options = parser.parse_args()
 
     store = db.TokenStore(options.data)
-    sampler = db.BucketSampler(store.lengths(), max_tokens=128, seed=5, mode=options.mode)
+    sampler = db.BucketSampler(
+        store.lengths(), max_tokens=128, seed=5, mode=options.mode, trim_steps=options.trim_steps
+    )
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         vocab_size=128,

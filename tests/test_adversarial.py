@@ -126,6 +126,7 @@ VALID = {  # values every keyword accepts: most cases use only these, so plans g
     "mode": st.sampled_from(["padded", "padded", "packed"]),
     "bucketed": st.booleans(),
     "threads": st.sampled_from([None, 1, 2]),
+    "trim_steps": st.booleans(),
 }
 INVALID = {
     "boundaries": st.sampled_from([0, 65536, "bogus", [5, 3, 1]]),
@@ -139,6 +140,7 @@ INVALID = {
     "balance_tolerance": st.sampled_from([0.0, 1e9]),
     "mode": st.just("rolled"),
     "threads": st.sampled_from([0, -1, 10**6]),
+    "trim_steps": st.sampled_from(["yes", 2]),
 }
 
 

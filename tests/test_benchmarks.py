@@ -31,11 +31,7 @@ def test_mixing_benchmark():
     out = run("mixing.py", "--samples", "20000", "--repeats", "2")
     assert "window_tv ≤ 0.075" in out and "frontier: balance_tolerance" in out and "0.05" in out
     assert "per optimizer step ≥ 0.970" in out and "sorted static batches (the reference)" in out
-
-
-def test_forming_after_ordering_study():
-    out = run("forming_after_ordering.py", "--samples", "3000", "--accumulation", "1", "4")
-    assert "sync/micro" in out and "→" in out
+    assert "  + trim_steps=True" in out and "; trimmed " in out
 
 
 def test_packing_benchmark():

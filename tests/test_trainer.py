@@ -51,20 +51,31 @@ def records(record: Path, nproc: int = 1) -> list[dict]:
     return lines
 
 
-def planned(data: str, world: int, rank: int, accumulation: int, mode: str = "padded") -> db.BucketSampler:
+def planned(
+    data: str, world: int, rank: int, accumulation: int, mode: str = "padded", trim_steps: bool = False
+) -> db.BucketSampler:
     """The sampler the run builds, as the test's oracle."""
     store = db.TokenStore(data)
     return db.BucketSampler(
-        store.lengths(), max_tokens=128, seed=5, mode=mode, world_size=world, rank=rank, accumulation=accumulation
+        store.lengths(),
+        max_tokens=128,
+        seed=5,
+        mode=mode,
+        world_size=world,
+        rank=rank,
+        accumulation=accumulation,
+        trim_steps=trim_steps,
     )
 
 
-def check_against_plan(lines: list[dict], data: str, nproc: int, accumulation: int, epochs: int, mode="padded"):
+def check_against_plan(
+    lines: list[dict], data: str, nproc: int, accumulation: int, epochs: int, mode="padded", trim_steps=False
+):
     """Every rank trained on exactly its share of every epoch's plan, in plan order, on intact batches;
     ``num_items_in_batch`` is the label count of the whole optimizer step; global steps are right."""
     steps = None
     for rank in range(nproc):
-        sampler = planned(data, nproc, rank, accumulation, mode)
+        sampler = planned(data, nproc, rank, accumulation, mode, trim_steps)
         steps = len(sampler)
         trained = [line for line in lines if line.get("rank") == rank and "rows" in line]
         assert all(line["intact"] for line in trained), "a micro-batch's labels disagree with its tokens"
@@ -95,6 +106,15 @@ def test_accumulation_over_epochs_trains_exactly_the_plan(data, tmp_path, nproc)
 def test_packed_rows_with_accumulation_train_exactly_the_plan(data, tmp_path):
     run(data, tmp_path / "out", tmp_path / "rec", "--accumulation", "2", "--epochs", "2", "--mode", "packed")
     check_against_plan(records(tmp_path / "rec"), data, 1, accumulation=2, epochs=2, mode="packed")
+
+
+def test_trimmed_steps_on_two_processes_train_exactly_the_plan(data, tmp_path):
+    """trim_steps=True under torchrun without accumulation (where it helps): the ranks train the trimmed
+    plan, whose extra steps change the step count the Trainer schedules."""
+    trimmed, plain = planned(data, 2, 0, 1, trim_steps=True), planned(data, 2, 0, 1)
+    assert len(trimmed) > len(plain), "the data must give trimming something to do"
+    run(data, tmp_path / "out", tmp_path / "rec", "--accumulation", "1", "--epochs", "2", "--trim-steps", nproc=2)
+    check_against_plan(records(tmp_path / "rec", 2), data, 2, accumulation=1, epochs=2, trim_steps=True)
 
 
 @pytest.mark.parametrize("nproc", [1, 2])

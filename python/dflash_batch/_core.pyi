@@ -136,6 +136,7 @@ class Planner:
         balance_tolerance: float | None = None,
         mode: str = "padded",
         bucketed: bool = False,
+        trim_steps: bool = False,
     ) -> None:
         """Copies the lengths (``chunks`` of any integer dtype, concatenated) and prepares the buckets.
         Raises PlanError for invalid lengths or settings, TypeError for a wrong type, MemoryError when

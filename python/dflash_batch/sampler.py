@@ -86,6 +86,14 @@ class BucketSampler:
             of similar cost across windows — this lowers rank imbalance but concentrates similar
             lengths (on the seed workload, 8 ranks × 4 micro-batches: p99 imbalance 1.30 → 1.10 and
             window_tv 0.069 → 0.15; ``benchmarks/mixing.py`` prints the whole frontier).
+        trim_steps: ``False`` (default). ``True`` trims every step's batches to a common cost after
+            the steps are matched, and re-forms the rows trimmed into extra steps spread through the
+            epoch (forming after ordering): ranks wait less for the costliest batch of a step, at a few
+            percent more (smaller) steps and some mixing. It helps where a step's batches differ in
+            cost: ``accumulation=1`` (FSDP, DDP without accumulation) and attention-priced ``cost``;
+            ``benchmarks/mixing.py`` prints what it gains. Needs ``max_tokens`` and padded rows, and
+            ``balance_tolerance=None``; epochs past 16.7M samples are not trimmed (they keep the
+            order in which batches form).
         mode: ``"padded"`` (default): rows padded to the batch's longest. ``"packed"``: samples
             concatenated into rows of ``max_tokens`` tokens for varlen attention (FlashAttention
             ``cu_seqlens``, SDPA document masks): each epoch the shuffled samples are packed best-fit
@@ -130,6 +138,7 @@ class BucketSampler:
         mode: str = "padded",
         bucketed: bool = False,
         check_ranks: bool = True,
+        trim_steps: bool = False,
     ) -> None:
         world_size, rank = _resolve_ranks(world_size, rank)
         if oversize not in ("error", "skip", "truncate"):
@@ -152,6 +161,7 @@ class BucketSampler:
             "balance_tolerance": _tolerance(balance_tolerance),
             "mode": mode,
             "bucketed": _bool("bucketed", bucketed),
+            "trim_steps": _bool("trim_steps", trim_steps),
             # Python-side: long samples become pieces before the Rust planner sees the lengths.
             "truncate": oversize == "truncate",
         }

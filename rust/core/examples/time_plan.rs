@@ -2,7 +2,7 @@
 //! `cargo run --release --example time_plan -- THREADS EPOCHS [BUCKETS|auto|packed] [ACCUMULATION] [TOLERANCE_PPM]`
 //! (defaults: 1 thread, 41 epochs, 6 buckets, accumulation 1, no tolerance; `packed`: packed rows;
 //! `stream`: auto buckets formed by the streaming loop larger epochs use; `sorted`: unshuffled;
-//! `rows`: batches of 8 rows).
+//! `rows`: batches of 8 rows; `trim`: auto buckets with `trim_steps`).
 #![allow(clippy::expect_used, missing_docs, clippy::print_stdout)]
 use dflash_batch_core::workload::{seed_lengths, SEED_SAMPLES};
 use dflash_batch_core::{Batching, Boundaries, Config, Mode, Planner};
@@ -19,7 +19,7 @@ fn main() {
         .unwrap_or(41);
     let arg = |i: usize| std::env::args().nth(i);
     let (boundaries, mode) = match arg(3).as_deref() {
-        Some("auto" | "stream" | "sorted" | "rows") => (Boundaries::Auto, Mode::Padded),
+        Some("auto" | "stream" | "sorted" | "rows" | "trim") => (Boundaries::Auto, Mode::Padded),
         Some("packed") => (Boundaries::Auto, Mode::Packed { bucketed: false }),
         other => (
             Boundaries::Count(other.and_then(|a| a.parse().ok()).unwrap_or(6)),
@@ -36,6 +36,7 @@ fn main() {
         balance_tolerance_ppm,
         mode,
         world_size: 8,
+        trim_steps: shape == "trim",
         ..Config::new(if shape == "rows" {
             Batching::Rows(8)
         } else {

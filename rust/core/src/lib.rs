@@ -21,7 +21,8 @@
 //!   `rows × cost(round_up(longest, pad_to_multiple_of)) ≤ max_tokens` (cost: tokens, or
 //!   [`CostModel`]'s `a·L + b·L²`), and holds one bucket's lengths.
 //! * **Balanced**: each step's batches are the most similar in cost that mixing allows
-//!   (`balance.rs`; `balance_tolerance_ppm` trades mixing for more).
+//!   (`balance.rs`; `balance_tolerance_ppm` trades mixing for more, and `trim_steps` trims each
+//!   step's batches to a common cost, the rows trimmed forming extra steps: `form/trim.rs`).
 //! * **Lean**: a `u32` per sample of working memory per epoch, two while batches are reordered
 //!   (epochs up to 16.7M samples); no panics on bad input — every failure is an [`Error`] whose
 //!   message names the value and the fix.

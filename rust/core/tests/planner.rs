@@ -115,6 +115,7 @@ fn arb_case() -> impl Strategy<Value = (Vec<u32>, Config)> {
             (0.1f64..2.0, 0.0f64..0.01)
                 .prop_map(|(linear, quadratic)| CostModel { linear, quadratic }),
         ],
+        any::<bool>(),
     )
         .prop_map(
             |(
@@ -129,7 +130,12 @@ fn arb_case() -> impl Strategy<Value = (Vec<u32>, Config)> {
                 accumulation,
                 balance_tolerance_ppm,
                 cost,
+                trim,
             )| {
+                // Trimming works under a token budget inside the default balance (else refused).
+                let trim_steps = trim
+                    && matches!(batching, Batching::Tokens(_))
+                    && balance_tolerance_ppm.is_none();
                 let cfg = Config {
                     batching,
                     boundaries,
@@ -142,6 +148,7 @@ fn arb_case() -> impl Strategy<Value = (Vec<u32>, Config)> {
                     accumulation,
                     balance_tolerance_ppm,
                     cost,
+                    trim_steps,
                     ..Config::new(batching)
                 };
                 (lengths, cfg)

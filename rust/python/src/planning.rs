@@ -84,7 +84,8 @@ impl Planner {
     #[pyo3(signature = (chunks, *, batch_size, max_tokens, boundaries, seed, shuffle, world_size,
                         drop_last, skip_oversize, pad_to_multiple_of, threads, accumulation=1,
                         target_efficiency=0.98, order=OrderArg(Order::Stratified), cost=None,
-                        balance_tolerance=None, mode="padded", bucketed=false))]
+                        balance_tolerance=None, mode="padded", bucketed=false,
+                        trim_steps=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -106,6 +107,7 @@ impl Planner {
         balance_tolerance: Option<f64>,
         mode: &str,
         bucketed: bool,
+        trim_steps: bool,
     ) -> PyResult<Self> {
         let lengths = lengths_from_chunks(&chunks)?;
         let config = Config {
@@ -129,6 +131,7 @@ impl Planner {
             balance_tolerance_ppm: Config::balance_tolerance_ppm(balance_tolerance)
                 .map_err(to_py)?,
             mode: mode_of(mode, bucketed)?,
+            trim_steps,
         };
         let planner = py
             .detach(|| CorePlanner::new(lengths, config))

@@ -65,6 +65,7 @@ impl fmt::Display for Error {
                 "{problem}; pass the starts and lengths that sampler.pieces(batch) returns for the batch"
             ),
             K::PackedSetting { problem } => write!(f, "mode='packed' {problem}"),
+            K::TrimSetting { problem } => write!(f, "trim_steps=True {problem}"),
             K::TooFewEdges { count } => write!(
                 f,
                 "boundaries has {count} edge(s); give at least two, e.g. [0, 8192] for one bucket"

@@ -96,6 +96,11 @@ pub enum ErrorKind {
         /// What is wrong, in words.
         problem: String,
     },
+    /// `trim_steps` with a setting it cannot work with.
+    TrimSetting {
+        /// What is wrong, as the rest of a sentence after "trim_steps=True".
+        problem: &'static str,
+    },
     /// A setting that packed batches cannot honour.
     PackedSetting {
         /// What is wrong, as the rest of a sentence after "mode='packed'".

@@ -174,6 +174,9 @@ pub struct Config {
     /// window (mixing first); `Some(t)` forms every step from batches whose costs are within a factor
     /// `1 + t/10⁶` where the data allows, at a cost to mixing (see `balance.rs`).
     pub balance_tolerance_ppm: Option<u32>,
+    /// Trim every step's batches to a common cost and re-form the rows trimmed into extra steps
+    /// spread through the epoch (`form/trim.rs`): ranks wait less, at more steps and some mixing.
+    pub trim_steps: bool,
 }
 
 impl Config {
@@ -193,6 +196,7 @@ impl Config {
             accumulation: 1,
             cost: CostModel::TOKENS,
             balance_tolerance_ppm: None,
+            trim_steps: false,
             mode: Mode::Padded,
         }
     }
@@ -257,6 +261,25 @@ impl Config {
         Ok(())
     }
 
+    /// `trim_steps` needs what trimming changes: rows per batch under a token budget, inside the
+    /// default rank balance.
+    fn validate_trim(&self) -> Result<()> {
+        if !self.trim_steps {
+            return Ok(());
+        }
+        let problem = if matches!(self.batching, Batching::Rows(_)) {
+            "needs max_tokens: it changes how many rows a batch holds, which batch_size fixes"
+        } else if matches!(self.mode, Mode::Packed { .. }) {
+            "trims padded batches; packed rows are filled to max_tokens, so leave it False with \
+             mode='packed'"
+        } else if self.balance_tolerance_ppm.is_some() {
+            "and balance_tolerance both regroup steps; use one of them (balance_tolerance=None)"
+        } else {
+            return Ok(());
+        };
+        Err(ErrorKind::TrimSetting { problem }.into())
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         if self.world_size == 0 {
             return Err(setting("world_size", 0, "≥ 1"));
@@ -274,6 +297,7 @@ impl Config {
         }
         Self::balance_tolerance_ppm(self.balance_tolerance_ppm.map(|t| f64::from(t) / 1e6))?;
         self.validate_cost()?;
+        self.validate_trim()?;
         if let Mode::Packed { .. } = self.mode {
             if let Batching::Rows(_) = self.batching {
                 return Err(ErrorKind::PackedSetting {

@@ -64,6 +64,10 @@ pub fn fingerprint<L: Length>(lengths: &[L], config: &Config) -> u64 {
             },
         ],
     );
+    // Folded only when set, so every fingerprint from before the option existed still matches.
+    if config.trim_steps {
+        h = fold(h, [6]);
+    }
     match &config.boundaries {
         Boundaries::Auto => fold(h, [3, u64::from(config.target_efficiency_ppm)]),
         Boundaries::Count(k) => fold(h, [4, *k as u64]),

@@ -15,7 +15,8 @@
 //!    length (evaluation). Every path cuts with the one rule of `form/rule.rs`.
 //! 2. **Order** each forming group's batches so every accumulation window mixes lengths
 //!    (`arrange.rs`), and **balance** its windows' ranks by cost (`balance.rs`), while the group's
-//!    rows are in cache.
+//!    rows are in cache; under `trim_steps`, trim each step's batches to a common cost and re-form
+//!    the rows trimmed into extra windows (`form/trim.rs`).
 //! 3. **Split for ranks** (`split.rs`): bring the batch count to the epoch's target, the same for
 //!    every epoch (`steps.rs`), by splitting tail batches (or dropping them under `drop_last`), and
 //!    balance the tail.

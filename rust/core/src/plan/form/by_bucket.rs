@@ -35,6 +35,7 @@ use crate::plan::form::batches::{Epoch, Formed};
 use crate::plan::form::cut::{length_of, place, row_of, Batches, Derived, Run};
 use crate::plan::form::rule::{closing_order, take, Filling, OpenBatches};
 use crate::plan::form::stream::Former;
+use crate::plan::form::trim::spread;
 use crate::plan::form::MAX_GROUPS;
 use crate::plan::permute::{run, run_largest_first, split_chunks};
 use crate::plan::rules::{table_entry_parts, Rules};
@@ -163,7 +164,7 @@ impl<L: Length> Former<'_, L> {
             }
             // Groups number at most MAX_GROUPS.
             #[allow(clippy::cast_possible_truncation)]
-            self.place_group(&batches, &shuffled, out, epoch, g as u32)
+            self.place_group(batches, &shuffled, out, epoch, g as u32)
         });
 
         let batches: usize = cuts.iter().map(Batches::len).sum();
@@ -180,7 +181,7 @@ impl<L: Length> Former<'_, L> {
     /// Cuts one shuffled bucket, `rows` at `first` of the epoch buffer, into batches front to back:
     /// a batch closes when the next row would break the rule, or when it is full (no row of the
     /// bucket could join), exactly as the general stream closes it.
-    fn cut(&self, pairs: &[u64], first: usize) -> Batches {
+    pub(crate) fn cut(&self, pairs: &[u64], first: usize) -> Batches {
         match self.rules.table.as_deref() {
             // Every row of a bucket is admitted, so its entry holds its capacity.
             Some(table) => self.cut_with(pairs, first, |length| {
@@ -219,10 +220,10 @@ impl<L: Length> Former<'_, L> {
     }
 
     /// Orders one group's `batches` (in the epoch buffer `shuffled`), matches the ranks of its whole
-    /// windows, and writes their rows in that order into `out`.
+    /// windows, trims its steps if asked (`trim.rs`), and writes their rows in that order into `out`.
     fn place_group(
         &self,
-        batches: &Batches,
+        mut batches: Batches,
         shuffled: &[u64],
         out: &mut [u32],
         epoch: u64,
@@ -230,15 +231,38 @@ impl<L: Length> Former<'_, L> {
     ) -> Formed {
         let config = self.config;
         let m = batches.len();
-        let derived = Derived::new(batches, config);
+        let derived = Derived::new(&batches, config);
         let mut sequence = arrange(&derived.mean, m, m, config.order, config.seed, epoch, group);
         let main = m / config.window() * config.window();
+        let mut rng = Pcg64::new(config.seed, epoch, balance_stream(Unit::Group(group)));
         // Cost classes regroup the whole epoch later (see `form/stream.rs`).
         if config.balance_tolerance_ppm.is_none() {
-            let mut rng = Pcg64::new(config.seed, epoch, balance_stream(Unit::Group(group)));
             match_windows(&mut sequence[..main], &derived.cost, config, &mut rng);
         }
-        place(batches, &derived, &sequence, shuffled, out, main)
+        if !config.trim_steps {
+            return place(&batches, &derived, &sequence, (shuffled, &[]), out, main);
+        }
+        let spill = self.trim_steps(&mut batches, shuffled, &sequence[..main]);
+        let (spilled, extra) = self.reform(&spill, shuffled.len());
+        let own = batches.len();
+        batches.extend(&extra, 0..extra.len());
+        let derived = Derived::new(&batches, config);
+        let (sequence, main) = spread(
+            &sequence,
+            main,
+            own..batches.len(),
+            &derived.cost,
+            config,
+            &mut rng,
+        );
+        place(
+            &batches,
+            &derived,
+            &sequence,
+            (shuffled, &spilled),
+            out,
+            main,
+        )
     }
 
     /// The buckets' partial batches, in a seeded order, written into `out`: all of them go to the
@@ -262,7 +286,7 @@ impl<L: Length> Former<'_, L> {
         // Batch numbers fit in u32 (at most one per bucket).
         #[allow(clippy::cast_possible_truncation)]
         let in_order: Vec<u32> = (0..batches.len() as u32).collect();
-        place(&batches, &derived, &in_order, shuffled, out, 0)
+        place(&batches, &derived, &in_order, (shuffled, &[]), out, 0)
     }
 }
 

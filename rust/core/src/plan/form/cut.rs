@@ -24,15 +24,16 @@ pub(crate) fn length_of(pair: u64) -> u32 {
     length
 }
 
-/// Writes `batches` (in the epoch buffer `shuffled`) into `out` in `sequence` order, the first
-/// `main` of them staying in place: where each batch goes is computed first, then the rows move in
-/// formation order, reading the buffer front to back and writing at random, which does not stall as
-/// random reads would (measured).
+/// Writes `batches` (in the epoch buffer `shuffled`, or past its end in `spill`: the rows that
+/// `trim.rs` re-formed) into `out` in `sequence` order, the first `main` of them staying in place:
+/// where each batch goes is computed first, then the rows move in formation order, reading the
+/// buffer front to back and writing at random, which does not stall as random reads would
+/// (measured).
 pub(crate) fn place(
     batches: &Batches,
     derived: &Derived,
     sequence: &[u32],
-    shuffled: &[u64],
+    (shuffled, spill): (&[u64], &[u64]),
     out: &mut [u32],
     main: usize,
 ) -> Formed {
@@ -50,9 +51,15 @@ pub(crate) fn place(
         .map(|&id| derived.cost[id as usize])
         .collect();
     let formed = Formed::placed(offsets, cost, derived.padded.iter().sum(), main);
+    let base = shuffled.len();
     for ((&s, &e), &d) in batches.starts.iter().zip(&batches.ends).zip(&dest) {
         let (s, e, d) = (s as usize, e as usize, d as usize);
-        for (slot, &pair) in out[d..d + e - s].iter_mut().zip(&shuffled[s..e]) {
+        let pairs = if s < base {
+            &shuffled[s..e]
+        } else {
+            &spill[s - base..e - base]
+        };
+        for (slot, &pair) in out[d..d + e - s].iter_mut().zip(pairs) {
             *slot = row_of(pair);
         }
     }

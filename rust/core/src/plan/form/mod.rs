@@ -5,6 +5,7 @@
 //! * `rule.rs` — the rule (when a padded batch closes) and the pass over a stream of samples,
 //!   written once; `open.rs` and `tight.rs` keep a stream's open batches, `cut.rs` a shuffled
 //!   bucket's, `pack.rs` (with `window.rs`) is the packed rule.
+//! * `trim.rs` — steps trimmed to a common cost after ordering (`Config::trim_steps`).
 //! * `by_bucket.rs` — shuffled padded epochs up to [`ARRANGE_MAX_SAMPLES`] samples: each bucket
 //!   shuffled and cut front to back, with a third of the stream's work (6.4 against 16.5 ms an
 //!   epoch on the seed workload, 2 threads, measured), at 16 more bytes a sample.
@@ -18,7 +19,10 @@ mod open;
 mod pack;
 mod rule;
 mod stream;
+#[cfg(test)]
+mod testing;
 mod tight;
+mod trim;
 mod window;
 
 pub(crate) use batches::Epoch;

@@ -1,5 +1,4 @@
 use super::*;
-use crate::plan::buckets::Buckets;
 use crate::plan::config::{Batching, Config};
 
 /// A former over `lengths` with `edges` and `batching`, and its rules.
@@ -9,21 +8,7 @@ fn with_former<T>(
     batching: Batching,
     test: impl FnOnce(&Former<'_, u32>, &Rules) -> T,
 ) -> T {
-    let config = Config::new(batching);
-    let buckets = Buckets::from_edges(edges).expect("valid edges");
-    let longest = lengths.iter().copied().max().unwrap_or(1);
-    let rules = Rules::new(&buckets, &config, longest, longest);
-    let bucket_capacity: Vec<u32> = (0..buckets.count()).map(|_| u32::MAX).collect();
-    let former = Former {
-        lengths,
-        config: &config,
-        rules: &rules,
-        bucket_capacity: &bucket_capacity,
-        companion_min: usize::MAX,
-        general_only: false,
-        shortest: 1,
-    };
-    test(&former, &rules)
+    crate::plan::form::testing::with_former(lengths, edges, &Config::new(batching), test)
 }
 
 /// Rows `0..` with `lengths`, in that order, as the epoch buffer holds them.
