@@ -31,8 +31,9 @@
 //! With accumulation 4 the extra windows hold only short rows, which is what `window_tv` pays;
 //! under the token price the steps are already cost-sorted inside each window, so nothing is
 //! gained. Hence an option, not the default: it changes how many steps an epoch has, and so every
-//! checkpoint's fingerprint. Planning takes ~3× as long (28 against 9 ms an epoch at
-//! accumulation 1, 2 threads), the time going to reading each step's rows in training order.
+//! checkpoint's fingerprint. Planning takes 2–3× as long (28–32 against 9–15 ms an
+//! epoch at accumulation 1, 41 against 17 under the attention price; 2 threads), the time going
+//! to reading each step's rows in training order.
 //!
 //! Rejected after measuring: trimming every step to its cheapest batch (the naive construction,
 //! 0.83: most of a step's cost moves into extra steps that wait just as much); re-ordering the
