@@ -46,7 +46,18 @@ def test_analyze_demo_prints_the_strategies_table(capsys):
     out = capsys.readouterr().out
     for name in ("sorted static", "full shuffle", "seed's 6 buckets", "HF mega-batch sorting", "dflash_batch"):
         assert name in out
+    assert "dflash_batch + trim" in out
     assert "predicted padding efficiency" in out and "window_tv" in out and "planned in" in out
+
+
+def test_analyze_shows_what_trimming_gains_without_accumulation(capsys):
+    import json
+
+    assert main(["analyze", "--demo", "--samples", "30000", "--accumulation", "1", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["strategies"]
+    plain, trimmed = rows["dflash_batch"], rows["dflash_batch + trim"]
+    assert trimmed["sync_efficiency"] > plain["sync_efficiency"] + 0.005
+    assert trimmed["steps"] > plain["steps"] and trimmed["efficiency"] >= 0.97
 
 
 def test_analyze_json_and_plot(tmp_path, capsys):
@@ -56,6 +67,7 @@ def test_analyze_json_and_plot(tmp_path, capsys):
     assert main(["analyze", "--demo", "--samples", "20000", "--json", "--plot", str(png), "--batch-size", "8"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["samples"] == 20000 and result["rule"] == {"batch_size": 8}
+    assert "dflash_batch + trim" not in result["strategies"]  # trimming needs a token budget
     assert set(result["strategies"]["dflash_batch"]) == {
         "efficiency",
         "window_tv",

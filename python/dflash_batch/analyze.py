@@ -3,12 +3,14 @@ side-by-side table of batching strategies scored on efficiency, mixing, churn an
 
 Strategies, all under the same batching rule (fixed rows, or greedily cut under the token budget):
 sorted static batches, a full shuffle, the seed's 6 hand-picked buckets, HF-style mega-batch sorting
-(``LengthGroupedSampler``: mega-batches of 50 × 8 samples sorted longest first), and dflash_batch.
+(``LengthGroupedSampler``: mega-batches of 50 × 8 samples sorted longest first), and dflash_batch — with
+``trim_steps=True`` beside it on several ranks under a token budget, to show what trimming gains.
 """
 
 from __future__ import annotations
 
 import json
+import pickle
 from typing import Any
 
 import numpy as np
@@ -58,9 +60,21 @@ def strategies(lengths: np.ndarray, *, sampler: BucketSampler, rule: dict[str, i
         "seed's 6 buckets": scored([baselines.seed_bucketed(lengths, **rule, seed=s) for s in (0, 1)]),
         "HF mega-batch sorting": scored([cut(baselines.megabatch_sorted(lengths, 8, seed=s)) for s in (0, 1)]),
     }
+    rows["dflash_batch"] = planned(sampler)
+    config = sampler._config
+    if world > 1 and config["max_tokens"] and config["mode"] == "padded" and config["balance_tolerance"] is None:
+        if not config["trim_steps"]:  # what trimming would gain here (see BucketSampler's trim_steps)
+            sampler = pickle.loads(pickle.dumps(sampler))
+            sampler._reconfigure(trim_steps=True)
+        rows["dflash_batch + trim"] = planned(sampler)
+    return rows
+
+
+def planned(sampler: BucketSampler) -> dict[str, Any]:
+    """A sampler's figures from its own plans of epochs 0 and 1."""
     plans = [sampler.plan(epoch) for epoch in (0, 1)]
     stats = plans[0].stats()
-    rows["dflash_batch"] = {
+    return {
         "efficiency": stats["efficiency"],
         "window_tv": stats["window_tv"],
         "churn": plans[0].churn(plans[1]),
@@ -69,7 +83,6 @@ def strategies(lengths: np.ndarray, *, sampler: BucketSampler, rule: dict[str, i
         "sync_efficiency_step": stats["sync_efficiency_step"],
         "steps": stats["steps"],
     }
-    return rows
 
 
 def report(lengths: np.ndarray, *, sampler: BucketSampler, rule: dict[str, int], accumulation: int) -> dict:
