@@ -43,8 +43,9 @@
 //! (`window_tv` 0.16: a window's steps are cost-sorted, hence length bands, and shifting them
 //! across windows doubles bands); putting all steps, own and extra, in the stratified order of
 //! their mean lengths and matching the new windows (0.949 and 0.983 per optimizer step under the
-//! attention price, but `window_tv` 0.168: a step's mean says little about its lengths); trimming only steps below a synchronous efficiency (0.8: 0.935,
-//! `window_tv` 0.071; 0.85: 0.941, 0.088 — no point reaches both targets).
+//! attention price, but `window_tv` 0.168: a step's mean says little about its lengths); trimming
+//! only steps below a synchronous efficiency (0.8: 0.935, `window_tv` 0.071; 0.85: 0.941, 0.088 —
+//! no point reaches both targets).
 
 use std::ops::Range;
 
@@ -61,7 +62,7 @@ use crate::rng::Pcg64;
 const EXTRA_SYNC: f64 = 0.97;
 
 /// Most targets tried per step: a step's batch costs, thinned evenly past this many, so a step of
-/// 1,024 ranks costs 16 passes over its trimmable rows, not 1,024.
+/// 1,024 ranks prices 16 targets, not 1,024.
 pub(crate) const MAX_CANDIDATES: usize = 16;
 
 impl<L: Length> Former<'_, L> {
