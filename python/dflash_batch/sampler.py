@@ -66,34 +66,26 @@ class BucketSampler:
             sequences — see :meth:`pieces`; ``sampler.truncated`` counts the samples split.
         pad_to_multiple_of: padded lengths are rounded up to a multiple of this.
         threads: planner threads (default: up to 8). The plan is identical for any value.
-        column: the column that holds the lengths when ``lengths`` is a dataset: an integer column, or a
-            list column such as ``"input_ids"`` (lengths from its offsets).
-        target_efficiency: the padding efficiency ``boundaries="auto"`` aims for (default 0.98; more
-            buckets raise it, at some cost in mixing).
+        column: the lengths column when ``lengths`` is a dataset: an integer column, or a list column
+            such as ``"input_ids"`` (lengths from its offsets).
+        target_efficiency: the padding efficiency ``boundaries="auto"`` aims for (default 0.98).
         accumulation: micro-batches per optimizer step (default ``None``: 1, or under
             :class:`~dflash_batch.hf.BucketTrainer` its ``gradient_accumulation_steps``). Windows of
             ``accumulation × world_size`` consecutive batches are what one optimizer step sees:
             ``plan.stats()`` measures mixing over them, and rank balance matches each step's batches
-            by cost inside them without changing any window's contents (so mixing is untouched).
-            Pass your real value: with 1, each window is a single step and there is nothing to match.
+            by cost inside them without changing any window's contents. Pass your real value.
         cost: ``"tokens"`` (default: a batch costs its padded tokens) or ``(a, b)``: a row of padded
             length ``L`` costs ``a·L + b·L²`` (attention grows with the square of the length). The
             budget (``max_tokens``) and rank balance use it, so long-sequence batches take fewer
             tokens and ranks are matched on compute. Example: ``cost=(1, 1/4096)``.
         balance_tolerance: ``None`` (default) keeps mixing first: steps are matched by cost only
             inside each optimizer window. A number ``t`` (e.g. ``0.1``) forms every step, where the
-            data allows, from batches whose costs are within a factor ``1 + t``, by grouping batches
-            of similar cost across windows — this lowers rank imbalance but concentrates similar
-            lengths (on the seed workload, 8 ranks × 4 micro-batches: p99 imbalance 1.30 → 1.10 and
-            window_tv 0.069 → 0.15; ``benchmarks/mixing.py`` prints the whole frontier).
-        trim_steps: ``False`` (default). ``True`` trims every step's batches to a common cost after
-            the steps are matched, and re-forms the rows trimmed into extra steps spread through the
-            epoch (forming after ordering): ranks wait less for the costliest batch of a step, at a few
-            percent more (smaller) steps and some mixing. It helps where a step's batches differ in
-            cost: ``accumulation=1`` (FSDP, DDP without accumulation) and attention-priced ``cost``;
-            ``benchmarks/mixing.py`` prints what it gains. Needs ``max_tokens`` and padded rows, and
-            ``balance_tolerance=None``; epochs past 16.7M samples are not trimmed (they keep the
-            order in which batches form).
+            data allows, from batches whose costs are within a factor ``1 + t``: lower rank imbalance,
+            less mixing (seed workload, 8 ranks × 4: p99 1.30 → 1.10, window_tv 0.069 → 0.15).
+        trim_steps: ``True`` trims each step's batches to a common cost and re-forms the rows trimmed
+            into extra steps spread through the epoch: ranks wait less (``accumulation=1``, attention
+            prices) for a few percent more steps and some mixing (README, "Ranks that finish together").
+            Needs ``max_tokens``, padded rows, ``balance_tolerance=None``; epochs ≤ 16.7M samples.
         mode: ``"padded"`` (default): rows padded to the batch's longest. ``"packed"``: samples
             concatenated into rows of ``max_tokens`` tokens for varlen attention (FlashAttention
             ``cu_seqlens``, SDPA document masks): each epoch the shuffled samples are packed best-fit
@@ -106,7 +98,7 @@ class BucketSampler:
         check_ranks: when ``torch.distributed`` is initialized with ``world_size`` ranks, the ranks
             exchange the plan's fingerprint, seed and settings when an epoch's iteration starts and
             all raise :class:`PlanError` naming what differs, instead of training on overlapping
-            samples or hanging in a collective (default ``True``; a collective: every rank iterates).
+            samples or hanging (default ``True``; a collective: every rank iterates).
         order: ``"stratified"`` (default): consecutive batches draw from the length buckets in proportion
             to the data (a low-discrepancy interleaving, randomized every epoch), so every accumulation
             window sees the dataset's length mix. ``"random"``: a seeded shuffle of the batches within
