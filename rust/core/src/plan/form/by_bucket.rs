@@ -60,24 +60,10 @@ pub(crate) struct ByBucket {
 impl ByBucket {
     /// Groups the rows of `lengths` that `rules` admits by bucket (a counting sort, O(n)).
     pub(crate) fn new<L: Length>(lengths: &[L], rules: &Rules, buckets: usize) -> Self {
-        let mut starts = vec![0usize; buckets + 1];
-        for &l in lengths {
-            if let Some((b, _)) = rules.get(l.into()) {
-                starts[b + 1] += 1;
-            }
-        }
-        for b in 0..buckets {
-            starts[b + 1] += starts[b];
-        }
-        let mut next = starts.clone();
-        let mut pairs = vec![0u64; starts[buckets]];
-        for (row, &l) in lengths.iter().enumerate() {
-            let length: u32 = l.into();
-            if let Some((b, _)) = rules.get(length) {
-                pairs[next[b]] = (row as u64) << 32 | u64::from(length);
-                next[b] += 1;
-            }
-        }
+        let rows = (0u64..)
+            .zip(lengths)
+            .map(|(row, &l)| row << 32 | u64::from(l.into()));
+        let (pairs, starts) = group_by_bucket(rows, rules, buckets);
         Self {
             pairs,
             starts,
@@ -105,6 +91,33 @@ impl ByBucket {
     pub(crate) fn len(&self) -> usize {
         self.pairs.len()
     }
+}
+
+/// The pairs of `pairs` that `rules` admits, grouped by bucket in their order (a stable counting
+/// sort, O(n)), and where each bucket's start: bucket `b` is `grouped[starts[b]..starts[b + 1]]`.
+/// The planner's grouping of every row, and `trim.rs`'s of the rows it trims.
+pub(crate) fn group_by_bucket(
+    pairs: impl Iterator<Item = u64> + Clone,
+    rules: &Rules,
+    buckets: usize,
+) -> (Vec<u64>, Vec<usize>) {
+    let bucket = |pair: u64| rules.get(length_of(pair)).map(|(b, _)| b);
+    let mut starts = vec![0usize; buckets + 1];
+    for b in pairs.clone().filter_map(bucket) {
+        starts[b + 1] += 1;
+    }
+    for b in 0..buckets {
+        starts[b + 1] += starts[b];
+    }
+    let mut next = starts.clone();
+    let mut grouped = vec![0u64; starts[buckets]];
+    for pair in pairs {
+        if let Some(b) = bucket(pair) {
+            grouped[next[b]] = pair;
+            next[b] += 1;
+        }
+    }
+    (grouped, starts)
 }
 
 impl<L: Length> Former<'_, L> {

@@ -52,6 +52,7 @@ use std::ops::Range;
 use crate::lengths::Length;
 use crate::plan::balance::match_windows;
 use crate::plan::config::Config;
+use crate::plan::form::by_bucket::group_by_bucket;
 use crate::plan::form::cut::{length_of, Batches};
 use crate::plan::form::stream::Former;
 use crate::rng::Pcg64;
@@ -104,26 +105,12 @@ impl<L: Length> Former<'_, L> {
         spill
     }
 
-    /// The trimmed rows `spill` grouped by bucket (a stable counting sort) and cut into batches by
+    /// The trimmed rows `spill` grouped by bucket (`group_by_bucket`) and cut into batches by
     /// the rule, bucket by bucket; the batches address the grouped pairs from `base` on, past the
     /// epoch buffer (see [`super::cut::place`]).
     pub(crate) fn reform(&self, spill: &[u64], base: usize) -> (Vec<u64>, Batches) {
         let buckets = self.bucket_capacity.len();
-        let bucket = |pair: u64| self.rules.get(length_of(pair)).map_or(0, |(b, _)| b);
-        let mut starts = vec![0usize; buckets + 1];
-        for &pair in spill {
-            starts[bucket(pair) + 1] += 1;
-        }
-        for b in 0..buckets {
-            starts[b + 1] += starts[b];
-        }
-        let mut next = starts.clone();
-        let mut grouped = vec![0u64; spill.len()];
-        for &pair in spill {
-            let b = bucket(pair);
-            grouped[next[b]] = pair;
-            next[b] += 1;
-        }
+        let (grouped, starts) = group_by_bucket(spill.iter().copied(), self.rules, buckets);
         let mut extra = Batches::default();
         for b in 0..buckets {
             let range = starts[b]..starts[b + 1];
