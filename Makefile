@@ -34,11 +34,14 @@ test-python:
 # The adversarial suite at length (a few examples of it run in `make test`): FUZZ_EXAMPLES hypothesis
 # examples per entry point, each a batch of cases in a capped child; tallies land in fuzz-report.jsonl.
 FUZZ_EXAMPLES ?= 300
+# Sequences of sampler and Loader operations the position state machine runs (300 in `make test`).
+STATE_MACHINE_EXAMPLES ?= 2200
 fuzz: build
 	rm -f fuzz-report.jsonl
 	DFLASH_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) DFLASH_FUZZ_REPORT=$(abspath fuzz-report.jsonl) \
+		DFLASH_STATE_MACHINE_EXAMPLES=$(STATE_MACHINE_EXAMPLES) \
 		$(BIN)/python -m pytest -q tests/test_adversarial.py tests/test_arrow_mutations.py tests/test_arrow_fuzz.py \
-		tests/test_megatron.py::test_damaged_indexes_never_lose_rows_silently
+		tests/test_megatron.py::test_damaged_indexes_never_lose_rows_silently tests/test_position.py::test_position_state_machine
 	$(BIN)/python tests/_adversary.py fuzz-report.jsonl
 
 lint: venv

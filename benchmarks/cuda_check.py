@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 
 import dflash_batch as db
 import numpy as np
@@ -288,6 +289,13 @@ def diagnose(loader: db.Loader, device, steps: int) -> None:
     )
 
 
+def planned(sampler: db.BucketSampler) -> Iterator[np.ndarray]:
+    """The epoch's batches read off the plan: iterating the sampler itself would be a second iteration
+    of the Loader's position (one supersedes the other)."""
+    plan = sampler.plan()
+    return (plan[step] for step in range(plan.steps))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=100_000)
@@ -328,7 +336,7 @@ def main() -> None:
             fail("slots must be pinned and batches on the GPU")
 
     # 2. every device batch of (part of) an epoch equals the host collation
-    references = (db.collate(store, indices) for indices in sampler)
+    references = (db.collate(store, indices) for indices in planned(sampler))
     print(f"2. {check_equal('int64', loader(), references, args.steps)} device batches equal db.collate", flush=True)
 
     if cuda:
@@ -338,7 +346,7 @@ def main() -> None:
 
         # 4. batches kept across steps stay intact (slots are rewritten only after their copy completed)
         kept, references = [], []
-        for step, (indices, batch) in enumerate(zip(sampler, loader(), strict=False)):
+        for step, (indices, batch) in enumerate(zip(planned(sampler), loader(), strict=False)):
             if step == 20:
                 break
             kept.append(batch)
@@ -351,13 +359,13 @@ def main() -> None:
 
     # 5. int32, padded to a multiple of 64
     settings = {"dtype": "int32", "pad_to_multiple_of": 64}
-    references = (db.collate(store, indices, **settings) for indices in sampler)
+    references = (db.collate(store, indices, **settings) for indices in planned(sampler))
     done = check_equal("int32", loader(dtype=torch.int32, pad_to_multiple_of=64), references, 100)
     print(f"5. {done} int32 batches padded to a multiple of 64 equal db.collate", flush=True)
 
     # 6. packed rows
     packed = db.BucketSampler(store.lengths(), max_tokens=args.max_tokens, mode="packed", seed=0)
-    references = (db.collate_packed(store, indices, capacity=args.max_tokens) for indices in packed)
+    references = (db.collate_packed(store, indices, capacity=args.max_tokens) for indices in planned(packed))
     done = check_equal("packed", loader(sampler=packed), references, 100)
     print(f"6. {done} packed rows (cu_seqlens, seq_idx, max_seqlen) equal db.collate_packed", flush=True)
 

@@ -161,7 +161,7 @@ def test_a_checkpoint_inside_the_carrying_epoch_resumes_there():
     first = [i for s in new for i in run(s, 2)]
     state = new[0].state_dict()
     assert state["epoch"] == 1 and state["step"] == 2
-    assert state["elastic"] == {"world_size": 3, "step": new[0]._elastic["step"], "carried_from": 0}
+    assert state["elastic"] == {"world_size": 3, "step": new[0].position.elastic["step"], "carried_from": 0}
     again = [db.BucketSampler(lengths, max_tokens=16384, world_size=8, rank=r, seed=1) for r in range(8)]
     with pytest.warns(UserWarning, match="carried"):
         for s in again:

@@ -25,13 +25,15 @@ DTYPES = list(CODES)
 
 
 def documents_of(rng: np.random.Generator, sequences: int, dtype: np.dtype) -> list[list[np.ndarray]]:
-    """Random documents of 1–3 sequences each, with token ids the dtype holds (some sequences empty)."""
+    """Random documents of 1–3 sequences each, with token ids the dtype holds (some sequences empty, not all)."""
     high = 100 if np.dtype(dtype).itemsize == 1 else 30_000
     docs, left = [], sequences
     while left:
         k = min(left, int(rng.integers(1, 4)))
         docs.append([rng.integers(0, high, int(rng.integers(0, 60))) for _ in range(k)])
         left -= k
+    if not any(len(sequence) for doc in docs for sequence in doc):  # megatron-core cannot map an empty .bin
+        docs[0][0] = rng.integers(0, high, 1)
     return docs
 
 

@@ -23,27 +23,28 @@ def sampler(**kwargs):
     return db.BucketSampler(LENGTHS, **kwargs)
 
 
-# -- 6: len() after a resume ---------------------------------------------------------------------------
+# -- 6: len() after a resume (issue 27, case 7) ------------------------------------------------------------------------
 
 
-def test_len_after_a_resume_counts_the_steps_the_next_iteration_yields():
+def test_len_after_a_resume_is_still_the_epochs_steps():
+    """Trainers (Lightning) read len() once as every epoch's length: it never counts the steps left."""
     first = sampler(seed=3)
     steps = len(first)
     state = first.state_dict(step=0)
     state["step"] = 10
     resumed = sampler(seed=3)
     resumed.load_state_dict(state)
-    assert len(resumed) == steps - 10 == len(list(resumed))
-    assert len(resumed) == steps, "the iteration after a resumed one runs a whole epoch"
+    assert len(resumed) == steps and len(list(resumed)) == steps - 10
+    assert len(resumed) == steps == len(list(resumed)), "the iteration after a resumed one runs a whole epoch"
     resumed.set_epoch(1)
     assert len(resumed) == steps == len(list(resumed))
 
 
-def test_loader_len_after_skip_counts_the_rest(store):
+def test_loader_len_after_skip_is_still_the_epochs_steps(store):
     loader = db.Loader(store, db.BucketSampler(store.lengths(), max_tokens=256, seed=1))
     steps = len(loader)
     loader.skip(3)
-    assert len(loader) == steps - 3 == len(list(loader))
+    assert len(loader) == steps and len(list(loader)) == steps - 3
 
 
 # -- 13: the exception type for out-of-range values -----------------------------------------------------

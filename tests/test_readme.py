@@ -16,7 +16,9 @@ EXPECTED = {
     "Trainer": lambda out: out.split() == [out.split()[0], "True"] and int(out.split()[0]) > 0,
     "packed HF": lambda out: out.startswith("torch.Size([1, 32])"),
     "accelerate": lambda out: out.split()[1] == "1",
+    "accelerate resume": lambda out: out == "True",
     "torch DataLoader": lambda out: out == "True",
+    "Lightning": lambda out: int(out) > 0,
     "reading": lambda out: out == "[1 2 3] 300",
     "megatron": lambda out: out == "[3 1 2] [5 6 7] [0 2 3]",
     "Loader": lambda out: out == "torch.int64 True",
@@ -35,8 +37,10 @@ def test_readme_block_runs(index, name, capsys, tmp_path, monkeypatch):
         pytest.importorskip("torch")
     if name in ("Trainer", "packed HF", "cost"):
         pytest.importorskip("transformers")
-    if name == "accelerate":
+    if name.startswith("accelerate"):
         pytest.importorskip("accelerate")
+    if name == "Lightning":
+        pytest.importorskip("lightning")
     monkeypatch.chdir(tmp_path)
     exec(compile(BLOCKS[index], f"{README}:{name}", "exec"), {"__name__": "readme"})
     out = capsys.readouterr().out.strip().splitlines()[-1]

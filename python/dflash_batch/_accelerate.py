@@ -6,7 +6,9 @@ only its own rank's batches would be sharded a second time (each rank seeing hal
 warning). accelerate offers no way to say "already sharded", so the sampler looks at who is asking:
 when its caller is a ``BatchSamplerShard`` whose processes match its ranks, it yields every rank's
 batches in plan order and the shard's pick is exactly this rank's share. A shard that does not match
-raises, naming the fix. accelerate is never imported here.
+raises, naming the fix. A ``Loader`` that ``accelerator.prepare`` returns as it is tells accelerate's
+``GradientState`` where its epoch ends, as a prepared ``DataLoader`` does (:func:`gradient_state`), so
+``accelerator.accumulate`` closes the last window of every epoch. accelerate is never imported here.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from . import _in_flight
 from ._core import PlanError
 
 
@@ -46,9 +49,25 @@ def wrapping_shard(sampler: Any) -> Any | None:
 def iter_for_shard(sampler: Any) -> Iterator[list[int]]:
     """Every rank's batches in plan order, as lists: accelerate's ``BatchSamplerShard`` (what
     ``accelerator.prepare`` puts around ``DataLoader(batch_sampler=sampler)``) hands rank ``r`` every
-    ``world_size``-th batch from the ``r``-th, which is exactly its share of the plan."""
-    plan, start = sampler._begin()
-    world = sampler.world_size
-    for batch in range(start * world, plan.steps * world):
-        sampler._consumed = batch // world + 1
-        yield plan[batch].tolist()
+    ``world_size``-th batch from the ``r``-th, which is exactly its share of the plan. The position
+    counts this rank's steps; the batch the prepared loader reads ahead is not counted as trained
+    (:mod:`dflash_batch._in_flight`)."""
+    plan, start, token = sampler._begin()
+    world, position = sampler.world_size, sampler.position
+    consumers, exhausted = _in_flight.find(sys._getframe()), False
+    try:
+        for batch in range(start * world, plan.steps * world):
+            position.advance(token, batch // world + 1, consumers)
+            yield plan[batch].tolist()
+        position.check(token)
+        exhausted = True
+    finally:
+        position.finish(token, exhausted)
+
+
+def gradient_state() -> Any | None:
+    """accelerate's ``GradientState`` when an ``Accelerator`` exists in this process, else ``None``."""
+    state_type = getattr(sys.modules.get("accelerate.state"), "GradientState", None)
+    if state_type is None or not getattr(state_type, "_shared_state", None):
+        return None
+    return state_type()

@@ -2,9 +2,9 @@
 ``load_state_dict`` checks a state and resumes it — on the same ranks, or on another number of ranks, where
 the samples the checkpointed steps did not reach are planned again — and how a mismatch is put in words.
 
-The functions take the sampler and read and set its position (``_epoch``, ``_consumed``, ``_resume``,
-``_elastic``): this module is the sampler's checkpoint half (pickling too), split from it to keep one
-concept a file.
+The functions take the sampler, read its position and commit a checked state to it in one call
+(:class:`~dflash_batch.position.Position`): this module is the sampler's checkpoint half (pickling too),
+split from it to keep one concept a file.
 """
 
 from __future__ import annotations
@@ -15,24 +15,27 @@ from typing import Any
 
 from ._arguments import _epoch, _int, _is_hex, _state_count
 from ._core import PlanError
+from .position import Position
 
 VERSION = 1
 
 
 def state_of(sampler: Any, step: int | None) -> dict[str, Any]:
     """``sampler.state_dict(step)``."""
+    position = sampler.position
+    epoch, trained, elastic = position.state()
     if step is None:
-        step = sampler._consumed
+        step = trained
     else:
         step = _int("step", step)
-        if not 0 <= step <= sampler._consumed:
+        if not 0 <= step <= position.step:
             raise PlanError(
-                f"step={step} is invalid: this sampler has handed out {sampler._consumed} batches of epoch "
-                f"{sampler._epoch}; pass how many of them the training loop has trained on"
+                f"step={step} is invalid: this sampler has handed out {position.step} batches of epoch "
+                f"{epoch}; pass how many of them the training loop has trained on"
             )
     state = {
         "version": VERSION,
-        "epoch": sampler._epoch,
+        "epoch": epoch,
         "step": step,
         "seed": sampler._config["seed"],
         "world_size": sampler.world_size,
@@ -42,12 +45,11 @@ def state_of(sampler: Any, step: int | None) -> dict[str, Any]:
         # Plain values (lists, not tuples), so a mismatched resume can name the setting that differs.
         "settings": settings(sampler),
     }
-    elastic = sampler._elastic
-    if elastic is not None and elastic["epoch"] == sampler._epoch:
+    if elastic is not None and elastic["epoch"] == epoch:
         # This epoch's plan is the re-planned rest of an epoch begun on other ranks.
         state["elastic"] = {"world_size": elastic["world_size"], "step": elastic["step"]}
-    elif elastic is not None and elastic["epoch"] + 1 == sampler._epoch and len(elastic["carried"]):
-        # This epoch's plan also holds the samples that rest carried (see resume_elsewhere).
+    elif elastic is not None and elastic["epoch"] + 1 == epoch and len(elastic["carried"]):
+        # This epoch's plan also holds the samples that rest carried (see replanned).
         state["elastic"] = {
             "world_size": elastic["world_size"],
             "step": elastic["step"],
@@ -57,7 +59,14 @@ def state_of(sampler: Any, step: int | None) -> dict[str, Any]:
 
 
 def load(sampler: Any, state: dict[str, Any]) -> None:
-    """``sampler.load_state_dict(state)``."""
+    """``sampler.load_state_dict(state)``: everything is checked (and an elastic resume planned) before
+    the position changes, so a refused state leaves the sampler where it was."""
+    epoch, step, elastic = _checked(sampler, state)
+    sampler.position.restore(epoch, step, elastic)
+
+
+def _checked(sampler: Any, state: dict[str, Any]) -> tuple[int, int, dict[str, Any] | None]:
+    """The position ``state`` resumes at: ``(epoch, step, elastic origin)``, or a :class:`PlanError`."""
     if not isinstance(state, dict):
         raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
     missing = {"version", "epoch", "step", "fingerprint", "world_size"} - state.keys()
@@ -76,33 +85,31 @@ def load(sampler: Any, state: dict[str, Any]) -> None:
             )
         _state_count("elastic world_size", elastic["world_size"], 1)
         _state_count("elastic step", elastic["step"], 0)
+    epoch, step = _epoch(state["epoch"]), operator.index(state["step"])
     if state.get("world_size") != sampler.world_size and elastic is None:
         if state.get("fingerprint_any_ranks") == sampler._planner.fingerprint_any_ranks:
-            resume_elsewhere(sampler, _epoch(state["epoch"]), state["world_size"], operator.index(state["step"]))
-            return
+            return epoch, 0, replanned(sampler, epoch, state["world_size"], step)
     if elastic is not None and state["fingerprint"] == sampler._fingerprint():
         # A checkpoint inside an epoch already resumed elastically (or carrying its rest), on these ranks.
-        epoch = _epoch(state["epoch"])
         origin = _epoch(elastic.get("carried_from", epoch))
         if origin not in (epoch, epoch - 1):
             raise PlanError(
                 f"state elastic carried_from={origin!r} is not epoch {epoch} or the one before; pass the "
                 "checkpoint's state unedited"
             )
-        resume_elsewhere(sampler, origin, elastic["world_size"], operator.index(elastic["step"]))
-        if origin != epoch:
-            if not len(sampler._elastic["carried"]):
-                raise PlanError(
-                    f"state says epoch {epoch} carries samples of epoch {origin}, but that epoch's rest "
-                    "fits these ranks; pass the checkpoint's state unedited"
-                )
-            sampler.set_epoch(epoch)
-        step = operator.index(state["step"])
-        steps = sampler.plan().steps
-        if not 0 <= step <= steps:
-            raise PlanError(f"step {step} is outside the resumed epoch {epoch}, which has {steps} steps")
-        sampler._consumed, sampler._resume = step, (epoch, step)
-        return
+        record = replanned(sampler, origin, elastic["world_size"], operator.index(elastic["step"]))
+        if origin == epoch:
+            plan = record["plan"]
+        elif len(record["carried"]):
+            plan = sampler._planner.plan_carrying(epoch, record["carried"])
+        else:
+            raise PlanError(
+                f"state says epoch {epoch} carries samples of epoch {origin}, but that epoch's rest "
+                "fits these ranks; pass the checkpoint's state unedited"
+            )
+        if not 0 <= step <= plan.steps:
+            raise PlanError(f"step {step} is outside the resumed epoch {epoch}, which has {plan.steps} steps")
+        return epoch, step, record
     if elastic is not None:
         if "carried_from" in elastic:
             raise PlanError(
@@ -121,39 +128,33 @@ def load(sampler: Any, state: dict[str, Any]) -> None:
             f"state was saved for a different dataset or configuration ({differences(sampler, state)}); "
             "resume with the sampler settings and lengths of the checkpointed run"
         )
-    epoch, step = _epoch(state["epoch"]), operator.index(state["step"])
-    sampler.set_epoch(epoch)
-    steps = sampler.plan().steps
+    steps = sampler._planner.plan(epoch).steps
     if not 0 <= step <= steps:
         raise PlanError(f"step {step} is outside epoch {epoch}, which has {steps} steps")
-    sampler._consumed = step
-    sampler._resume = (epoch, step)
+    return epoch, step, None
 
 
-def resume_elsewhere(sampler: Any, epoch: int, old_world: int, step: int) -> None:
-    """Resumes ``epoch`` after ``step`` steps on ``old_world`` ranks: the Rust core plans the samples
-    those steps did not reach across the sampler's ranks (same seed and epoch, so every rank computes
-    the same plan), or, when they are too few to give every rank whole steps, carries them into the
-    next epoch's plan (see ``resume.rs``). Later epochs are planned as usual."""
+def replanned(sampler: Any, epoch: int, old_world: int, step: int, *, warn: bool = True) -> dict[str, Any]:
+    """The record of ``epoch`` resumed after ``step`` steps on ``old_world`` ranks: the Rust core plans
+    the samples those steps did not reach across the sampler's ranks (same seed and epoch, so every rank
+    computes the same plan), or, when they are too few to give every rank whole steps, carries them into
+    the next epoch's plan (see ``resume.rs``). Later epochs are planned as usual."""
     plan, carried = sampler._planner.plan_resumed(epoch, old_world, step)
-    sampler.set_epoch(epoch)
-    sampler._plan = None
-    sampler._elastic = {"epoch": epoch, "plan": plan, "world_size": old_world, "step": step, "carried": carried}
-    sampler._consumed, sampler._resume = 0, (epoch, 0)
-    if len(carried):
+    if len(carried) and warn:
         warnings.warn(
             f"the {len(carried)} sample(s) left in epoch {epoch} after step {step} on world_size {old_world} "
             f"cannot give each of world_size {sampler.world_size} ranks a batch in whole steps; epoch {epoch} "
             f"ends here and they are carried into epoch {epoch + 1}, which plans them with all its samples "
             f"(they are trained twice there; if the run ends with epoch {epoch}, they are not trained)",
-            stacklevel=4,
+            stacklevel=5,
         )
+    return {"epoch": epoch, "plan": plan, "world_size": old_world, "step": step, "carried": carried}
 
 
 def carried_plan(sampler: Any, epoch: int) -> Any:
     """Epoch ``epoch``'s plan when it carries the rest of an elastically resumed epoch before it,
     else None."""
-    elastic = sampler._elastic
+    elastic = sampler.position.elastic
     if elastic is None or epoch != elastic["epoch"] + 1 or not len(elastic["carried"]):
         return None
     return sampler._planner.plan_carrying(epoch, elastic["carried"])
@@ -194,22 +195,20 @@ def pickled(sampler: Any) -> dict[str, Any]:
     """``sampler.__getstate__``: configuration, position and lengths, never Rust memory. A re-planned
     epoch travels as where it came from and is planned again on arrival."""
     state = sampler.__dict__.copy()
-    del state["_planner"], state["_plan"], state["_fingerprint_cache"]
-    elastic = sampler._elastic
-    state["_elastic"] = None if elastic is None else {k: elastic[k] for k in ("epoch", "world_size", "step")}
+    del state["_planner"], state["_plan"], state["_plan_key"], state["_fingerprint_cache"]
+    state["_position"] = sampler.position.snapshot()
     state["_lengths"] = sampler._planner.lengths()
     return state
 
 
 def unpickled(sampler: Any, state: dict[str, Any]) -> None:
     """``sampler.__setstate__``."""
-    lengths = state.pop("_lengths")
+    lengths, snapshot = state.pop("_lengths"), state.pop("_position")
     sampler.__dict__.update(state)
     sampler._build([lengths])
-    elastic, sampler._elastic = sampler._elastic, None
-    if elastic is not None:
-        position = (sampler._epoch, sampler._consumed, sampler._resume)
-        with warnings.catch_warnings():  # the original said it once; copies (workers) do not repeat it
-            warnings.simplefilter("ignore")
-            resume_elsewhere(sampler, elastic["epoch"], elastic["world_size"], elastic["step"])
-        sampler._epoch, sampler._consumed, sampler._resume = position
+    origin = snapshot["elastic"]
+    # The original warned once about carried samples; its copies (workers) do not repeat it.
+    elastic = None
+    if origin is not None:
+        elastic = replanned(sampler, origin["epoch"], origin["world_size"], origin["step"], warn=False)
+    sampler._position = Position.from_snapshot(snapshot, elastic)

@@ -44,18 +44,16 @@ def check_ranks_agree(identity: dict[str, Any]) -> None:
     )
 
 
-def agree(sampler: Any) -> None:
-    """Once per epoch, when a process group of the sampler's ``world_size`` ranks exists: the ranks agree
-    on its plan (``check_ranks``)."""
-    if not sampler._check_ranks or sampler._checked_epoch == sampler._epoch:
-        return
+def agree(sampler: Any) -> bool:
+    """When a process group of the sampler's ``world_size`` ranks exists, the ranks agree on the current
+    epoch's plan (a collective); returns whether they were asked. The sampler asks once per epoch."""
     if process_group_size() != sampler.world_size:
-        return
+        return False
     identity = {
         "fingerprint": sampler._fingerprint(),
         "num_samples": sampler.num_samples,
-        "epoch": sampler._epoch,
+        "epoch": sampler.epoch,
         **{key: value for key, value in sampler._config.items() if key != "threads"},
     }
     check_ranks_agree(identity)
-    sampler._checked_epoch = sampler._epoch
+    return True

@@ -29,10 +29,13 @@ The worker runs at most ``prefetch`` batches ahead. A ring (or the ``prefetch + 
 that can be alive in the pipeline) larger than the machine's memory raises ``MemoryError`` before
 anything is allocated.
 
-``state_dict()`` counts batches handed to the trainer, never those merely prefetched, so a resume
-replays nothing and skips nothing. Errors in the worker are raised in the trainer's thread with their
-original type and traceback. Breaking out of the loop, ``close()``, leaving a ``with`` block, garbage
-collection and interpreter exit all stop the worker and wait for it.
+``state_dict()`` is the sampler's: its position counts batches handed to the trainer, never those
+merely prefetched, so a resume replays nothing and skips nothing. One iteration at a time: a new one
+supersedes the previous (same thread), and one started while another thread's is running raises
+``RuntimeError``. Under ``accelerator.accumulate`` the Loader tells accelerate where its epoch ends.
+Errors in the worker are raised in the trainer's thread with their original type and traceback.
+Breaking out of the loop, ``close()``, leaving a ``with`` block, garbage collection and interpreter
+exit all stop the worker and wait for it.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ import numpy as np
 
 import dflash_batch._core as _core
 
+from ._accelerate import gradient_state
 from .collate import KEYS, PACKED_KEYS, _multiple, _pack_into, _token, collate, output_dtype
 from .pipeline import _CudaTransfer, _HostTransfer, _Pipeline
 from .reading import TokenStore
@@ -163,21 +167,22 @@ class Loader:
         self._keys = PACKED_KEYS if self._packed else KEYS
         self._lengths = store.lengths()
         self._pipeline: _Pipeline | None = None
-        self._consumed = 0
+        self._token: int | None = None  # this Loader's live iteration in the sampler's position
+        # accelerate's GradientState reads these off the active loader (see _run).
+        self.end_of_dataloader, self.remainder = False, -1
         self._slot_bytes = 0
         _live.add(self)
 
     # -- iteration --------------------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        """Steps the next iteration yields on this rank: the epoch's, or those left after a resume."""
+        """Steps of an epoch on this rank (the same every epoch, and after a resume: see the sampler)."""
         return len(self.sampler)
 
     def set_epoch(self, epoch: int) -> None:
         """Selects the epoch the next iteration runs (passed through to the sampler)."""
         self.close()
         self.sampler.set_epoch(epoch)
-        self._consumed = self.sampler._consumed
 
     def skip(self, steps: int) -> None:
         """Starts the next iteration of the current epoch at step ``steps``, as a resume would (the plan
@@ -186,8 +191,7 @@ class Loader:
         total = self.sampler.plan().steps
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or not 0 <= steps <= total:
             raise ValueError(f"steps={steps!r} is invalid; pass 0 ≤ steps ≤ {total}, the steps of epoch {self.epoch}")
-        self.sampler._resume = (self.sampler.epoch, int(steps))
-        self.sampler._consumed = self._consumed = int(steps)
+        self.sampler.position.skip(int(steps))
 
     @property
     def epoch(self) -> int:
@@ -195,29 +199,40 @@ class Loader:
         return self.sampler.epoch
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        # Begin first: an iteration running in another thread is refused before this one stops anything.
+        plan, start, token = self.sampler._begin()
         self.close()
-        plan, start = self.sampler._begin()
+        self._token = token
         world, rank = self.sampler.world_size, self.sampler.rank
-        self._consumed = start
         # More slots than steps left would never be filled.
         slots = self._slots(self._capacity(plan, world, rank, start), max(plan.steps - start, 1))
         batches = (plan[step * world + rank] for step in range(start, plan.steps))  # read by the worker
         fresh = self._fresh_slot if self._fresh else None
         self._pipeline = _Pipeline(self._collate_into, batches, slots, self._transfer, fresh)
-        return self._run(self._pipeline)
+        return self._run(self._pipeline, token, start, plan.steps)
 
-    def _run(self, pipeline: _Pipeline) -> Iterator[dict[str, Any]]:
+    def _run(self, pipeline: _Pipeline, token: int, step: int, steps: int) -> Iterator[dict[str, Any]]:
         counts = self.sampler.label_tokens() if self._num_items else None
-        accumulation = self.sampler.accumulation
+        accumulation, position = self.sampler.accumulation, self.sampler.position
+        # accelerate closes an accumulation window where the active loader says its epoch ends.
+        gradient, exhausted = gradient_state(), False
+        self.end_of_dataloader, self.remainder = step >= steps, -1
+        if gradient is not None:
+            gradient._add_dataloader(self)
         try:
             for batch in pipeline:
                 if counts is not None:
-                    batch["num_items_in_batch"] = int(counts[self._consumed // accumulation])
-                self._consumed += 1
-                self.sampler._consumed = self._consumed
+                    batch["num_items_in_batch"] = int(counts[step // accumulation])
+                step += 1
+                position.advance(token, step)  # raises if a newer iteration took over
+                self.end_of_dataloader = step == steps
                 yield batch
+            exhausted = step == steps
         finally:
             pipeline.close()
+            position.finish(token, exhausted)
+            if gradient is not None:
+                gradient._remove_dataloader(self)
 
     def _collate_into(self, batch: np.ndarray, slot: dict[str, Any]) -> tuple[int, ...]:
         inner, settings = self.store._inner, self._settings
@@ -322,24 +337,24 @@ class Loader:
     # -- checkpoints ------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """The sampler's state with the steps the trainer has received (not those prefetched)."""
-        state = self.sampler.state_dict()
-        state["step"] = self._consumed
-        return state
+        """The sampler's state: the steps the trainer has received (not those prefetched)."""
+        return self.sampler.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resumes at ``state``: the next iteration yields exactly the rest of its epoch."""
         self.close()
         self.sampler.load_state_dict(state)
-        self._consumed = self.sampler._consumed
 
     # -- shutdown ---------------------------------------------------------------------------------------
 
     def close(self) -> None:
         """Stops the worker thread and waits for it (idempotent)."""
         pipeline, self._pipeline = getattr(self, "_pipeline", None), None  # None if __init__ failed
+        token, self._token = getattr(self, "_token", None), None
         if pipeline is not None:
             pipeline.close()
+        if token is not None:
+            self.sampler.position.finish(token, exhausted=False)
 
     def __enter__(self) -> Loader:
         return self

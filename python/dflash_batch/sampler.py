@@ -9,6 +9,7 @@ DataLoader workers and spawned processes rebuild the planner instead of copying 
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -17,7 +18,7 @@ import numpy as np
 
 import dflash_batch._core as _core
 
-from . import checkpoint, label_tokens
+from . import _in_flight, checkpoint, label_tokens
 from ._accelerate import iter_for_shard, wrapping_shard
 from ._arguments import (
     _bool,
@@ -35,6 +36,7 @@ from ._arguments import (
 )
 from ._core import Plan, PlanError
 from .distributed import agree
+from .position import Position
 from .reading import read_lengths
 from .sources import is_source
 from .truncate import _locate, _Pieces, _split_long
@@ -166,12 +168,7 @@ class BucketSampler:
         self._accumulation_given = accumulation is not None
         self._check_ranks = _bool("check_ranks", check_ranks)
         self._checked_epoch: int | None = None
-        # An epoch resumed on another number of ranks: its remaining samples re-planned (see
-        # load_state_dict), with where it came from.
-        self._elastic: dict[str, Any] | None = None
-        self._epoch = 0
-        self._consumed = 0
-        self._resume: tuple[int, int] | None = None
+        self._position = Position()
         # The Rust planner keeps the only copy of the lengths; nothing here holds on to the input.
         if is_source(lengths):
             lengths = read_lengths(lengths, column)
@@ -185,6 +182,7 @@ class BucketSampler:
     def _build(self, chunks: list[np.ndarray]) -> None:
         self._planner = _core.Planner(chunks, **self._rust_config())
         self._plan: Plan | None = None
+        self._plan_key: tuple[int, int] | None = None
         self._fingerprint_cache: str | None = None
         self._lengths_cache: np.ndarray | None = None
 
@@ -196,34 +194,41 @@ class BucketSampler:
 
     def plan(self, epoch: int | None = None) -> Plan:
         """The whole epoch for every rank, in training order (default: the current epoch)."""
-        epoch = self._epoch if epoch is None else _epoch(epoch)
-        if self._plan is not None and self._plan.epoch == epoch:
+        position = self._position
+        epoch = position.epoch if epoch is None else _epoch(epoch)
+        elastic = position.elastic
+        if elastic is not None and elastic["epoch"] == epoch:  # the re-planned rest of a resumed epoch
+            return elastic["plan"]
+        key = (epoch, position.generation)  # a restore may change what the epoch carries
+        if self._plan is not None and self._plan_key == key:
             return self._plan
-        if self._elastic is not None and self._elastic["epoch"] == epoch:
-            return self._elastic["plan"]
         plan = checkpoint.carried_plan(self, epoch)
         if plan is None:
             plan = self._planner.plan(epoch)
-        if epoch == self._epoch:
-            self._plan = plan
+        if epoch == position.epoch:
+            self._plan, self._plan_key = plan, key
         return plan
 
     def set_epoch(self, epoch: int) -> None:
         """Selects the epoch that the next iteration plans (call it at the start of every epoch)."""
-        epoch = _epoch(epoch)
-        if epoch != self._epoch:
-            if self._resume is not None and self._resume[0] == self._epoch and self._resume[1] > 0:
-                warnings.warn(
-                    f"set_epoch({epoch}) discards the resume at step {self._resume[1]} of epoch {self._epoch} that "
-                    f"load_state_dict prepared; call set_epoch({self._epoch}) (or an accelerate DataLoader's "
-                    f"set_epoch({self._epoch})) before iterating to resume it",
-                    stacklevel=2,
-                )
-            self._epoch, self._consumed, self._plan = epoch, 0, None
+        epoch, before = _epoch(epoch), self._position.epoch
+        discarded = self._position.set_epoch(epoch)
+        if discarded is not None:
+            warnings.warn(
+                f"set_epoch({epoch}) discards the resume at step {discarded} of epoch {before} that "
+                f"load_state_dict prepared; call set_epoch({before}) (or an accelerate DataLoader's "
+                f"set_epoch({before})) before iterating to resume it",
+                stacklevel=2,
+            )
 
     @property
     def epoch(self) -> int:
-        return self._epoch
+        return self._position.epoch
+
+    @property
+    def position(self) -> Position:
+        """Where training is: the one object every client reads and advances (:mod:`dflash_batch.position`)."""
+        return self._position
 
     @property
     def rank(self) -> int:
@@ -309,25 +314,17 @@ class BucketSampler:
         return _locate(self._pieces, batch, self.num_samples, self._lengths_cache)
 
     def __len__(self) -> int:
-        """Steps (batches) the next iteration yields on this rank: the whole epoch, which has the same
-        steps in every epoch (``plan().steps``), or after ``load_state_dict``/``Loader.skip`` the steps
-        left in it, as accelerate's ``skip_first_batches`` counts them. Measured by accelerate's
+        """Steps (batches) of an epoch on this rank, the same in every epoch (``plan().steps``) and after a
+        resume too: trainers read it once as every epoch's length. Measured by accelerate's
         ``BatchSamplerShard``, every rank's batches (see ``__iter__``)."""
         steps = self.plan().steps
-        if self._resume is not None and self._resume[0] == self._epoch:
-            steps -= self._resume[1]
         return steps * self.world_size if wrapping_shard(self) is not None else steps
 
     def __iter__(self) -> Iterator[Any]:
-        """This rank's batches of the current epoch as read-only uint32 index arrays.
-
-        A batch counts as consumed once it is handed out; after ``load_state_dict`` the next iteration
-        resumes at the first step not consumed. With ``oversize="truncate"`` and samples split, entries
-        from ``num_samples`` on are pieces, not dataset rows: a warning says so (map a batch with
-        :meth:`pieces`, or let the :class:`Loader` do it). Iterated by accelerate's ``BatchSamplerShard``
-        (a prepared ``DataLoader(batch_sampler=sampler)``), every rank's batches as lists, of which the
-        shard keeps this rank's (see :mod:`dflash_batch._accelerate`).
-        """
+        """This rank's batches of the current epoch as read-only uint32 index arrays, from a pending
+        resume's step. With ``oversize="truncate"``, entries from ``num_samples`` on are pieces, not rows
+        (a warning says so: map a batch with :meth:`pieces`, or use the :class:`Loader`). Under
+        accelerate's ``BatchSamplerShard``, every rank's batches as lists (:mod:`dflash_batch._accelerate`)."""
         shard = wrapping_shard(self)
         if shard is not None:
             return iter_for_shard(self)
@@ -341,33 +338,36 @@ class BucketSampler:
                 "(rows, token starts, lengths) or iterate a dflash_batch.Loader, which does it",
                 stacklevel=2,
             )
-        plan, start = self._begin()
-        world, rank = self.world_size, self._rank
-        for step in range(start, plan.steps):
-            batch = plan[step * world + rank]
-            self._consumed = step + 1
-            yield batch
+        plan, start, token = self._begin()
+        world, rank, position = self.world_size, self._rank, self._position
+        consumers, exhausted = _in_flight.find(sys._getframe()), False
+        try:
+            for step in range(start, plan.steps):
+                position.advance(token, step + 1, consumers)
+                yield plan[step * world + rank]
+            position.check(token)  # a superseded iteration must not end as if it had finished the epoch
+            exhausted = True
+        finally:
+            position.finish(token, exhausted)
 
-    def _begin(self) -> tuple[Plan, int]:
-        """The current epoch's plan and the step an iteration starts at (a pending resume is used up)."""
+    def _begin(self) -> tuple[Plan, int, int]:
+        """Starts an iteration of the current epoch: its plan, its first step (a pending resume's, else
+        0) and its token for the position (see :mod:`dflash_batch.position`)."""
         plan = self.plan()
-        agree(self)
-        start = 0
-        if self._resume is not None and self._resume[0] == self._epoch:
-            start = self._resume[1]
-        self._resume = None
-        self._consumed = start
-        return plan, start
+        if self._check_ranks and self._checked_epoch != self.epoch and agree(self):
+            self._checked_epoch = self.epoch
+        token, start = self._position.begin(plan.steps)
+        return plan, start, token
 
     # -- checkpoints ----------------------------------------------------------------------------------
 
     def state_dict(self, step: int | None = None) -> dict[str, Any]:
         """Epoch and consumed steps, plus what identifies the plan (to refuse a mismatched resume).
 
-        ``step``: batches of the current epoch the training loop has trained on. By default, the
-        batches this sampler has handed out — exact when the loop iterates the sampler or a
-        :class:`Loader`, but a ``DataLoader`` with workers fetches batches ahead of the loop: pass the
-        count the loop has seen, or a resume skips the prefetched ones."""
+        ``step``: batches of the current epoch the training loop has trained on. By default, those
+        handed out less those fetched ahead of the loop by a torch ``DataLoader``'s workers or an
+        accelerate-prepared ``DataLoader`` (found when iteration starts); pass it when another layer
+        fetches ahead, or a resume skips the batches it held."""
         return checkpoint.state_of(self, step)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -396,5 +396,5 @@ class BucketSampler:
         size = f"batch_size={c['batch_size']}" if c["batch_size"] else f"max_tokens={c['max_tokens']}"
         return (
             f"BucketSampler(num_samples={self.num_samples}, {size}, buckets={len(self.edges) - 1}, "
-            f"seed={c['seed']}, epoch={self._epoch}, rank={self._rank}/{self.world_size})"
+            f"seed={c['seed']}, epoch={self.epoch}, rank={self._rank}/{self.world_size})"
         )

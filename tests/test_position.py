@@ -1,0 +1,321 @@
+"""One owner of the training position (issue 27): the sampler's :class:`~dflash_batch.position.Position`
+is what every checkpoint records, whichever object the user asks and in whichever order they call.
+
+Rows 1–4 of the issue are named regressions here (5–7 run real clients: tests/test_clients_resume.py),
+then a hypothesis state machine over sequences of operations on a sampler and a Loader against a small
+model of the position: a run resumed from any saved state trains exactly the rest of the plan.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+import warnings
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+pytest.importorskip("torch")
+
+import dflash_batch as db
+
+ROWS = [list(range(1, int(n) + 1)) for n in np.random.default_rng(0).integers(2, 60, 80)]
+STORE = db.TokenStore(pa.table({"input_ids": ROWS}))
+
+
+def sampler(**kwargs) -> db.BucketSampler:
+    return db.BucketSampler(STORE.lengths(), max_tokens=128, seed=3, **kwargs)
+
+
+def rows(batch) -> list[int]:
+    """The dataset rows of a Loader batch (each row's length names it: rows are 1..n) or sampler batch."""
+    if isinstance(batch, dict):
+        return sorted(int(mask.sum()) for mask in batch["attention_mask"])
+    return sorted(len(ROWS[i]) for i in batch)
+
+
+def planned(epoch: int, start: int = 0) -> list[list[int]]:
+    plan = sampler().plan(epoch)
+    return [sorted(len(ROWS[i]) for i in plan[s]) for s in range(start, plan.steps)]
+
+
+def resumed_from(state: dict) -> list[list[int]]:
+    fresh = sampler()
+    fresh.load_state_dict(state)
+    return [rows(batch) for batch in fresh]
+
+
+# -- rows 1–4 of issue 27 ---------------------------------------------------------------------------------
+
+
+def test_case1_sampler_set_epoch_then_loader_state_is_the_new_epochs_start():
+    s = sampler()
+    loader = db.Loader(STORE, s)
+    iterator = iter(loader)
+    for _ in range(10):
+        next(iterator)
+    s.set_epoch(1)  # the README allows the sampler's set_epoch instead of the Loader's
+    state = loader.state_dict()
+    assert (state["epoch"], state["step"]) == (1, 0)
+    assert resumed_from(state) == planned(1)
+    # after a whole epoch too
+    for _ in loader:
+        pass
+    s.set_epoch(2)
+    assert (loader.state_dict()["epoch"], loader.state_dict()["step"]) == (2, 0)
+
+
+def test_case2_a_pending_resume_is_what_a_checkpoint_before_the_first_batch_records():
+    first = sampler()
+    for _, _ in zip(range(7), first, strict=False):
+        pass
+    state = first.state_dict()
+    s = sampler()
+    loader = db.Loader(STORE, s)
+    s.load_state_dict(state)  # on the Loader's sampler
+    assert loader.state_dict()["step"] == 7
+    iterator = iter(loader)  # begun, nothing handed out yet
+    assert loader.state_dict()["step"] == 7
+    assert [rows(b) for b in iterator] == planned(0, 7)
+    # a Loader built over a sampler with a pending resume
+    s2 = sampler()
+    s2.load_state_dict(state)
+    assert db.Loader(STORE, s2).state_dict()["step"] == 7
+
+
+@pytest.mark.parametrize("on", ["sampler", "loader"])
+def test_case3_a_refused_state_leaves_the_position_where_it_was(on):
+    s = sampler()
+    loader = db.Loader(STORE, s)
+    iterator = iter(loader)
+    for _ in range(3):
+        next(iterator)
+    before = loader.state_dict()
+    bad = {**sampler().state_dict(), "epoch": 4, "step": 10**6}
+    with pytest.raises(db.PlanError, match="outside epoch 4"):
+        (s if on == "sampler" else loader).load_state_dict(bad)
+    assert loader.state_dict() == before and s.epoch == 0 and not s.position.resume_pending
+    other = {**bad, "step": 1, "fingerprint": "0" * len(bad["fingerprint"])}
+    with pytest.raises(db.PlanError):
+        s.load_state_dict(other)
+    assert s.state_dict() == before
+
+
+def test_case4_a_second_thread_iterating_one_loader_is_refused():
+    s = sampler()
+    loader = db.Loader(STORE, s)
+    started, release, errors, trained = threading.Event(), threading.Event(), [], []
+
+    def first() -> None:
+        iterator = iter(loader)
+        trained.append(rows(next(iterator)))
+        started.set()
+        release.wait()
+        trained.extend(rows(batch) for batch in iterator)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    started.wait()
+    try:
+        next(iter(loader))
+    except RuntimeError as error:
+        errors.append(str(error))
+    release.set()
+    thread.join()
+    assert len(errors) == 1 and "already being iterated by thread" in errors[0] and "close()" in errors[0]
+    assert trained == planned(0), "the first thread's epoch was not disturbed"
+    assert loader.state_dict()["step"] == len(s)
+    # one thread after the other is fine
+    done = []
+    thread = threading.Thread(target=lambda: done.extend(rows(b) for b in loader))
+    thread.start()
+    thread.join()
+    assert done == planned(0)
+
+
+def test_case4_a_second_thread_iterating_one_sampler_is_refused():
+    s = sampler()
+    iterator = iter(s)
+    next(iterator)
+    errors = []
+
+    def second() -> None:
+        try:
+            next(iter(s))
+        except RuntimeError as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    thread.join()
+    assert len(errors) == 1
+    assert [rows(b) for b in iterator] == planned(0, 1)
+
+
+def test_a_superseded_sampler_iterator_raises_instead_of_training_an_old_plan():
+    s = sampler()
+    old = iter(s)
+    next(old)
+    s.set_epoch(1)
+    with pytest.raises(RuntimeError, match="superseded"):
+        next(old)
+    new = iter(s)
+    next(new)
+    newer = iter(s)
+    next(newer)
+    with pytest.raises(RuntimeError, match="superseded"):
+        next(new)
+
+
+def test_closing_an_iteration_before_its_first_batch_keeps_the_resume():
+    state = {**sampler().state_dict(), "step": 5}
+    s = sampler()
+    loader = db.Loader(STORE, s)
+    loader.load_state_dict(state)
+    iter(loader).close()  # a client that starts an iterator and drops it (Lightning, accelerate probes)
+    loader.close()
+    assert loader.state_dict()["step"] == 5
+    assert [rows(b) for b in loader] == planned(0, 5)
+
+
+def test_position_pickles_with_the_sampler():
+    s = sampler()
+    s.load_state_dict({**s.state_dict(), "epoch": 2, "step": 4})
+    copy = pickle.loads(pickle.dumps(s))
+    assert copy.state_dict() == s.state_dict() and copy.position.resume_pending
+    assert [rows(b) for b in copy] == planned(2, 4)
+
+
+# -- the state machine ---------------------------------------------------------------------------------
+
+EXAMPLES = int(os.environ.get("DFLASH_STATE_MACHINE_EXAMPLES", "300"))
+STEPS = len(sampler())
+
+
+class PositionMachine(RuleBasedStateMachine):
+    """A sampler and a Loader over it, driven in any order, against (epoch, step, resume pending)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sampler = sampler()
+        self.loader = db.Loader(STORE, self.sampler, prefetch=1)
+        self.epoch, self.step, self.resume = 0, 0, False
+        self.saved: list[tuple[dict, int, int]] = []
+        self.open = None  # an iterator left open (the "second iterator" rules)
+
+    def teardown(self) -> None:
+        self.loader.close()
+
+    def start(self) -> int:
+        return self.step if self.resume else 0
+
+    @rule(epoch=st.integers(0, 3), on=st.sampled_from(["sampler", "loader"]))
+    def set_epoch(self, epoch, on):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            (self.sampler if on == "sampler" else self.loader).set_epoch(epoch)
+        discards = epoch != self.epoch and self.resume and self.step > 0
+        assert [str(w.message).split(" that ")[0] for w in caught] == (
+            [f"set_epoch({epoch}) discards the resume at step {self.step} of epoch {self.epoch}"] if discards else []
+        )
+        if epoch != self.epoch:
+            self.epoch, self.step, self.resume = epoch, 0, False
+        self.open = None
+
+    @rule(k=st.integers(0, STEPS + 2), on=st.sampled_from(["sampler", "loader"]))
+    def iterate(self, k, on):
+        self.open = None
+        iterator = iter(self.sampler if on == "sampler" else self.loader)
+        start = self.start()
+        if on == "loader":  # the Loader begins when iter() is called, the sampler at its first next()
+            self.step = start
+        got = []
+        for _ in range(k):
+            try:
+                got.append(rows(next(iterator)))
+            except StopIteration:
+                break
+        iterator.close()
+        assert got == planned(self.epoch, start)[:k]
+        if got or (k > len(got)):
+            self.step, self.resume = start + len(got), False
+
+    @rule(on=st.sampled_from(["sampler", "loader"]))
+    def second_iterator(self, on):
+        """Two iterators in one thread: the newer takes over the position."""
+        first = iter(self.sampler if on == "sampler" else self.loader)
+        start = self.start()
+        try:
+            batch = next(first)
+        except StopIteration:
+            self.step, self.resume = start, False
+            return
+        assert rows(batch) == planned(self.epoch, start)[0]
+        self.step, self.resume = start + 1, False
+        second = iter(self.sampler if on == "sampler" else self.loader)
+        assert rows(next(second)) == planned(self.epoch, 0)[0]
+        self.step = 1
+        if on == "sampler":
+            with pytest.raises(RuntimeError, match="superseded"):
+                next(first)
+        else:
+            assert next(first, None) is None, "the Loader's previous iteration stops"
+        self.open = second
+
+    @rule(on=st.sampled_from(["sampler", "loader"]))
+    def save(self, on):
+        state = (self.sampler if on == "sampler" else self.loader).state_dict()
+        assert (state["epoch"], state["step"]) == (self.epoch, self.step)
+        self.saved.append((state, self.epoch, self.step))
+
+    @precondition(lambda self: self.saved)
+    @rule(data=st.data(), on=st.sampled_from(["sampler", "loader"]))
+    def load(self, data, on):
+        state, epoch, step = data.draw(st.sampled_from(self.saved))
+        (self.sampler if on == "sampler" else self.loader).load_state_dict(state)
+        self.epoch, self.step, self.resume, self.open = epoch, step, True, None
+
+    @rule(step=st.integers(STEPS + 1, STEPS + 5), epoch=st.integers(0, 3))
+    def load_invalid(self, step, epoch):
+        before = self.sampler.state_dict()
+        with pytest.raises(db.PlanError):
+            self.loader.load_state_dict({**before, "epoch": epoch, "step": step})
+        assert self.sampler.state_dict() == before
+
+    @rule(steps=st.integers(0, STEPS))
+    def skip(self, steps):
+        self.loader.skip(steps)
+        self.step, self.resume, self.open = steps, True, None
+
+    @rule()
+    def pickle_round_trip(self):
+        copy = pickle.loads(pickle.dumps(self.sampler))
+        assert copy.state_dict() == self.sampler.state_dict()
+        assert copy.position.resume_pending == self.resume
+
+    @precondition(lambda self: self.saved)
+    @rule(data=st.data())
+    def a_resume_trains_exactly_the_rest(self, data):
+        state, epoch, step = data.draw(st.sampled_from(self.saved))
+        assert resumed_from(state) == planned(epoch, step)
+
+    @invariant()
+    def position_matches(self):
+        state = self.sampler.state_dict()
+        assert (state["epoch"], state["step"]) == (self.epoch, self.step)
+        assert self.sampler.position.resume_pending == self.resume
+        assert len(self.sampler) == len(self.loader) == STEPS
+
+
+PositionMachine.TestCase.settings = settings(
+    max_examples=EXAMPLES,
+    stateful_step_count=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_position_state_machine = PositionMachine.TestCase
