@@ -85,6 +85,32 @@ def test_max_tokens_bounds_the_grid_and_too_few_shapes_is_an_error():
         fit_cost([(1, 256, 0.1), (1, 512, 0.0), (2, 512, 0.3)])
 
 
+def test_an_exact_fit_warns_about_nothing(recwarn):
+    clock = FakeClock(a=2e-6, b=3e-10, c=1e-3, noise=0.01)
+    db.measure_cost(clock.step, clock=clock, device="cpu", progress=False)
+    assert not [w for w in recwarn if "measure_cost" in str(w.message)]
+
+
+def test_a_fit_off_on_a_noisy_machine_warns_naming_the_noise():
+    clock = FakeClock(a=2e-6, b=3e-10, c=1e-3, noise=0.5, seed=1)
+    with pytest.warns(UserWarning, match=r"the fit is off by up to \d+\.\d% .*timings of one shape differ") as caught:
+        fit = db.measure_cost(clock.step, clock=clock, device="cpu", progress=False)
+    assert fit.error > 0.2 and len(caught) == 1
+
+
+def test_a_fit_off_on_too_few_shapes_warns_naming_them():
+    clock = FakeClock(a=2e-6, b=3e-10, c=1e-3)
+    slow = {(2, 512)}  # one shape twice as slow as the model, timed the same every repeat
+
+    def step(batch):
+        clock.step(batch)
+        if tuple(batch["input_ids"].shape) in slow:
+            clock.now += clock.c + 2 * (clock.a * 512 + clock.b * 512**2)
+
+    with pytest.warns(UserWarning, match="only 4 shapes over 2 lengths were timed"):
+        db.measure_cost(step, clock=clock, device="cpu", lengths=[256, 512], rows=[1, 2], progress=False)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [

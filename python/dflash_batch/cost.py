@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,8 @@ import numpy as np
 #: Lengths and rows timed by default: long enough for attention to show, small enough for any GPU.
 LENGTHS = (256, 512, 1024, 2048, 4096)
 ROWS = (1, 2, 4)
+#: A fit off by more than this on some timed shape is reported with a warning (it may mislead a plan).
+MAX_ERROR = 0.2
 
 
 @dataclass(frozen=True)
@@ -150,14 +153,14 @@ def measure_cost(
     device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     generator = torch.Generator().manual_seed(0)
-    timings, skipped = [], []
+    timings, skipped, spreads = [], [], []
     for r, n in _progress(grid, progress):
         if skipped and any(r >= sr and n >= sn for sr, sn in skipped):
             skipped.append((r, n))
             continue
         batch = _batch(r, n, vocab_size, device, generator)
         try:
-            seconds = _time(step, batch, warmup, repeats, sync, clock)
+            seconds, spread = _time(step, batch, warmup, repeats, sync, clock)
         except torch.cuda.OutOfMemoryError:
             skipped.append((r, n))
             torch.cuda.empty_cache()
@@ -166,10 +169,13 @@ def measure_cost(
             error.add_note(f"measure_cost: while timing a batch of {r} rows × {n} tokens")
             raise
         timings.append((r, n, seconds))
+        spreads.append(spread)
     try:
         fit = fit_cost(timings)
     except ValueError as error:
         raise ValueError(f"{error} (skipped for memory: {skipped or 'none'})") from None
+    if fit.error > MAX_ERROR:
+        warnings.warn(_why_off(fit.error, fit.median_error, timings, spreads, repeats), stacklevel=2)
     return CostFit(fit.a, fit.b, fit.c, fit.error, fit.median_error, fit.timings, tuple(skipped))
 
 
@@ -192,7 +198,27 @@ def _batch(rows: int, length: int, vocab_size: int, device: Any, generator: Any)
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone(), "position_ids": positions}
 
 
-def _time(step, batch, warmup: int, repeats: int, sync, clock) -> float:
+def _why_off(error: float, median: float, timings: list, spreads: list[float], repeats: int) -> str:
+    """A warning that the fit is off, with what the timings say about why."""
+    lengths = len({n for _, n, _ in timings})
+    causes = []
+    if max(spreads, default=0.0) > MAX_ERROR / 2:
+        causes.append(
+            f"the {repeats} timings of one shape differ by up to {max(spreads):.0%} (a busy machine, or steps "
+            "too short to time): rerun on a quiet device, raise repeats, or time longer lengths"
+        )
+    if len(timings) < 6 or lengths < 3:
+        causes.append(f"only {len(timings)} shapes over {lengths} lengths were timed: pass more lengths and rows")
+    if not causes:
+        causes.append("the step time does not follow c + rows·(a·L + b·L²) here (check that step() trains)")
+    return (
+        f"measure_cost: the fit is off by up to {error:.1%} on a timed shape (median {median:.1%}), so the cost "
+        f"it gives may misprice batches; " + "; ".join(causes)
+    )
+
+
+def _time(step, batch, warmup: int, repeats: int, sync, clock) -> tuple[float, float]:
+    """The median time of ``repeats`` steps, and their spread relative to it."""
     for _ in range(warmup):
         step(batch)
     sync()
@@ -202,7 +228,8 @@ def _time(step, batch, warmup: int, repeats: int, sync, clock) -> float:
         step(batch)
         sync()
         times.append(clock() - start)
-    return float(np.median(times))
+    median = float(np.median(times))
+    return median, (max(times) - min(times)) / median if median > 0 else 0.0
 
 
 def _progress(grid: list[tuple[int, int]], enabled: bool | None):

@@ -34,10 +34,12 @@ from typing import Any
 
 from transformers import Trainer
 
+from . import _trainer_checks
 from ._core import PlanError
 from .loader import Loader
 from .reading import TokenStore
 from .sampler import BucketSampler
+from .sources import refuse_collections_and_streams
 
 #: Name of the state file each rank writes into a checkpoint folder.
 STATE_FILE = "dflash_batch_rank{rank}.json"
@@ -89,12 +91,22 @@ class BucketTrainer(Trainer):
             raise TypeError(f"store must be a dflash_batch.TokenStore, got {type(store).__name__}")
         if eval_store is not None and not isinstance(eval_store, TokenStore):
             raise TypeError(f"eval_store must be a dflash_batch.TokenStore, got {type(eval_store).__name__}")
+        user_collator = kwargs.get("data_collator", args[2] if len(args) > 2 else None)
+        # Before the Trainer's own checks, which would say an iterable dataset lacks a length.
+        refuse_collections_and_streams(kwargs.get("train_dataset", args[3] if len(args) > 3 else None))
         super().__init__(*args, **kwargs)
+        _trainer_checks.settings_overridden(self.args, {"data_collator": user_collator}, sampler)
+        _trainer_checks.check_max_length(self.args, store.lengths())
+        _trainer_checks.check_dataset(self.train_dataset, store, self.args)
         self.bucket_sampler, self.token_store, self.eval_store = sampler, store, eval_store
         self._loader_kwargs = dict(loader_kwargs or {})
         self._check_sampler(sampler)
         self._train_loader: Loader | None = None
         self._resume_from: str | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _trainer_checks.check_composition(cls, BucketTrainer)
 
     def _check_sampler(self, sampler: BucketSampler) -> None:
         args, accumulation = self.args, self.args.gradient_accumulation_steps

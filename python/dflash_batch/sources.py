@@ -47,6 +47,7 @@ class Source:
 
 def resolve(source: Any) -> Source:
     """Resolves ``source`` (see the module docs); raises ``FileNotFoundError`` or ``TypeError``."""
+    refuse_collections_and_streams(source)
     if is_dataset(source):
         return _from_dataset(source)
     if hasattr(source, "__arrow_c_stream__"):  # a pyarrow Table, or any table that speaks the Arrow C stream
@@ -93,13 +94,41 @@ def _regular(paths: Any) -> tuple[str, ...]:
 
 def is_source(value: Any) -> bool:
     """Whether ``value`` names files or a dataset (rather than holding lengths)."""
-    if isinstance(value, (str, os.PathLike)) or is_dataset(value):
+    if isinstance(value, (str, os.PathLike)) or is_dataset(value) or _dataset_kind(value) is not None:
         return True
     return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, (str, os.PathLike)) for v in value)
 
 
 def is_dataset(value: Any) -> bool:
     return type(value).__module__.startswith("datasets") and hasattr(value, "_data") and hasattr(value, "_indices")
+
+
+def _dataset_kind(value: Any) -> str | None:
+    """``"splits"`` for a ``DatasetDict`` (or its iterable kind), ``"stream"`` for an iterable or streaming
+    dataset (``datasets`` or torch), else ``None``."""
+    kinds = {(klass.__module__.split(".")[0], klass.__name__) for klass in type(value).__mro__}
+    if kinds & {("datasets", "DatasetDict"), ("datasets", "IterableDatasetDict")}:
+        return "splits"
+    if kinds & {("datasets", "IterableDataset"), ("torch", "IterableDataset")}:
+        return "stream"
+    return None
+
+
+def refuse_collections_and_streams(value: Any) -> None:
+    kind = _dataset_kind(value)
+    if kind == "splits":
+        splits = list(value.keys())
+        first = splits[0] if splits else "train"
+        raise TypeError(
+            f"got a {type(value).__name__} with splits {splits}; dflash_batch reads one split: pass dataset[{first!r}]"
+        )
+    if kind == "stream":
+        raise TypeError(
+            f"got an iterable dataset ({type(value).__name__}), whose rows are produced one by one and are not "
+            "on disk or in memory; dflash_batch plans whole epochs from every row's length: materialize it "
+            "(datasets.Dataset.from_generator(lambda: (yield from stream)), or load it without streaming=True) "
+            "or save_to_disk it and pass the directory"
+        )
 
 
 def _paths(item: Any) -> list[str]:
