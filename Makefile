@@ -57,6 +57,7 @@ bench:
 	$(BIN)/python benchmarks/packing.py
 	$(BIN)/python benchmarks/read.py
 	$(BIN)/python benchmarks/loader.py
+	$(BIN)/python benchmarks/mask.py
 
 clean:
 	rm -rf $(VENV) target

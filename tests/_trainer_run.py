@@ -11,6 +11,7 @@ rows it held, the ``num_items_in_batch`` the Trainer passed, and the label count
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import signal
@@ -25,14 +26,18 @@ from dflash_batch.hf import BucketTrainer
 ROWS = 160
 
 
-def make_dataset(path: str) -> None:
-    """Rows of 4–40 tokens whose first two tokens name the row (``1 + id // 90``, ``1 + id % 90``)."""
+def make_dataset(path: str, masked: bool = False) -> None:
+    """Rows of 4–40 tokens whose first two tokens name the row (``1 + id // 90``, ``1 + id % 90``); with
+    ``masked``, a ``completion_mask`` that masks each row's first ``2 + id % 5`` tokens (its prompt)."""
     rng = np.random.default_rng(0)
     rows = []
     for i in range(ROWS):
         body = rng.integers(1, 120, int(rng.integers(2, 39))).tolist()
         rows.append([1 + i // 90, 1 + i % 90, *body])
-    datasets.Dataset.from_dict({"input_ids": rows}).save_to_disk(path)
+    columns = {"input_ids": rows}
+    if masked:
+        columns["completion_mask"] = [[0] * (2 + i % 5) + [1] * (len(row) - 2 - i % 5) for i, row in enumerate(rows)]
+    datasets.Dataset.from_dict(columns).save_to_disk(path)
 
 
 def row_ids(inputs: dict) -> list[int]:
@@ -66,6 +71,7 @@ def main() -> None:
     options = parser.parse_args()
 
     store = db.TokenStore(options.data)
+    masks = datasets.load_from_disk(options.data)["completion_mask"] if store.mask else None
     sampler = db.BucketSampler(
         store.lengths(), max_tokens=128, seed=5, mode=options.mode, trim_steps=options.trim_steps
     )
@@ -106,7 +112,7 @@ def main() -> None:
                 "rows": row_ids(inputs),
                 "num_items": None if num_items_in_batch is None else int(num_items_in_batch),
                 "labels": label_count(inputs),
-                "intact": bool(_intact(inputs)),
+                "intact": bool(_intact(inputs, masks)),
             }
             record.write(json.dumps(line) + "\n")
             record.flush()
@@ -154,9 +160,29 @@ def leave() -> None:
     os._exit(0)
 
 
-def _intact(inputs: dict) -> bool:
-    """Labels are the tokens where the batch holds tokens (the corruption a recycled slot caused)."""
+def _intact(inputs: dict, masks: list | None = None) -> bool:
+    """Labels are the tokens where the batch holds tokens (the corruption a recycled slot caused); with
+    the dataset's ``masks``, -100 exactly where its rows' masks say."""
     labels, ids = inputs["labels"], inputs["input_ids"]
+    if masks is not None:
+        if "attention_mask" not in inputs:  # packed: each sample's first token masked too
+            cu = inputs["cu_seq_lens_q"].tolist()
+            expected = [-100] * labels.shape[1]
+            for a, b in itertools.pairwise(cu):
+                row = row_ids({"input_ids": ids[:, a : a + 2], "attention_mask": None})[0]
+                expected[a:b] = [-100] + [
+                    t if m else -100 for t, m in zip(ids[0, a + 1 : b].tolist(), masks[row][1:], strict=True)
+                ]
+            return labels[0].tolist() == expected
+        for r in range(ids.shape[0]):
+            row = row_ids({"input_ids": ids[r : r + 1], "attention_mask": None})[0]
+            n = len(masks[row])
+            expected = [t if m else -100 for t, m in zip(ids[r, :n].tolist(), masks[row], strict=True)] + [-100] * (
+                ids.shape[1] - n
+            )
+            if labels[r].tolist() != expected:
+                return False
+        return True
     if "attention_mask" in inputs:
         real = inputs["attention_mask"].bool()
         return bool((labels[real] == ids[real]).all() and (labels[~real] == -100).all())
@@ -166,6 +192,6 @@ def _intact(inputs: dict) -> bool:
 
 if __name__ == "__main__":
     if os.environ.get("MAKE_DATASET"):
-        make_dataset(os.environ["MAKE_DATASET"])
+        make_dataset(os.environ["MAKE_DATASET"], masked=os.environ.get("MASKED") == "1")
     else:
         main()

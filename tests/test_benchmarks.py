@@ -40,6 +40,12 @@ def test_packing_benchmark():
     assert "grain BestFitPackIterDataset, 512 bins" in out and "plan + collate every row" in out
 
 
+def test_mask_benchmark():
+    pytest.importorskip("pyarrow")
+    out = run("mask.py", "--rows", "2000", "--batches", "20", "--rounds", "2")
+    assert "target ≤ 1.3×" in out and out.count("×   M") == 2 and "padded" in out and "packed" in out
+
+
 def test_read_benchmark(tmp_path):
     pytest.importorskip("datasets")
     out = run("read.py", "--rows", "3000", "--cache-dir", str(tmp_path), "--repeats", "2", "--batches", "5")

@@ -5,6 +5,7 @@ datasets and dataset dicts refused naming the fix, and TRL's SFTTrainer composed
 
 from __future__ import annotations
 
+import itertools
 import re
 import warnings
 
@@ -199,3 +200,63 @@ def test_sft_prompt_completion_masks_are_refused_not_ignored(data, tmp_path):
     args = sft_arguments(tmp_path, completion_only_loss=False)
     trainer(data, tmp_path, cls=SFT, dataset=dataset, args=args, processing_class=tokenizer())
     assert np.asarray(mask[0]).sum() < len(ROWS[0])
+
+
+# -- the dataset's loss mask, trained --------------------------------------------------------------------
+
+PROMPTS = [2 + i % 5 for i in range(len(ROWS))]  # the first tokens of each row are its prompt
+MASKS = [[0] * p + [1] * (len(row) - p) for p, row in zip(PROMPTS, ROWS, strict=True)]
+
+
+@pytest.fixture(scope="module")
+def masked_data(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("masked") / "ds")
+    datasets.Dataset.from_dict({"input_ids": ROWS, "completion_mask": MASKS}).save_to_disk(path)
+    return path
+
+
+def expected_labels(row: int) -> list[int]:
+    return [t if m else -100 for t, m in zip(ROWS[row], MASKS[row], strict=True)]
+
+
+@pytest.mark.parametrize(("cls", "mode"), [("bucket", "padded"), ("sft", "padded"), ("sft", "packed")])
+def test_the_datasets_mask_is_trained_and_normalizes_the_loss(masked_data, tmp_path, cls, mode):
+    seen = []
+
+    class Recording(SFT if cls == "sft" else BucketTrainer):
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            ids, labels = inputs["input_ids"], inputs["labels"]
+            if "cu_seq_lens_q" in inputs:  # packed: each sample's labels, its first token masked
+                cu = inputs["cu_seq_lens_q"].tolist()
+                for a, b in itertools.pairwise(cu):
+                    row = (int(ids[0, a]) - 1) * 90 + int(ids[0, a + 1]) - 1
+                    assert labels[0, a:b].tolist() == [-100, *expected_labels(row)[1:]]
+                trained = int((labels != -100).sum())
+            else:
+                for r in range(ids.shape[0]):
+                    row = (int(ids[r, 0]) - 1) * 90 + int(ids[r, 1]) - 1
+                    n = len(ROWS[row])
+                    assert labels[r, :n].tolist() == expected_labels(row) and (labels[r, n:] == -100).all()
+                trained = int((labels[:, 1:] != -100).sum())
+            seen.append((self.state.global_step, trained, int(num_items_in_batch)))
+            return super().training_step(model, inputs, num_items_in_batch)
+
+    store = db.TokenStore(masked_data)
+    assert store.mask == "completion_mask"
+    sampler = db.BucketSampler(store.lengths(), max_tokens=128, seed=5, mode=mode)
+    args = dict(num_train_epochs=2, gradient_accumulation_steps=4)
+    if cls == "sft":
+        extra = {
+            "args": sft_arguments(tmp_path, padding_free=mode == "packed", **args),
+            "processing_class": tokenizer(),
+        }
+    else:
+        extra = {"args": arguments(tmp_path, **args)}
+    run = Recording(
+        model=model(), train_dataset=datasets.load_from_disk(masked_data), sampler=sampler, store=store, **extra
+    )
+    run.train()
+    assert len(seen) == 2 * len(sampler)
+    for step in {s for s, _, _ in seen}:
+        window = [(trained, items) for s, trained, items in seen if s == step]
+        assert {items for _, items in window} == {sum(trained for trained, _ in window)}, f"step {step}"

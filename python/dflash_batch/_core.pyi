@@ -69,6 +69,15 @@ class TokenStore:
         """The numpy dtype name of the tokens: an integer width (``int8`` … ``int64``, ``uint8`` …
         ``uint32``), or Megatron's ``float32``/``float64``."""
     def __len__(self) -> int: ...
+    def with_mask(self, mask: TokenStore, kind: str) -> TokenStore:
+        """This store with ``mask`` (same rows) as its loss mask: ``kind`` is ``"labels"`` or ``"binary"``."""
+    def label_counts(
+        self,
+        indices: npt.NDArray[np.uint64],
+        starts: npt.NDArray[np.uint32] | None = None,
+        lengths: npt.NDArray[np.uint32] | None = None,
+    ) -> npt.NDArray[np.uint32]:
+        """Label tokens of each entry (its window), less its first token; only masked-in ones with a mask."""
     def lengths(self) -> npt.NDArray[np.uint32]:
         """Tokens per row, as a new read-only array."""
     def __getitem__(self, key: int) -> npt.NDArray[np.integer]:

@@ -1,7 +1,8 @@
 """What a ``transformers.Trainer`` (or TRL's ``SFTTrainer``) is told that :class:`~dflash_batch.hf.BucketTrainer`
 does its own way. Each such setting is honoured, or gets one warning naming what the sampler does instead,
 or is refused naming the fix — never ignored in silence. The same for the training data: ``train_dataset``
-must hold the store's rows (the ones the sampler plans), and a loss mask it carries must not be dropped.
+must hold the store's rows (the ones the sampler plans), and the loss mask it carries is the one the
+store applies (``TokenStore(mask=...)``), unless TRL is told not to mask.
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ from typing import Any
 import numpy as np
 
 from ._core import PlanError
+from .reading import MASK_COLUMNS
 
-#: Columns a dataset uses to mask the loss (TRL's prompt-completion and conversational data, or labels).
-MASK_COLUMNS = ("completion_mask", "assistant_masks", "labels")
 #: Rows of ``train_dataset`` whose tokens are compared with the store's (evenly spaced, first and last).
 SAMPLED_ROWS = 16
 
@@ -106,21 +106,33 @@ def check_dataset(dataset: Any, store: Any, args: Any) -> None:
                     f"{len(store[int(row)])}: the store was built from other data (or TRL re-tokenized, truncated "
                     "or packed it); build the store from the train_dataset the Trainer trains"
                 )
+    applied = store.mask
+    if applied is not None and not _wanted(applied, args):
+        flag = "completion_only_loss" if applied == "completion_mask" else "assistant_only_loss"
+        raise PlanError(
+            f"{flag}={getattr(args, flag)!r} says the loss counts every token, but the store applies its "
+            f"{applied!r} mask; build the store with mask=None, or leave {flag} at its default"
+        )
     for column in MASK_COLUMNS:
-        if column in columns and _masks(dataset, column, args):
+        if column != applied and column in columns and _wanted(column, args) and _masks(dataset, column):
             raise PlanError(
-                f"train_dataset has a {column!r} column that masks the loss, which BucketTrainer does not apply: "
-                "it would train on every token, prompts included; drop the column to train on every token "
-                "(SFTConfig(completion_only_loss=False, assistant_only_loss=False) for TRL)"
+                f"train_dataset has a {column!r} column that masks the loss, but the store applies "
+                f"{'no mask' if applied is None else repr(applied)}: training would count other tokens; build "
+                f"the store with mask={column!r} (or mask='auto')"
             )
 
 
-def _masks(dataset: Any, column: str, args: Any) -> bool:
-    """Whether ``column`` asks for a masked loss that the sampled rows show."""
-    if column == "completion_mask" and getattr(args, "completion_only_loss", None) is False:
-        return False
-    if column == "assistant_masks" and not getattr(args, "assistant_only_loss", False):
-        return False
+def _wanted(column: str, args: Any) -> bool:
+    """Whether the trainer's arguments want ``column`` applied (TRL can be told to train every token)."""
+    if column == "completion_mask":
+        return getattr(args, "completion_only_loss", None) is not False
+    if column == "assistant_masks" and hasattr(args, "assistant_only_loss"):
+        return bool(args.assistant_only_loss)
+    return True
+
+
+def _masks(dataset: Any, column: str) -> bool:
+    """Whether the sampled rows of ``column`` mask any position."""
     for row in np.unique(np.linspace(0, len(dataset) - 1, SAMPLED_ROWS).astype(np.int64)):
         item = dataset[int(row)]
         values = np.asarray(item[column])

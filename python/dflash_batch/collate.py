@@ -14,7 +14,7 @@ import numpy as np
 
 import dflash_batch._core as _core
 
-from .reading import _INDEX_DTYPES, TokenStore, _index_array
+from .reading import _INDEX_DTYPES, MASK_COLUMNS, TokenStore, _index_array
 
 KEYS = ("input_ids", "attention_mask", "labels", "position_ids")
 
@@ -181,18 +181,22 @@ class Collator:
     returns them, or the token sequences themselves) and pads them exactly as :func:`collate` does:
     ``input_ids``, ``attention_mask``, ``labels`` and ``position_ids`` as ``[rows, L]`` torch tensors.
     A class, not a lambda, so that DataLoader workers started with ``spawn`` can unpickle it.
+
+    ``mask``: the rows' loss-mask column, applied as a :class:`TokenStore`'s (``"auto"``: the first of
+    ``MASK_COLUMNS`` the rows hold; ``None``: none).
     """
 
     def __init__(
         self,
         *,
         column: str = "input_ids",
+        mask: str | None = "auto",
         pad_id: int = 0,
         label_pad_id: int = -100,
         pad_to_multiple_of: int = 1,
         dtype: Any = "int64",
     ) -> None:
-        self.column, self.pad_id, self.label_pad_id = column, int(pad_id), int(label_pad_id)
+        self.column, self.mask, self.pad_id, self.label_pad_id = column, mask, int(pad_id), int(label_pad_id)
         self.pad_to_multiple_of, self.dtype = _multiple(pad_to_multiple_of), output_dtype(dtype)
 
     def __call__(self, examples: list[Any]) -> dict[str, Any]:
@@ -201,12 +205,31 @@ class Collator:
         if not examples:
             raise ValueError("Collator got no examples; a batch needs at least one row")
         store = _rows_store([np.asarray(e[self.column] if isinstance(e, dict) else e) for e in examples], self.column)
+        name = self._mask_column(examples[0])
+        if name is not None:
+            masks = [np.asarray(e[name]) for e in examples]
+            masks = _rows_store([m.astype(np.int8) if m.dtype == bool else m for m in masks], name)
+            store = store.with_mask(masks, "labels" if name == "labels" else "binary")
         indices = np.arange(len(examples), dtype=np.int64)
         arrays = _collate(store, indices, self.pad_id, self.label_pad_id, self.pad_to_multiple_of, self.dtype, None)
         return {key: torch.from_numpy(array) for key, array in arrays.items()}
 
+    def _mask_column(self, example: Any) -> str | None:
+        if self.mask is None or not isinstance(example, dict):
+            return None
+        if self.mask != "auto":
+            if self.mask not in example:
+                raise ValueError(
+                    f"Collator(mask={self.mask!r}): the rows have no such column; they hold {list(example)}"
+                )
+            return self.mask
+        return next((name for name in MASK_COLUMNS if name in example), None)
+
     def __repr__(self) -> str:
-        return f"Collator(column={self.column!r}, pad_id={self.pad_id}, label_pad_id={self.label_pad_id})"
+        return (
+            f"Collator(column={self.column!r}, mask={self.mask!r}, pad_id={self.pad_id}, "
+            f"label_pad_id={self.label_pad_id})"
+        )
 
 
 def _rows_store(rows: list[np.ndarray], column: str) -> _core.TokenStore:

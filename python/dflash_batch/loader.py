@@ -212,7 +212,7 @@ class Loader:
         return self._run(self._pipeline, token, start, plan.steps)
 
     def _run(self, pipeline: _Pipeline, token: int, step: int, steps: int) -> Iterator[dict[str, Any]]:
-        counts = self.sampler.label_tokens() if self._num_items else None
+        counts = self.sampler.label_tokens(store=self.store) if self._num_items else None
         accumulation, position = self.sampler.accumulation, self.sampler.position
         # accelerate closes an accumulation window where the active loader says its epoch ends.
         gradient, exhausted = gradient_state(), False

@@ -74,6 +74,12 @@ def read_documents(source: Any) -> np.ndarray:
     return _core.read_documents(list(resolved.paths))
 
 
+#: Loss-mask columns found by convention (``mask="auto"``), in this order: ``labels`` (each position's
+#: label, -100 where the loss ignores it, as Hugging Face models take them), then the 0/1 masks TRL and
+#: chat templates write (1 where the loss counts).
+MASK_COLUMNS = ("labels", "completion_mask", "assistant_masks", "loss_mask")
+
+
 class TokenStore:
     """A token column kept memory-mapped, for random access to any sample's tokens.
 
@@ -84,22 +90,66 @@ class TokenStore:
     requires to hold whole numbers). Pickles as its source: a process that unpickles it maps the files
     again.
 
+    A loss mask beside the tokens is applied by every collation of the store (the :class:`Loader`,
+    :func:`collate`, :func:`collate_packed`): positions it masks get ``label_pad_id`` as their label,
+    and :meth:`label_counts` counts only the positions it keeps.
+
     Args:
         source: as for :func:`read_lengths`.
         column: a list (or large list) column of token ids (not used for a Megatron dataset).
+        mask: the loss-mask column, row for row with the tokens: ``labels`` (-100 = ignored, any integer
+            width) or a 0/1 mask (integers). ``"auto"`` (default) takes the first of
+            :data:`MASK_COLUMNS` the data has (none: every token is trained); ``None`` ignores any.
+            A row whose mask length differs from its tokens is a ``DataError``. Megatron datasets
+            have none.
         progress: as for :func:`read_lengths`.
     """
 
-    def __init__(self, source: Any, column: str = "input_ids", *, progress: bool | None = None) -> None:
-        self._open(resolve(source), column, progress)
+    def __init__(
+        self, source: Any, column: str = "input_ids", *, mask: str | None = "auto", progress: bool | None = None
+    ) -> None:
+        if mask is not None and not isinstance(mask, str):
+            raise TypeError(f"mask must be 'auto', None or a column name, got {type(mask).__name__} {mask!r}")
+        self._open(resolve(source), column, mask, progress)
 
-    def _open(self, source: Source, column: str, progress: bool | None) -> None:
-        self._source, self._column = source, column
-        if source.table is not None:
-            self._inner = _core.TokenStore.from_table(source.table, column, source.rows)
+    def _open(self, source: Source, column: str, mask: str | None, progress: bool | None) -> None:
+        self._source, self._column, self._mask = source, column, None
+        self._inner = _mapped(source, column, progress)
+        megatron = any(path.endswith(".idx") for path in source.paths)
+        if megatron and mask not in (None, "auto"):
+            raise _core.DataError(
+                f"{source.describe()} is a Megatron dataset, which has no loss-mask column {mask!r}; pass mask=None"
+            )
+        if mask is None or megatron:
             return
-        with _Progress(len(source.paths), "mapping tokens", progress) as bar:
-            self._inner = _core.TokenStore(list(source.paths), column, source.rows, bar.callback)
+        for name in MASK_COLUMNS if mask == "auto" else (mask,):
+            try:
+                masks = _mapped(_bool_as_int(source, name), name, False)
+            except _core.DataError as error:
+                if mask == "auto" and "has no column" in str(error):
+                    continue
+                if "has no column" in str(error):  # the reader's own fix names column=, not mask=
+                    raise _core.DataError(
+                        f"{str(error).split('; pass column=')[0]}: no loss-mask column {name!r}; pass mask= one of "
+                        "them, 'auto', or None"
+                    ) from None
+                raise _core.DataError(
+                    f"{error} (reading the loss mask {name!r}: store it as integers, or pass mask=None to train "
+                    "on every token)"
+                ) from None
+            self._inner = self._inner.with_mask(masks, "labels" if name == "labels" else "binary")
+            self._mask = name
+            return
+
+    @property
+    def mask(self) -> str | None:
+        """The loss-mask column applied, or ``None``."""
+        return self._mask
+
+    def label_counts(self) -> np.ndarray:
+        """Label tokens of every row (uint32): its positions after the first (a causal LM never predicts
+        a row's first token) that the loss mask keeps."""
+        return self._inner.label_counts(np.arange(len(self), dtype=np.uint64))
 
     @property
     def column(self) -> str:
@@ -136,13 +186,36 @@ class TokenStore:
         return self._inner.gather(indices)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"source": self._source, "column": self._column}
+        return {"source": self._source, "column": self._column, "mask": self._mask}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self._open(state["source"], state["column"], False)
+        self._open(state["source"], state["column"], state.get("mask"), False)
 
     def __repr__(self) -> str:
-        return f"TokenStore({self._source.describe()}, column={self._column!r}, rows={len(self)}, dtype={self.dtype})"
+        mask = f", mask={self._mask!r}" if self._mask else ""
+        return (
+            f"TokenStore({self._source.describe()}, column={self._column!r}{mask}, rows={len(self)}, "
+            f"dtype={self.dtype})"
+        )
+
+
+def _mapped(source: Source, column: str, progress: bool | None) -> _core.TokenStore:
+    if source.table is not None:
+        return _core.TokenStore.from_table(source.table, column, source.rows)
+    with _Progress(len(source.paths), "mapping tokens", progress) as bar:
+        return _core.TokenStore(list(source.paths), column, source.rows, bar.callback)
+
+
+def _bool_as_int(source: Source, name: str) -> Source:
+    """An in-memory table whose mask column ``name`` holds bools, with that column as int8 lists."""
+    table = source.table
+    schema = getattr(table, "schema", None)
+    if schema is None or name not in schema.names or "bool" not in str(schema.field(name).type):
+        return source
+    import pyarrow as pa
+
+    column = table.column(name).cast(pa.list_(pa.int8()))
+    return Source(table=pa.table({name: column}), rows=source.rows)
 
 
 _INDEX_DTYPES = (np.dtype(np.uint32), np.dtype(np.int64), np.dtype(np.uint64), np.dtype(np.int32))

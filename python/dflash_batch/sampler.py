@@ -257,14 +257,13 @@ class BucketSampler:
         self._config = {**self._config, **changes}
         self._build([lengths])
 
-    def label_tokens(self, epoch: int | None = None) -> np.ndarray:
+    def label_tokens(self, epoch: int | None = None, *, store: Any = None) -> np.ndarray:
         """Label tokens of every optimizer step of ``epoch`` (default: the current one), all ranks and
-        micro-batches together: ``Σ (length − 1)`` over the step's samples (int64), the
-        ``num_items_in_batch`` that makes a summed loss the true token mean of the step. A step is
-        ``accumulation`` micro-batches on every rank (see :mod:`dflash_batch.label_tokens`)."""
-        if self._lengths_cache is None:
-            self._lengths_cache = np.asarray(self._planner.lengths(), dtype=np.uint32)
-        return label_tokens.per_step(self.plan(epoch), self._lengths_cache, self.accumulation)
+        micro-batches together (int64): the ``num_items_in_batch`` that makes a summed loss the step's
+        token mean. Each sample counts its tokens after the first, or with a ``store`` that has a loss
+        mask, those the mask keeps (see :mod:`dflash_batch.label_tokens`)."""
+        counts = label_tokens.per_entry(self, store)
+        return label_tokens.per_step(self.plan(epoch), counts, self.accumulation)
 
     @property
     def predicted_efficiency(self) -> float:

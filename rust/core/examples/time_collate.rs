@@ -1,7 +1,7 @@
 //! Times padded collation of planned batches from Arrow files, without Python:
 //! `cargo run --release --example time_collate -- DIR/*.arrow` (env `THREADS`, default 1; `PASSES`,
 //! default 3: the first pays the fresh mapping's page faults; `DTYPE=int64` for int64 output, default
-//! int32).
+//! int32; `MASK=completion_mask` applies that column as a 0/1 loss mask).
 #![allow(
     clippy::expect_used,
     missing_docs,
@@ -15,7 +15,13 @@ use std::time::Instant;
 
 fn main() {
     let paths: Vec<String> = std::env::args().skip(1).collect();
-    let store = TokenStore::open(&paths, "input_ids", None, |_| {}).expect("store");
+    let mut store = TokenStore::open(&paths, "input_ids", None, |_| {}).expect("store");
+    if let Some(name) = std::env::var("MASK").ok().filter(|m| !m.is_empty()) {
+        let mask = TokenStore::open(&paths, &name, None, |_| {}).expect("mask column");
+        store = store
+            .with_mask(mask, dflash_batch_core::MaskKind::Binary)
+            .expect("mask");
+    }
     let planner = Planner::new(
         store.lengths().to_vec(),
         Config::new(Batching::Tokens(16_384)),

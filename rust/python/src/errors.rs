@@ -33,7 +33,8 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         } => std::io::Error::new(*kind, err.to_string()).into(),
         ErrorKind::Read { .. }
         | ErrorKind::TokenOutOfRange { .. }
-        | ErrorKind::TokenNotInteger { .. } => DataError::new_err(err.to_string()),
+        | ErrorKind::TokenNotInteger { .. }
+        | ErrorKind::MaskLength { .. } => DataError::new_err(err.to_string()),
         ErrorKind::BufferTooSmall { .. } | ErrorKind::PackedRowTooLong { .. } => {
             PyValueError::new_err(err.to_string())
         }

@@ -5,9 +5,12 @@
 use std::path::PathBuf;
 
 use dflash_batch_core::pool::PrivatePool;
-use dflash_batch_core::{each_token, token_types, Gathered, TokenStore as CoreStore, Tokens};
+use dflash_batch_core::{
+    each_token, token_types, Gathered, MaskKind, TokenStore as CoreStore, Tokens,
+};
 use numpy::ndarray::ArrayView1;
 use numpy::{Element, PyArray1, PyReadonlyArray1};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
@@ -167,6 +170,43 @@ impl TokenStore {
 
     fn __len__(&self) -> usize {
         self.store.len()
+    }
+
+    /// This store with `mask` (a store over the same rows) as its loss mask, which every collation
+    /// applies: `kind` is `"labels"` (-100 ignored) or `"binary"` (0 ignored).
+    fn with_mask(&self, py: Python<'_>, mask: PyRef<'_, Self>, kind: &str) -> PyResult<Self> {
+        let kind = match kind {
+            "labels" => MaskKind::Labels,
+            "binary" => MaskKind::Binary,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "mask kind {other:?} is invalid; use 'labels' or 'binary'"
+                )))
+            }
+        };
+        let (store, column) = (self.store.clone(), mask.store.clone());
+        let store = py.detach(|| store.with_mask(column, kind)).map_err(to_py)?;
+        Ok(Self::over(store))
+    }
+
+    /// Label tokens of each entry: row `indices[e]`, or its window `starts[e]`, `lengths[e]` (see
+    /// the core's `TokenStore::label_counts`), as a new `uint32` array.
+    #[pyo3(signature = (indices, starts=None, lengths=None))]
+    fn label_counts(
+        &self,
+        py: Python<'_>,
+        indices: PyReadonlyArray1<'_, u64>,
+        starts: Option<PyReadonlyArray1<'_, u32>>,
+        lengths: Option<PyReadonlyArray1<'_, u32>>,
+    ) -> PyResult<Py<PyArray1<u32>>> {
+        let indices = indices.as_array().to_vec();
+        let starts = starts.map(|a| a.as_array().to_vec());
+        let lengths = lengths.map(|a| a.as_array().to_vec());
+        let windows = starts.as_deref().zip(lengths.as_deref());
+        let counts = py
+            .detach(|| self.store.label_counts(&indices, windows))
+            .map_err(to_py)?;
+        read_only(PyArray1::from_vec(py, counts))
     }
 
     /// Tokens per row, as a new read-only `uint32` array.

@@ -10,12 +10,17 @@
 //! | `labels`         | the token                 | `label_pad_id`     |
 //! | `position_ids`   | `j`                       | 0                  |
 //!
+//! With a loss mask on the store, masked positions' labels are `label_pad_id` too (`read/mask.rs`).
+//!
 //! Buffers belong to the caller (pinned host memory reused batch after batch), so nothing is
 //! allocated per batch; they only need to hold `rows × L` elements. Work is split by rows over the
 //! caller's pool when a batch is large enough to pay for it. Tokens are converted to the output type:
 //! into `int64` always exactly; into `int32` with a check, since a `uint32` or `int64` id may not fit.
 
+mod convert;
 pub mod packed;
+
+pub use convert::Convert;
 
 use std::cell::RefCell;
 
@@ -23,6 +28,7 @@ use rayon::prelude::*;
 
 use crate::error::{ErrorKind, Result};
 use crate::pool::PrivatePool;
+use crate::read::mask::Mask;
 use crate::read::tokens::{Located, TokenStore, Tokens};
 
 /// Elements (`rows × L`) from which a batch is split over the pool: below, the split costs more
@@ -111,100 +117,6 @@ impl OutputToken for i64 {
     }
 }
 
-/// Writing stored tokens of type `S` as `Self`: a plain copy or widening where every value fits
-/// (vectorized by the compiler), a range check first where some may not.
-pub trait Convert<S>: Sized {
-    /// Writes `tokens` into the front of `out` (which is at least as long).
-    fn convert(tokens: &[S], out: &mut [Self]) -> Result<()>;
-}
-
-impl Convert<i32> for i32 {
-    fn convert(tokens: &[i32], out: &mut [i32]) -> Result<()> {
-        out[..tokens.len()].copy_from_slice(tokens);
-        Ok(())
-    }
-}
-
-impl Convert<i64> for i64 {
-    fn convert(tokens: &[i64], out: &mut [i64]) -> Result<()> {
-        out[..tokens.len()].copy_from_slice(tokens);
-        Ok(())
-    }
-}
-
-/// Widening conversions: every value fits, so the loop is a plain vectorized widen.
-macro_rules! widen {
-    ($($s:ty => $($o:ty),+);*) => {$($(
-        impl Convert<$s> for $o {
-            fn convert(tokens: &[$s], out: &mut [$o]) -> Result<()> {
-                out.iter_mut()
-                    .zip(tokens)
-                    .for_each(|(o, &t)| *o = <$o>::from(t));
-                Ok(())
-            }
-        }
-    )+)*};
-}
-
-widen!(i32 => i64; u32 => i64; u16 => i32, i64; i16 => i32, i64; u8 => i32, i64; i8 => i32, i64);
-
-/// Float token ids (Megatron's float32/float64 codes) must be whole numbers the output can hold.
-macro_rules! from_float {
-    ($($s:ty),*) => {$(
-        impl<T: OutputToken> Convert<$s> for T {
-            fn convert(tokens: &[$s], out: &mut [T]) -> Result<()> {
-                for (o, &t) in out.iter_mut().zip(tokens) {
-                    let whole = f64::from(t);
-                    // The range check makes the cast exact: whole numbers below 2^63 in magnitude.
-                    #[allow(clippy::cast_possible_truncation)]
-                    let id = (whole.fract() == 0.0 && whole.abs() < 2f64.powi(63))
-                        .then(|| whole as i64)
-                        .and_then(|id| T::try_from(id).ok());
-                    *o = id.ok_or_else(|| ErrorKind::TokenNotInteger {
-                        value: t.to_string(),
-                        dtype: T::NAME,
-                    })?;
-                }
-                Ok(())
-            }
-        }
-    )*};
-}
-
-from_float!(f32, f64);
-
-impl Convert<u32> for i32 {
-    fn convert(tokens: &[u32], out: &mut [i32]) -> Result<()> {
-        if let Some(&bad) = tokens.iter().find(|&&t| i32::try_from(t).is_err()) {
-            return Err(out_of_range(i64::from(bad)));
-        }
-        // Every value was checked to fit.
-        #[allow(clippy::cast_possible_wrap)]
-        out.iter_mut().zip(tokens).for_each(|(o, &t)| *o = t as i32);
-        Ok(())
-    }
-}
-
-impl Convert<i64> for i32 {
-    fn convert(tokens: &[i64], out: &mut [i32]) -> Result<()> {
-        if let Some(&bad) = tokens.iter().find(|&&t| i32::try_from(t).is_err()) {
-            return Err(out_of_range(bad));
-        }
-        // Every value was checked to fit.
-        #[allow(clippy::cast_possible_truncation)]
-        out.iter_mut().zip(tokens).for_each(|(o, &t)| *o = t as i32);
-        Ok(())
-    }
-}
-
-fn out_of_range(value: i64) -> crate::error::Error {
-    ErrorKind::TokenOutOfRange {
-        value,
-        dtype: "int32",
-    }
-    .into()
-}
-
 /// The four output arrays, each at least `rows × L` long (row-major, row stride `L`).
 #[derive(Debug)]
 pub struct Buffers<'a, T> {
@@ -273,7 +185,15 @@ pub fn collate_padded<T: OutputToken, I: Copy + Into<i128>>(
             return Err(ErrorKind::BufferTooSmall { name, needed, got }.into());
         }
     }
-    write_rows(store, &located, width, padding, out, pool)?;
+    let masks = store.locate_masks(indices)?;
+    write_rows(
+        store,
+        (&located, masks.as_deref()),
+        width,
+        padding,
+        out,
+        pool,
+    )?;
     Ok((rows, width))
 }
 
@@ -309,14 +229,23 @@ pub fn collate_padded_block<T: OutputToken, I: Copy + Into<i128>>(
         labels,
         position_ids,
     };
-    write_rows(store, &located, width, padding, out, pool)?;
+    let masks = store.locate_masks(indices)?;
+    write_rows(
+        store,
+        (&located, masks.as_deref()),
+        width,
+        padding,
+        out,
+        pool,
+    )?;
     Ok((rows, width))
 }
 
-/// Writes the rows of `located`, `width` long, into the fronts of `out` (checked to be long enough).
+/// Writes the rows of `located`, `width` long, into the fronts of `out` (checked to be long enough);
+/// with the store's mask at `masks`, masked positions get `label_pad_id`.
 fn write_rows<T: OutputToken>(
     store: &TokenStore,
-    located: &[Located],
+    (located, masks): (&[Located], Option<&[Located]>),
     width: usize,
     padding: &Padding,
     out: Buffers<'_, T>,
@@ -335,9 +264,12 @@ fn write_rows<T: OutputToken>(
         .zip(out.attention_mask[..needed].chunks_mut(width))
         .zip(out.labels[..needed].chunks_mut(width))
         .zip(out.position_ids[..needed].chunks_mut(width))
-        .zip(located);
-    let write = |((((ids, mask), labels), positions), at): RowOut<'_, T>| {
-        fill.row(store.tokens_at(at), ids, mask, labels, positions)
+        .zip(located)
+        .enumerate();
+    let loss_mask = store.mask().zip(masks);
+    let write = |(row, ((((ids, mask), labels), positions), at)): RowOut<'_, T>| {
+        let loss = loss_mask.map(|(m, places)| (m, m.at(&places[row])));
+        fill.row(store.tokens_at(at), loss, ids, mask, labels, positions)
     };
     // The pool is only looked up (a lock) for batches worth splitting.
     match pool
@@ -353,8 +285,11 @@ fn write_rows<T: OutputToken>(
 }
 
 type RowOut<'a, T> = (
-    (((&'a mut [T], &'a mut [T]), &'a mut [T]), &'a mut [T]),
-    &'a Located,
+    usize,
+    (
+        (((&'a mut [T], &'a mut [T]), &'a mut [T]), &'a mut [T]),
+        &'a Located,
+    ),
 );
 
 /// `value` as an output element, or an error naming the setting.
@@ -381,6 +316,7 @@ impl<T: OutputToken> Fill<T> {
     fn row(
         &self,
         tokens: Tokens<'_>,
+        loss: Option<(&Mask, Tokens<'_>)>,
         ids: &mut [T],
         mask: &mut [T],
         labels: &mut [T],
@@ -388,7 +324,12 @@ impl<T: OutputToken> Fill<T> {
     ) -> Result<()> {
         let len = crate::each_token!(Tokens, tokens, t => T::convert(t, ids).map(|()| t.len())?);
         ids[len..].fill(self.pad_id);
-        labels[..len].copy_from_slice(&ids[..len]);
+        match loss {
+            None => labels[..len].copy_from_slice(&ids[..len]),
+            Some((m, values)) => {
+                m.label(values, &ids[..len], &mut labels[..len], self.label_pad_id)?
+            }
+        }
         labels[len..].fill(self.label_pad_id);
         mask[..len].fill(T::from(1));
         mask[len..].fill(T::from(0));

@@ -13,11 +13,12 @@
 //!
 //! and `cu_seqlens = [c_0 = 0, c_1, …, c_n]` (int32, `n + 1` entries) and `max_seqlen = max l_s`.
 //! Labels are the inputs, as for padded batches (the model shifts them); the first token of each
-//! sample gets `label_pad_id` so no sample is trained to predict from the previous one's end.
+//! sample gets `label_pad_id` so no sample is trained to predict from the previous one's end. A store
+//! with a loss mask also gets `label_pad_id` where its mask says so (`read/mask.rs`).
 
 use crate::collate::{output_value, OutputToken, Padding};
 use crate::error::{ErrorKind, Result};
-use crate::read::tokens::{TokenStore, Tokens};
+use crate::read::tokens::{Located, TokenStore, Tokens};
 
 /// The output arrays of one packed batch: `input_ids`, `labels`, `position_ids` and (optionally)
 /// `seq_idx` hold at least `capacity` elements, `cu_seqlens` at least `samples + 1`.
@@ -79,27 +80,11 @@ pub fn collate_packed_windows<T: OutputToken, I: Copy + Into<i128>>(
     out: PackedBuffers<'_, T>,
 ) -> Result<Packed> {
     let mut located = store.locate_all(indices)?;
+    let mut masks = store.locate_masks(indices)?;
     if let Some(w) = windows {
-        if w.starts.len() != indices.len() || w.lengths.len() != indices.len() {
-            let problem = format!(
-                "{} indices but {} starts and {} lengths",
-                indices.len(),
-                w.starts.len(),
-                w.lengths.len()
-            );
-            return Err(ErrorKind::BadWindow { problem }.into());
-        }
-        for (s, (_, range)) in located.iter_mut().enumerate() {
-            let (start, length) = (w.starts[s] as usize, w.lengths[s] as usize);
-            if start > 0 && start >= range.len() {
-                let problem = format!(
-                    "entry {s} starts at token {start}, past the end of its sample ({} tokens)",
-                    range.len()
-                );
-                return Err(ErrorKind::BadWindow { problem }.into());
-            }
-            let end = (range.start + start + length).min(range.end);
-            *range = range.start + start..end;
+        cut(&mut located, w, indices.len())?;
+        if let Some(masks) = masks.as_mut() {
+            cut(masks, w, indices.len())?;
         }
     }
     let tokens: usize = located.iter().map(|(_, r)| r.len()).sum();
@@ -131,7 +116,17 @@ pub fn collate_packed_windows<T: OutputToken, I: Copy + Into<i128>>(
         let len = place.1.len();
         let row = &mut ids[at..at + len];
         crate::each_token!(Tokens, store.tokens_at(place), t => T::convert(t, row)?);
-        labels[at..at + len].copy_from_slice(row);
+        match (store.mask(), &masks) {
+            (Some(mask), Some(masks)) => {
+                mask.label(
+                    mask.at(&masks[s]),
+                    row,
+                    &mut labels[at..at + len],
+                    label_pad_id,
+                )?;
+            }
+            _ => labels[at..at + len].copy_from_slice(row),
+        }
         if len > 0 {
             labels[at] = label_pad_id;
         }
@@ -160,4 +155,30 @@ pub fn collate_packed_windows<T: OutputToken, I: Copy + Into<i128>>(
         tokens: at,
         max_seqlen: longest,
     })
+}
+
+/// Cuts each entry's range to its window (every window must start inside its sample).
+fn cut(located: &mut [Located], w: Windows<'_>, entries: usize) -> Result<()> {
+    if w.starts.len() != entries || w.lengths.len() != entries {
+        let problem = format!(
+            "{} indices but {} starts and {} lengths",
+            entries,
+            w.starts.len(),
+            w.lengths.len()
+        );
+        return Err(ErrorKind::BadWindow { problem }.into());
+    }
+    for (s, (_, range)) in located.iter_mut().enumerate() {
+        let (start, length) = (w.starts[s] as usize, w.lengths[s] as usize);
+        if start > 0 && start >= range.len() {
+            let problem = format!(
+                "entry {s} starts at token {start}, past the end of its sample ({} tokens)",
+                range.len()
+            );
+            return Err(ErrorKind::BadWindow { problem }.into());
+        }
+        let end = (range.start + start + length).min(range.end);
+        *range = range.start + start..end;
+    }
+    Ok(())
 }

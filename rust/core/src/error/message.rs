@@ -226,6 +226,16 @@ impl fmt::Display for Error {
                 "token {value} of a float token file is not a whole number that {dtype} holds; \
                  float token files must hold integral ids (rewrite them with an integer dtype)"
             ),
+            K::MaskLength { row: Some(row), tokens, mask } => write!(
+                f,
+                "row {row} has {tokens} tokens but {mask} loss-mask values; the mask column must hold one \
+                 value per token of every row (tokenize the tokens and the mask together)"
+            ),
+            K::MaskLength { row: None, tokens, mask } => write!(
+                f,
+                "the loss-mask column has {mask} rows but the token column has {tokens}; both must come \
+                 from the same rows"
+            ),
             K::RowOutOfRange { row, rows } => write!(
                 f,
                 "row {row} is out of range for a dataset of {rows} rows; valid rows are 0..{rows}"

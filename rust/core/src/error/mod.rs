@@ -239,6 +239,16 @@ pub enum ErrorKind {
         /// The output dtype.
         dtype: &'static str,
     },
+    /// A loss-mask column that is not row for row with the tokens: a row's lengths differ (`row`), or
+    /// the row counts (`row` is `None`).
+    MaskLength {
+        /// The first row whose lengths differ.
+        row: Option<u64>,
+        /// Tokens of that row (or rows of the token column).
+        tokens: u64,
+        /// Mask values of that row (or rows of the mask column).
+        mask: u64,
+    },
     /// A row index past the end of a dataset.
     RowOutOfRange {
         /// The index asked for.

@@ -25,6 +25,7 @@ use crate::error::{ErrorKind, Result};
 use crate::read::arrow::Column;
 use crate::read::column::{append_lengths, first_null};
 use crate::read::dataset::{check_rows, for_each_file};
+use crate::read::mask::{Mask, MaskKind};
 
 /// A row's record batch and value range.
 pub(crate) type Located = (usize, Range<usize>);
@@ -162,6 +163,8 @@ pub struct TokenStore {
     lengths: Vec<u32>,
     /// File row of each store row, when the store has a mapping (checked in range on open).
     rows: Option<Vec<usize>>,
+    /// The loss mask beside the tokens, applied by every collation (see `mask.rs`).
+    mask: Option<Box<Mask>>,
 }
 
 /// The type rule for a token column.
@@ -204,7 +207,29 @@ impl TokenStore {
             starts: vec![0],
             lengths: Vec::new(),
             rows: None,
+            mask: None,
         }
+    }
+
+    /// This store with `column` as its loss mask (a store over the same rows, checked row for row).
+    pub fn with_mask(mut self, column: TokenStore, kind: MaskKind) -> Result<Self> {
+        self.mask = Some(Box::new(Mask::new(column, kind, &self.lengths)?));
+        Ok(self)
+    }
+
+    /// The loss mask, if the store has one.
+    pub fn mask(&self) -> Option<&Mask> {
+        self.mask.as_deref()
+    }
+
+    /// Where the mask values of `indices` lie, when the store has a mask.
+    pub(crate) fn locate_masks<I: Copy + Into<i128>>(
+        &self,
+        indices: &[I],
+    ) -> Result<Option<Vec<Located>>> {
+        self.mask()
+            .map(|m| m.column.locate_all(indices))
+            .transpose()
     }
 
     /// Appends one file's (or table's) column; the first one sets the token type, which

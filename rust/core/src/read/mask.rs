@@ -1,0 +1,328 @@
+//! A loss mask beside the tokens: a second list column, row for row with the token column, that says
+//! which positions carry a label. Two kinds, as datasets write them: `labels` (the label of every
+//! position, `-100` where the loss ignores it — what Hugging Face models take) and a 0/1 mask
+//! (`completion_mask`, `assistant_masks`, `loss_mask`: 1 where the loss counts).
+//!
+//! The mask is mapped like the tokens (it is a [`TokenStore`] of its own, over the same files and row
+//! mapping) and attached to the token store, so every collation of the store — padded, packed, packed
+//! pieces — applies it without another argument: labels hold `label_pad_id` on masked positions.
+
+use crate::error::{ErrorKind, Result};
+use crate::read::tokens::{Located, TokenStore, Tokens};
+
+/// What the mask column holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaskKind {
+    /// The label of every position; `-100` is ignored.
+    Labels,
+    /// 1 (any non-zero) where the loss counts, 0 where it does not.
+    Binary,
+}
+
+/// A mask column and its kind, attached to a token store (see [`TokenStore::with_mask`]).
+#[derive(Debug, Clone)]
+pub struct Mask {
+    pub(crate) column: TokenStore,
+    pub(crate) kind: MaskKind,
+}
+
+/// The value a `labels` column writes where the loss ignores a position.
+const IGNORED: i64 = -100;
+
+/// A mask value of any stored type: zero, or the ignored label.
+trait MaskValue: Copy {
+    fn is_zero(self) -> bool;
+    fn is_ignored(self) -> bool;
+}
+
+macro_rules! mask_values {
+    ($($t:ty),*) => {$(
+        impl MaskValue for $t {
+            fn is_zero(self) -> bool {
+                self == 0 as $t
+            }
+            #[allow(clippy::cast_possible_truncation, clippy::cast_lossless, clippy::cast_possible_wrap)]
+            fn is_ignored(self) -> bool {
+                self as i64 == IGNORED
+            }
+        }
+    )*};
+}
+mask_values!(i8, i16, i32, i64, u8, u16, u32, u64, f32, f64);
+
+impl Mask {
+    /// Checks `column` row for row against the token store's lengths: a row whose mask is not as long
+    /// as its tokens is an error naming the row and both lengths.
+    pub(crate) fn new(column: TokenStore, kind: MaskKind, lengths: &[u32]) -> Result<Self> {
+        if column.len() != lengths.len() {
+            return Err(ErrorKind::MaskLength {
+                row: None,
+                tokens: lengths.len() as u64,
+                mask: column.len() as u64,
+            }
+            .into());
+        }
+        if let Some(row) = (0..lengths.len()).find(|&r| column.lengths()[r] != lengths[r]) {
+            return Err(ErrorKind::MaskLength {
+                row: Some(row as u64),
+                tokens: u64::from(lengths[row]),
+                mask: u64::from(column.lengths()[row]),
+            }
+            .into());
+        }
+        Ok(Self { column, kind })
+    }
+
+    /// The kind of mask.
+    pub fn kind(&self) -> MaskKind {
+        self.kind
+    }
+
+    /// Whether position `j` of `values` carries a label.
+    fn counts<V: MaskValue>(&self, value: V) -> bool {
+        match self.kind {
+            MaskKind::Labels => !value.is_ignored(),
+            MaskKind::Binary => !value.is_zero(),
+        }
+    }
+
+    /// Label tokens of every row: positions after the first that carry a label (a causal LM never
+    /// predicts a row's first token).
+    pub fn label_counts(&self) -> Vec<u32> {
+        let rows: Vec<u64> = (0..self.column.len() as u64).collect();
+        // Every row of the column resolves.
+        let places = self.column.locate_all(&rows).unwrap_or_default();
+        places
+            .iter()
+            .map(|place| self.count(self.at(place), 1..usize::MAX))
+            .collect()
+    }
+
+    /// Positions of `values` within `range` (cut at the row's end) that carry a label.
+    pub(crate) fn count(&self, values: Tokens<'_>, range: std::ops::Range<usize>) -> u32 {
+        crate::each_token!(Tokens, values, m => {
+            let end = range.end.min(m.len());
+            let start = range.start.min(end);
+            // A row holds fewer than 2^32 tokens (lengths are u32).
+            #[allow(clippy::cast_possible_truncation)]
+            let n = m[start..end].iter().filter(|&&v| self.counts(v)).count() as u32;
+            n
+        })
+    }
+
+    /// The mask values at a location of the mask column.
+    pub(crate) fn at(&self, place: &Located) -> Tokens<'_> {
+        self.column.tokens_at(place)
+    }
+
+    /// Writes a row's labels from its converted tokens `ids` and its mask `values`: the token (or a
+    /// `labels` column's value) where the mask keeps the position, `label_pad` where it does not.
+    pub(crate) fn label<T: crate::collate::OutputToken>(
+        &self,
+        values: Tokens<'_>,
+        ids: &[T],
+        labels: &mut [T],
+        label_pad: T,
+    ) -> Result<()> {
+        match self.kind {
+            MaskKind::Labels => crate::each_token!(Tokens, values, m => {
+                T::convert(m, labels)?;
+                pad_where(labels, m, label_pad, |v| v.is_ignored());
+            }),
+            MaskKind::Binary => crate::each_token!(Tokens, values, m => {
+                labels.copy_from_slice(&ids[..labels.len()]);
+                pad_where(labels, m, label_pad, |v| v.is_zero());
+            }),
+        }
+        Ok(())
+    }
+}
+
+/// Positions scanned at once by [`pad_where`].
+const CHUNK: usize = 64;
+
+/// `label_pad` wherever `masked(value)`, `CHUNK` positions at a time: a stretch with nothing masked
+/// costs one vectorized scan, a masked run (a prompt, a system turn) one fill; only chunks that mix
+/// the two go position by position. A select per position did not vectorize and doubled collation
+/// (measured: 7 → 15 µs for a 16K-token batch; this: 8 µs).
+fn pad_where<T: Copy, V: MaskValue>(
+    labels: &mut [T],
+    m: &[V],
+    label_pad: T,
+    masked: impl Fn(V) -> bool,
+) {
+    for (labels, m) in labels.chunks_mut(CHUNK).zip(m.chunks(CHUNK)) {
+        if !m.iter().fold(false, |any, &v| any | masked(v)) {
+            continue;
+        }
+        if m.iter().fold(true, |all, &v| all & masked(v)) {
+            labels.fill(label_pad);
+            continue;
+        }
+        for (label, &v) in labels.iter_mut().zip(m) {
+            if masked(v) {
+                *label = label_pad;
+            }
+        }
+    }
+}
+
+impl TokenStore {
+    /// Label tokens of each entry: tokens `starts[e] .. starts[e] + lengths[e]` of row `indices[e]`
+    /// (cut at the row's end; whole rows without windows), less the entry's first token — a causal LM
+    /// never predicts it, and packed rows mask it — and, with a mask, only the positions it labels.
+    pub fn label_counts<I: Copy + Into<i128>>(
+        &self,
+        indices: &[I],
+        windows: Option<(&[u32], &[u32])>,
+    ) -> Result<Vec<u32>> {
+        let located = self.locate_all(indices)?;
+        let masks = self.locate_masks(indices)?;
+        let window = |e: usize, len: usize| match windows {
+            Some((starts, lengths)) => {
+                let start = (starts[e] as usize).min(len);
+                start..(start + lengths[e] as usize).min(len)
+            }
+            None => 0..len,
+        };
+        if let Some((starts, lengths)) = windows {
+            if starts.len() != indices.len() || lengths.len() != indices.len() {
+                let problem = format!(
+                    "{} indices but {} starts and {} lengths",
+                    indices.len(),
+                    starts.len(),
+                    lengths.len()
+                );
+                return Err(ErrorKind::BadWindow { problem }.into());
+            }
+        }
+        Ok((0..located.len())
+            .map(|e| {
+                let range = window(e, located[e].1.len());
+                match (self.mask(), &masks) {
+                    (Some(mask), Some(places)) => {
+                        mask.count(mask.at(&places[e]), range.start + 1..range.end)
+                    }
+                    // A row holds fewer than 2^32 tokens (lengths are u32).
+                    #[allow(clippy::cast_possible_truncation)]
+                    _ => range.len().saturating_sub(1) as u32,
+                }
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collate::packed::{collate_packed_windows, PackedBuffers, Windows};
+    use crate::collate::{collate_padded, Buffers, Padding};
+    use crate::read::tokens::Gathered;
+
+    fn store(rows: &[&[i64]]) -> TokenStore {
+        let mut offsets = vec![0i64];
+        for row in rows {
+            offsets.push(offsets[offsets.len() - 1] + row.len() as i64);
+        }
+        let flat = rows.iter().flat_map(|r| r.iter().copied()).collect();
+        TokenStore::from_rows(Gathered::I64(flat), offsets).unwrap()
+    }
+
+    fn padded(store: &TokenStore, indices: &[i64], label_pad_id: i64) -> Vec<i64> {
+        let n = 2 * 4;
+        let (mut ids, mut mask, mut labels, mut positions) =
+            (vec![0; n], vec![0; n], vec![0; n], vec![0; n]);
+        let padding = Padding {
+            pad_id: 0,
+            label_pad_id,
+            pad_to_multiple_of: 1,
+        };
+        let out = Buffers {
+            input_ids: &mut ids,
+            attention_mask: &mut mask,
+            labels: &mut labels,
+            position_ids: &mut positions,
+        };
+        let (rows, width) = collate_padded(store, indices, &padding, out, None).unwrap();
+        labels.truncate(rows * width);
+        labels
+    }
+
+    #[test]
+    fn a_binary_mask_pads_the_labels_it_masks() {
+        let tokens = store(&[&[5, 6, 7, 8], &[9, 10]]);
+        let masked = tokens
+            .with_mask(store(&[&[0, 0, 1, 1], &[1, 0]]), MaskKind::Binary)
+            .unwrap();
+        assert_eq!(
+            padded(&masked, &[0, 1], -100),
+            [-100, -100, 7, 8, 9, -100, -100, -100]
+        );
+        assert_eq!(masked.mask().unwrap().label_counts(), [2, 0]);
+        assert_eq!(masked.label_counts(&[1i64, 0], None).unwrap(), [0, 2]);
+        // Windows: tokens 1..3 of row 0 (mask 0, 1: its first not counted), and row 0 unmasked.
+        let windows = (&[1u32][..], &[2u32][..]);
+        assert_eq!(masked.label_counts(&[0i64], Some(windows)).unwrap(), [1]);
+        assert_eq!(
+            tokens_only().label_counts(&[0i64, 1], None).unwrap(),
+            [3, 1]
+        );
+    }
+
+    fn tokens_only() -> TokenStore {
+        store(&[&[5, 6, 7, 8], &[9, 10]])
+    }
+
+    #[test]
+    fn a_labels_column_gives_the_labels_and_its_ignored_ones_the_pad() {
+        let tokens = store(&[&[5, 6, 7, 8], &[9, 10]]);
+        let labels = store(&[&[-100, 6, 70, 8], &[9, -100]]);
+        let masked = tokens.with_mask(labels, MaskKind::Labels).unwrap();
+        assert_eq!(padded(&masked, &[0, 1], -1), [-1, 6, 70, 8, 9, -1, -1, -1]);
+        assert_eq!(masked.mask().unwrap().label_counts(), [3, 0]);
+    }
+
+    #[test]
+    fn packed_pieces_keep_their_part_of_the_mask() {
+        let tokens = store(&[&[5, 6, 7, 8, 9], &[1, 2]]);
+        let masked = tokens
+            .with_mask(store(&[&[0, 1, 1, 0, 1], &[1, 1]]), MaskKind::Binary)
+            .unwrap();
+        let (mut ids, mut labels, mut positions, mut cu) =
+            (vec![0i64; 8], vec![0i64; 8], vec![0i64; 8], vec![0i32; 4]);
+        let out = PackedBuffers {
+            input_ids: &mut ids,
+            labels: &mut labels,
+            position_ids: &mut positions,
+            seq_idx: None,
+            cu_seqlens: &mut cu,
+        };
+        let windows = Windows {
+            starts: &[2, 0, 0],
+            lengths: &[3, 2, 2],
+        };
+        let padding = Padding::default();
+        collate_packed_windows(&masked, &[0i64, 1, 0], Some(windows), 8, &padding, out).unwrap();
+        // Piece [7, 8, 9] (mask 1, 0, 1), row 1 [1, 2], piece [5, 6] (mask 0, 1); first tokens padded.
+        assert_eq!(ids[..7], [7, 8, 9, 1, 2, 5, 6]);
+        assert_eq!(labels, [-100, -100, 9, -100, 2, -100, 6, -100]);
+    }
+
+    #[test]
+    fn a_mask_not_row_for_row_names_the_row_and_both_lengths() {
+        let tokens = store(&[&[5, 6, 7], &[9, 10]]);
+        let error = tokens
+            .clone()
+            .with_mask(store(&[&[1, 1, 1], &[1]]), MaskKind::Binary)
+            .unwrap_err();
+        assert!(error
+            .to_string()
+            .starts_with("row 1 has 2 tokens but 1 loss-mask values"));
+        let error = tokens
+            .with_mask(store(&[&[1, 1, 1]]), MaskKind::Binary)
+            .unwrap_err();
+        assert!(error
+            .to_string()
+            .contains("has 1 rows but the token column has 2"));
+    }
+}
