@@ -74,6 +74,5 @@ pub use plan::output::{largest_padded, Plan, Stats};
 pub use plan::planner::Planner;
 pub use plan::resume::Resumed;
 pub use read::dataset::{read_documents, read_lengths};
-pub use read::mask::{Mask, MaskKind};
 pub use read::table::table_lengths;
-pub use read::tokens::{Gathered, TokenStore, Tokens};
+pub use read::tokens::{Gathered, Mask, MaskKind, TokenStore, Tokens};

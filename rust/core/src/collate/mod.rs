@@ -18,6 +18,7 @@
 //! into `int64` always exactly; into `int32` with a check, since a `uint32` or `int64` id may not fit.
 
 mod convert;
+mod masked;
 pub mod packed;
 
 pub use convert::Convert;
@@ -28,8 +29,7 @@ use rayon::prelude::*;
 
 use crate::error::{ErrorKind, Result};
 use crate::pool::PrivatePool;
-use crate::read::mask::Mask;
-use crate::read::tokens::{Located, TokenStore, Tokens};
+use crate::read::tokens::{Located, Mask, TokenStore, Tokens};
 
 /// Elements (`rows × L`) from which a batch is split over the pool: below, the split costs more
 /// than the copying it shares.

@@ -2,9 +2,8 @@
 //!
 //! Rows are found through the record batches' own offsets (`starts` locates the batch by binary
 //! search over ~1000-row batches), so opening a store costs one pass over the offsets and nothing
-//! over the values; a row's tokens are a slice of the mapped file. A store may carry a row mapping
-//! (`datasets`' indices mapping after `select`/`shuffle`/`filter`): row `i` of the store is then file
-//! row `rows[i]`.
+//! over the values; a row's tokens are a slice of the mapped file. With a row mapping (`datasets`'
+//! indices after `select`/`shuffle`/`filter`) row `i` of the store is file row `rows[i]`.
 
 use std::ops::Range;
 use std::path::Path;
@@ -25,7 +24,6 @@ use crate::error::{ErrorKind, Result};
 use crate::read::arrow::Column;
 use crate::read::column::{append_lengths, first_null};
 use crate::read::dataset::{check_rows, for_each_file};
-use crate::read::mask::{Mask, MaskKind};
 
 /// A row's record batch and value range.
 pub(crate) type Located = (usize, Range<usize>);
@@ -153,6 +151,22 @@ macro_rules! token_enums {
 
 token_types!(token_enums);
 
+/// What a loss-mask column holds (see `mask.rs`, where its logic lives).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaskKind {
+    /// The label of every position; `-100` is ignored.
+    Labels,
+    /// Non-zero where the loss counts, 0 where it does not.
+    Binary,
+}
+
+/// A loss-mask column and its kind, attached to a token store by [`TokenStore::with_mask`].
+#[derive(Debug, Clone)]
+pub struct Mask {
+    pub(crate) column: TokenStore,
+    pub(crate) kind: MaskKind,
+}
+
 /// A mapped token column over one or more files (see the module docs).
 #[derive(Debug, Clone)]
 pub struct TokenStore {
@@ -211,7 +225,7 @@ impl TokenStore {
         }
     }
 
-    /// This store with `column` as its loss mask (a store over the same rows, checked row for row).
+    /// This store with `column` (over the same rows, checked row for row) as its loss mask.
     pub fn with_mask(mut self, column: TokenStore, kind: MaskKind) -> Result<Self> {
         self.mask = Some(Box::new(Mask::new(column, kind, &self.lengths)?));
         Ok(self)
