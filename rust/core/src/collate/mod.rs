@@ -188,7 +188,12 @@ pub fn collate_padded<T: OutputToken, I: Copy + Into<i128>>(
     let masks = store.locate_masks(indices)?;
     write_rows(
         store,
-        (&located, masks.as_deref()),
+        (
+            &located,
+            masks
+                .as_ref()
+                .map(|(rows, places)| (&rows[..], &places[..])),
+        ),
         width,
         padding,
         out,
@@ -232,7 +237,12 @@ pub fn collate_padded_block<T: OutputToken, I: Copy + Into<i128>>(
     let masks = store.locate_masks(indices)?;
     write_rows(
         store,
-        (&located, masks.as_deref()),
+        (
+            &located,
+            masks
+                .as_ref()
+                .map(|(rows, places)| (&rows[..], &places[..])),
+        ),
         width,
         padding,
         out,
@@ -245,7 +255,7 @@ pub fn collate_padded_block<T: OutputToken, I: Copy + Into<i128>>(
 /// with the store's mask at `masks`, masked positions get `label_pad_id`.
 fn write_rows<T: OutputToken>(
     store: &TokenStore,
-    (located, masks): (&[Located], Option<&[Located]>),
+    (located, masks): (&[Located], Option<MaskPlaces<'_>>),
     width: usize,
     padding: &Padding,
     out: Buffers<'_, T>,
@@ -268,7 +278,7 @@ fn write_rows<T: OutputToken>(
         .enumerate();
     let loss_mask = store.mask().zip(masks);
     let write = |(row, ((((ids, mask), labels), positions), at)): RowOut<'_, T>| {
-        let loss = loss_mask.map(|(m, places)| (m, m.at(&places[row])));
+        let loss = loss_mask.map(|(m, (rows, places))| (m, rows[row], m.at(&places[row])));
         fill.row(store.tokens_at(at), loss, ids, mask, labels, positions)
     };
     // The pool is only looked up (a lock) for batches worth splitting.
@@ -283,6 +293,9 @@ fn write_rows<T: OutputToken>(
         _ => rows_out.into_iter().try_for_each(write),
     }
 }
+
+/// The store rows of a batch and where their mask values lie.
+type MaskPlaces<'a> = (&'a [usize], &'a [Located]);
 
 type RowOut<'a, T> = (
     usize,
@@ -316,7 +329,7 @@ impl<T: OutputToken> Fill<T> {
     fn row(
         &self,
         tokens: Tokens<'_>,
-        loss: Option<(&Mask, Tokens<'_>)>,
+        loss: Option<(&Mask, usize, Tokens<'_>)>,
         ids: &mut [T],
         mask: &mut [T],
         labels: &mut [T],
@@ -326,9 +339,13 @@ impl<T: OutputToken> Fill<T> {
         ids[len..].fill(self.pad_id);
         match loss {
             None => labels[..len].copy_from_slice(&ids[..len]),
-            Some((m, values)) => {
-                m.label(values, &ids[..len], &mut labels[..len], self.label_pad_id)?
-            }
+            Some((m, row, values)) => m.label(
+                (row, 0),
+                values,
+                &ids[..len],
+                &mut labels[..len],
+                self.label_pad_id,
+            )?,
         }
         labels[len..].fill(self.label_pad_id);
         mask[..len].fill(T::from(1));

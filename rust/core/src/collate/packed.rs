@@ -83,8 +83,8 @@ pub fn collate_packed_windows<T: OutputToken, I: Copy + Into<i128>>(
     let mut masks = store.locate_masks(indices)?;
     if let Some(w) = windows {
         cut(&mut located, w, indices.len())?;
-        if let Some(masks) = masks.as_mut() {
-            cut(masks, w, indices.len())?;
+        if let Some((_, places)) = masks.as_mut() {
+            cut(places, w, indices.len())?;
         }
     }
     let tokens: usize = located.iter().map(|(_, r)| r.len()).sum();
@@ -117,9 +117,11 @@ pub fn collate_packed_windows<T: OutputToken, I: Copy + Into<i128>>(
         let row = &mut ids[at..at + len];
         crate::each_token!(Tokens, store.tokens_at(place), t => T::convert(t, row)?);
         match (store.mask(), &masks) {
-            (Some(mask), Some(masks)) => {
+            (Some(mask), Some((rows, places))) => {
+                let start = windows.map_or(0, |w| w.starts[s] as usize);
                 mask.label(
-                    mask.at(&masks[s]),
+                    (rows[s], start),
+                    mask.at(&places[s]),
                     row,
                     &mut labels[at..at + len],
                     label_pad_id,

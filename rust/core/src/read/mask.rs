@@ -5,7 +5,9 @@
 //!
 //! The mask is mapped like the tokens (it is a [`TokenStore`] of its own, over the same files and row
 //! mapping) and attached to the token store, so every collation of the store — padded, packed, packed
-//! pieces — applies it without another argument: labels hold `label_pad_id` on masked positions.
+//! pieces — applies it without another argument: labels hold `label_pad_id` on masked positions
+//! (`collate/masked.rs`). A 0/1 mask's masked runs (a prompt, a system turn: a few per row) are found
+//! once, when it is attached, so collating a batch does not read the mask again.
 
 use crate::error::{ErrorKind, Result};
 use crate::read::tokens::{Located, Mask, MaskKind, TokenStore, Tokens};
@@ -54,7 +56,27 @@ impl Mask {
             }
             .into());
         }
-        Ok(Self { column, kind })
+        let (runs, run_starts) = match kind {
+            MaskKind::Binary => masked_runs(&column)?,
+            MaskKind::Labels => (Vec::new(), Vec::new()),
+        };
+        Ok(Self {
+            column,
+            kind,
+            runs,
+            run_starts,
+        })
+    }
+
+    /// Row `row`'s masked runs (a 0/1 mask; none for a `labels` column), as `[start, end)` pairs.
+    pub(crate) fn runs(&self, row: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let (from, to) = match self.run_starts.get(row..=row + 1) {
+            Some(&[from, to]) => (from, to),
+            _ => (0, 0),
+        };
+        self.runs[from..to]
+            .chunks_exact(2)
+            .map(|r| (r[0] as usize, r[1] as usize))
     }
 
     /// The kind of mask.
@@ -103,10 +125,9 @@ impl Mask {
 /// Positions scanned at once by [`pad_where`].
 const CHUNK: usize = 64;
 
-/// `label_pad` wherever `masked(value)`, `CHUNK` positions at a time: a stretch with nothing masked
-/// costs one vectorized scan, a masked run (a prompt, a system turn) one fill; only chunks that mix
-/// the two go position by position. A select per position did not vectorize and doubled collation
-/// (measured: 7 → 15 µs for a 16K-token batch; this: 8 µs).
+/// `label_pad` wherever `masked(value)` (a `labels` column's -100), `CHUNK` positions at a time: a
+/// stretch with nothing masked costs one vectorized scan, a masked run one fill; only chunks that mix
+/// the two go position by position (a select per position did not vectorize).
 pub(crate) fn pad_where<T: Copy, V: MaskValue>(
     labels: &mut [T],
     m: &[V],
@@ -129,7 +150,56 @@ pub(crate) fn pad_where<T: Copy, V: MaskValue>(
     }
 }
 
+/// Every row's masked runs of a 0/1 mask column, found in one pass over its values.
+fn masked_runs(column: &TokenStore) -> Result<(Vec<u32>, Vec<usize>)> {
+    let rows: Vec<u64> = (0..column.len() as u64).collect();
+    let mut runs = Vec::new();
+    let mut run_starts = Vec::with_capacity(column.len() + 1);
+    run_starts.push(0);
+    for place in column.locate_all(&rows)? {
+        crate::each_token!(Tokens, column.tokens_at(&place), m => {
+            let mut j = 0;
+            while let Some(k) = m[j..].iter().position(|v| v.is_zero()) {
+                let start = j + k;
+                let end = m[start..].iter().position(|v| !v.is_zero()).map_or(m.len(), |k| start + k);
+                // A row holds fewer than 2^32 tokens (lengths are u32).
+                #[allow(clippy::cast_possible_truncation)]
+                runs.extend([start as u32, end as u32]);
+                j = end;
+            }
+        });
+        run_starts.push(runs.len());
+    }
+    Ok((runs, run_starts))
+}
+
 impl TokenStore {
+    /// This store with `column` (over the same rows, checked row for row) as its loss mask.
+    pub fn with_mask(mut self, column: TokenStore, kind: MaskKind) -> Result<Self> {
+        self.mask = Some(Box::new(Mask::new(column, kind, self.lengths())?));
+        Ok(self)
+    }
+
+    /// The loss mask, if the store has one.
+    pub fn mask(&self) -> Option<&Mask> {
+        self.mask.as_deref()
+    }
+
+    /// The store rows of `indices` and where their mask values lie, when the store has a mask.
+    pub(crate) fn locate_masks<I: Copy + Into<i128>>(
+        &self,
+        indices: &[I],
+    ) -> Result<Option<(Vec<usize>, Vec<Located>)>> {
+        let Some(mask) = self.mask() else {
+            return Ok(None);
+        };
+        let rows = indices
+            .iter()
+            .map(|&i| self.resolve(i))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some((rows, mask.column.locate_all(indices)?)))
+    }
+
     /// Label tokens of each entry: tokens `starts[e] .. starts[e] + lengths[e]` of row `indices[e]`
     /// (cut at the row's end; whole rows without windows), less the entry's first token — a causal LM
     /// never predicts it, and packed rows mask it — and, with a mask, only the positions it labels.
@@ -139,7 +209,7 @@ impl TokenStore {
         windows: Option<(&[u32], &[u32])>,
     ) -> Result<Vec<u32>> {
         let located = self.locate_all(indices)?;
-        let masks = self.locate_masks(indices)?;
+        let masks = self.locate_masks(indices)?.map(|(_, places)| places);
         let window = |e: usize, len: usize| match windows {
             Some((starts, lengths)) => {
                 let start = (starts[e] as usize).min(len);

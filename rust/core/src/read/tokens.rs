@@ -165,6 +165,10 @@ pub enum MaskKind {
 pub struct Mask {
     pub(crate) column: TokenStore,
     pub(crate) kind: MaskKind,
+    /// A 0/1 mask's masked runs, `[start, end)` pairs in row coordinates: row `r`'s are
+    /// `runs[run_starts[r]..run_starts[r + 1]]` (built once, so collation need not read the mask).
+    pub(crate) runs: Vec<u32>,
+    pub(crate) run_starts: Vec<usize>,
 }
 
 /// A mapped token column over one or more files (see the module docs).
@@ -178,7 +182,7 @@ pub struct TokenStore {
     /// File row of each store row, when the store has a mapping (checked in range on open).
     rows: Option<Vec<usize>>,
     /// The loss mask beside the tokens, applied by every collation (see `mask.rs`).
-    mask: Option<Box<Mask>>,
+    pub(crate) mask: Option<Box<Mask>>,
 }
 
 /// The type rule for a token column.
@@ -223,27 +227,6 @@ impl TokenStore {
             rows: None,
             mask: None,
         }
-    }
-
-    /// This store with `column` (over the same rows, checked row for row) as its loss mask.
-    pub fn with_mask(mut self, column: TokenStore, kind: MaskKind) -> Result<Self> {
-        self.mask = Some(Box::new(Mask::new(column, kind, &self.lengths)?));
-        Ok(self)
-    }
-
-    /// The loss mask, if the store has one.
-    pub fn mask(&self) -> Option<&Mask> {
-        self.mask.as_deref()
-    }
-
-    /// Where the mask values of `indices` lie, when the store has a mask.
-    pub(crate) fn locate_masks<I: Copy + Into<i128>>(
-        &self,
-        indices: &[I],
-    ) -> Result<Option<Vec<Located>>> {
-        self.mask()
-            .map(|m| m.column.locate_all(indices))
-            .transpose()
     }
 
     /// Appends one file's (or table's) column; the first one sets the token type, which
