@@ -201,10 +201,23 @@ def test_a_named_mask_that_is_not_there_lists_the_columns():
         db.TokenStore(pa.table({"input_ids": [[1, 2]]}), mask=1)
 
 
-def test_a_mask_on_a_megatron_store_is_refused(tmp_path):
+def test_a_megatron_mask_is_a_pair_beside_the_tokens(tmp_path):
     from _megatron import write_pair
 
-    prefix = write_pair(tmp_path / "d", [[1, 2, 3], [4]])
-    assert db.TokenStore(prefix).mask is None  # "auto": Megatron pairs carry none
-    with pytest.raises(db.DataError, match="Megatron dataset, which has no loss-mask column 'labels'"):
+    rows, masks = [[1, 2, 3], [4], [5, 6]], [[0, 1, 1], [1], [0, 0]]
+    prefix = write_pair(tmp_path / "d", rows)
+    assert db.TokenStore(prefix).mask is None  # "auto" and no PREFIX_loss_mask pair: every token trains
+    with pytest.raises(db.DataError, match=r"d_labels\.bin/\.idx is missing"):
         db.TokenStore(prefix, mask="labels")
+    write_pair(tmp_path / "d_loss_mask", masks, dtype=np.uint8)
+    store = db.TokenStore(prefix)
+    assert store.mask == "loss_mask"
+    assert db.collate(store, [0, 1, 2])["labels"].tolist() == [[-100, 2, 3], [4, -100, -100], [-100, -100, -100]]
+    np.testing.assert_array_equal(store.label_counts(), [2, 0, 0])
+    assert pickle.loads(pickle.dumps(store)).mask == "loss_mask"
+    for found in (db.TokenStore(tmp_path), db.TokenStore(str(tmp_path / "d*"))):  # the mask pair is no data
+        assert len(found) == 3 and found.mask == "loss_mask"
+    write_pair(tmp_path / "e", rows)
+    write_pair(tmp_path / "e_loss_mask", [[0, 1, 1], [1], [0]], dtype=np.uint8)
+    with pytest.raises(db.DataError, match="row 2 has 2 tokens but 1 loss-mask values"):
+        db.TokenStore(str(tmp_path / "e"))

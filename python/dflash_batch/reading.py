@@ -11,6 +11,7 @@ system kill the process on the next read of a lost page (SIGBUS); write new file
 from __future__ import annotations
 
 import operator
+import os
 import sys
 from typing import Any
 
@@ -100,8 +101,8 @@ class TokenStore:
         mask: the loss-mask column, row for row with the tokens: ``labels`` (-100 = ignored, any integer
             width) or a 0/1 mask (integers). ``"auto"`` (default) takes the first of
             :data:`MASK_COLUMNS` the data has (none: every token is trained); ``None`` ignores any.
-            A row whose mask length differs from its tokens is a ``DataError``. Megatron datasets
-            have none.
+            A row whose mask length differs from its tokens is a ``DataError``. A Megatron dataset's
+            mask is a pair beside its own: ``PREFIX_loss_mask.bin/.idx`` (or ``PREFIX_<mask>``).
         progress: as for :func:`read_lengths`.
     """
 
@@ -115,12 +116,10 @@ class TokenStore:
     def _open(self, source: Source, column: str, mask: str | None, progress: bool | None) -> None:
         self._source, self._column, self._mask = source, column, None
         self._inner = _mapped(source, column, progress)
-        megatron = any(path.endswith(".idx") for path in source.paths)
-        if megatron and mask not in (None, "auto"):
-            raise _core.DataError(
-                f"{source.describe()} is a Megatron dataset, which has no loss-mask column {mask!r}; pass mask=None"
-            )
-        if mask is None or megatron:
+        if mask is None:
+            return
+        if any(path.endswith(".idx") for path in source.paths):
+            self._open_megatron_mask(source, mask)
             return
         for name in MASK_COLUMNS if mask == "auto" else (mask,):
             try:
@@ -140,6 +139,25 @@ class TokenStore:
             self._inner = self._inner.with_mask(masks, "labels" if name == "labels" else "binary")
             self._mask = name
             return
+
+    def _open_megatron_mask(self, source: Source, mask: str) -> None:
+        """A Megatron dataset's mask is a pair of its own beside each token pair, ``PREFIX_loss_mask``
+        (0/1, any integer dtype) or ``PREFIX_<mask>`` when named (``PREFIX_labels``: -100 ignored), with
+        the token pair's sequences and lengths (write it with the same indexed-dataset builder)."""
+        name = "loss_mask" if mask == "auto" else mask
+        halves = tuple(path[: -len(".idx")] + f"_{name}.idx" for path in source.paths)
+        present = [os.path.exists(half) for half in halves]
+        if mask == "auto" and not any(present):
+            return
+        if not all(present):
+            missing = halves[present.index(False)]
+            raise _core.DataError(
+                f"{missing[: -len('.idx')]}.bin/.idx is missing: a Megatron dataset's loss mask {name!r} is a pair "
+                "beside each token pair, with the same sequences; write it, or pass mask=None"
+            )
+        masks = _mapped(Source(paths=halves, rows=source.rows), name, False)
+        self._inner = self._inner.with_mask(masks, "labels" if name == "labels" else "binary")
+        self._mask = name
 
     @property
     def mask(self) -> str | None:

@@ -65,9 +65,19 @@ def _as_index(path: str) -> str:
 
 
 def _once(paths: list[str]) -> list[str]:
-    """One glob's matches with each pair kept once (``data/*`` matches both halves). A pair the user
-    lists twice is read twice, as an Arrow file listed twice is."""
-    return list(dict.fromkeys(paths))
+    """One glob's matches with each pair kept once (``data/*`` matches both halves), and without the
+    loss-mask pairs that sit beside token pairs (``X_loss_mask`` beside ``X``: see ``TokenStore``). A
+    pair the user lists twice is read twice, as an Arrow file listed twice is."""
+    return _without_mask_pairs(list(dict.fromkeys(paths)))
+
+
+#: Suffixes of the Megatron mask pairs a ``TokenStore`` finds beside a token pair.
+MASK_PAIRS = ("_loss_mask.idx", "_labels.idx")
+
+
+def _without_mask_pairs(paths: list[str]) -> list[str]:
+    kept = set(paths)
+    return [p for p in paths if not any(p.endswith(s) and p[: -len(s)] + ".idx" in kept for s in MASK_PAIRS)]
 
 
 def _regular(paths: Any) -> tuple[str, ...]:
@@ -181,6 +191,7 @@ def _directory(path: str) -> list[str]:
     files = sorted(os.path.join(path, n) for n in names if n.endswith(ARROW_SUFFIXES))
     if not files:  # a directory of Megatron pairs, each named once
         files = sorted({os.path.join(path, n[:-4] + ".idx") for n in names if n.endswith(MEGATRON_SUFFIXES)})
+        files = _without_mask_pairs(files)
     if not files:
         raise FileNotFoundError(
             f"no Arrow files ({', '.join('*' + s for s in ARROW_SUFFIXES)}) nor Megatron pairs (*.bin + *.idx) in "
