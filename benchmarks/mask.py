@@ -62,15 +62,12 @@ def packed(store: db.TokenStore, batches: list[np.ndarray], _: object) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=20_000)
-    parser.add_argument("--batches", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=7)
-    args = parser.parse_args()
+def compare(rows: int, batches: int, rounds: int) -> dict[str, float]:
+    """Prints the table (see the module docs) and returns each collation's median ratio."""
+    ratios_by_name = {}
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "prompt_completion.arrow"
-        write_dataset(path, args.rows)
+        write_dataset(path, rows)
         plain, masked = db.TokenStore(str(path), mask=None), db.TokenStore(str(path))
         assert plain.mask is None and masked.mask == "completion_mask"
         lengths = plain.lengths()
@@ -78,32 +75,40 @@ def main() -> None:
             "padded": db.BucketSampler(lengths, max_tokens=MAX_TOKENS, seed=0).plan(0),
             "packed": db.BucketSampler(lengths, max_tokens=MAX_TOKENS, seed=0, mode="packed").plan(0),
         }
-        out = {
-            key: np.empty(MAX_TOKENS, dtype=np.int32)
-            for key in ("input_ids", "attention_mask", "labels", "position_ids")
-        }
+        keys = ("input_ids", "attention_mask", "labels", "position_ids")
+        out = {key: np.empty(MAX_TOKENS, dtype=np.int32) for key in keys}
         check = plans["padded"][0]
         a, b = db.collate(plain, check), db.collate(masked, check)
         expected = np.where(b["attention_mask"] == 1, np.where(b["labels"] == -100, -100, a["labels"]), -100)
         assert np.array_equal(b["labels"], expected) and (b["labels"] != a["labels"]).any(), "the mask is not applied"
-        print(f"{args.rows:,} rows, {int(lengths.sum()):,} tokens; {args.batches} batches of ≤ {MAX_TOKENS:,} tokens")
+        print(f"{rows:,} rows, {int(lengths.sum()):,} tokens; {batches} batches of ≤ {MAX_TOKENS:,} tokens")
         print(f"{'collation':<10} {'without ms':>11} {'with mask ms':>13} {'ratio':>7}   target ≤ {TARGET}×")
         for name, collate in (("padded", padded), ("packed", packed)):
-            batches = [plans[name][i] for i in range(min(args.batches, len(plans[name])))]
-            collate(plain, batches, out), collate(masked, batches, out)  # map the pages in
+            chosen = [plans[name][i] for i in range(min(batches, len(plans[name])))]
+            collate(plain, chosen, out), collate(masked, chosen, out)  # map the pages in
             without, with_mask, ratios = [], [], []
-            for round_ in range(args.rounds):
+            for round_ in range(rounds):
                 order = (plain, masked) if round_ % 2 == 0 else (masked, plain)
-                times = {id(store): collate(store, batches, out) for store in order}
+                times = {id(store): collate(store, chosen, out) for store in order}
                 without.append(times[id(plain)])
                 with_mask.append(times[id(masked)])
                 ratios.append(times[id(masked)] / times[id(plain)])
-            ratio = statistics.median(ratios)
+            ratio = ratios_by_name[name] = statistics.median(ratios)
             verdict = "MET" if ratio <= TARGET else "MISSED"
             print(
                 f"{name:<10} {statistics.median(without) * 1e3:>11.1f} {statistics.median(with_mask) * 1e3:>13.1f} "
                 f"{ratio:>6.2f}×   {verdict}"
             )
+    return ratios_by_name
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("--batches", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    compare(args.rows, args.batches, args.rounds)
 
 
 if __name__ == "__main__":

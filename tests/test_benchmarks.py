@@ -59,6 +59,7 @@ def test_loader_benchmark(tmp_path):
     out = run("loader.py", "--rows", "3000", "--cache-dir", str(tmp_path), "--batches", "20")
     assert "(b) db.Loader → torch int64, fresh mapping" in out and "prefetch ring" in out
     assert "(b) db.Loader → torch int64, mapped pages" in out and "Loader ≥ 50× (c)" in out
+    assert "(e) collation with a loss mask" in out and "mask ≤ 1.3× the time without" in out
 
 
 def test_cuda_check_dry_run_on_the_cpu():

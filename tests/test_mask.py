@@ -221,3 +221,40 @@ def test_a_megatron_mask_is_a_pair_beside_the_tokens(tmp_path):
     write_pair(tmp_path / "e_loss_mask", [[0, 1, 1], [1], [0]], dtype=np.uint8)
     with pytest.raises(db.DataError, match="row 2 has 2 tokens but 1 loss-mask values"):
         db.TokenStore(str(tmp_path / "e"))
+
+
+@pytest.mark.parametrize("mode", ["padded", "packed"])
+def test_a_steps_loss_is_the_token_mean_over_the_masks_sample_by_sample(prompt_completion, mode):
+    """Micro-batches of one optimizer step, each loss summed and divided by the Loader's
+    ``num_items_in_batch``, add up to the mean over the step's masked-in tokens computed one sample at a
+    time — the loss a user means, with prompts left out."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from dflash_batch.hf import packed_inputs
+
+    path, rows, masks = prompt_completion
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=1000, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=2, max_position_embeddings=128, attn_implementation="sdpa",
+    )  # fmt: skip
+    model = transformers.LlamaForCausalLM(config).eval()
+    store = db.TokenStore(path)
+    sampler = db.BucketSampler(store.lengths(), max_tokens=128, seed=3, mode=mode, accumulation=4)
+    plan, total, samples = sampler.plan(), 0.0, []
+    with torch.no_grad():
+        for step, batch in enumerate(db.Loader(store, sampler, num_items_in_batch=True)):
+            if step == 4:
+                break
+            inputs = packed_inputs(batch) if mode == "packed" else batch
+            total += float(model(**inputs).loss)
+            samples += plan[step].tolist()
+        summed, count = 0.0, 0
+        for i in samples:
+            ids = torch.tensor([rows[i]])
+            labels = torch.tensor([[t if m else -100 for t, m in zip(rows[i], masks[i], strict=True)]])
+            kept = int((labels[0, 1:] != -100).sum())
+            if kept:
+                summed += float(model(input_ids=ids, labels=labels).loss) * kept
+                count += kept
+    assert total == pytest.approx(summed / count, rel=1e-4)
