@@ -208,10 +208,14 @@ PROMPTS = [2 + i % 5 for i in range(len(ROWS))]  # the first tokens of each row 
 MASKS = [[0] * p + [1] * (len(row) - p) for p, row in zip(PROMPTS, ROWS, strict=True)]
 
 
-@pytest.fixture(scope="module", params=["completion_mask", "assistant_masks"])
+@pytest.fixture(scope="module", params=["completion_mask", "assistant_masks", "labels"])
 def masked_data(tmp_path_factory, request):
     path = str(tmp_path_factory.mktemp("masked") / "ds")
-    datasets.Dataset.from_dict({"input_ids": ROWS, request.param: MASKS}).save_to_disk(path)
+    if request.param == "labels":  # -100 on the prompt, the tokens elsewhere
+        masks = [expected_labels(row) for row in range(len(ROWS))]
+    else:
+        masks = MASKS
+    datasets.Dataset.from_dict({"input_ids": ROWS, request.param: masks}).save_to_disk(path)
     return path
 
 
@@ -242,7 +246,7 @@ def test_the_datasets_mask_is_trained_and_normalizes_the_loss(masked_data, tmp_p
             return super().training_step(model, inputs, num_items_in_batch)
 
     store = db.TokenStore(masked_data)
-    assert store.mask in ("completion_mask", "assistant_masks")
+    assert store.mask in ("completion_mask", "assistant_masks", "labels")
     if cls == "sft" and store.mask == "assistant_masks":
         pytest.skip("TRL takes assistant_only_loss only for conversational data it tokenizes itself")
     sampler = db.BucketSampler(store.lengths(), max_tokens=128, seed=5, mode=mode)
