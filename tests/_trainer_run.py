@@ -68,6 +68,7 @@ def main() -> None:
     parser.add_argument("--eval", action="store_true")
     parser.add_argument("--save-steps", type=int, default=4)
     parser.add_argument("--trim-steps", action="store_true")
+    parser.add_argument("--sft", action="store_true")
     options = parser.parse_args()
 
     store = db.TokenStore(options.data)
@@ -86,7 +87,15 @@ def main() -> None:
         max_position_embeddings=128,
     )
     model = transformers.LlamaForCausalLM(config)
-    args = transformers.TrainingArguments(
+    base, extra, arguments = BucketTrainer, {}, transformers.TrainingArguments
+    if options.sft:  # TRL's SFTTrainer composed as the README says, on the pre-tokenized dataset
+        import trl
+
+        class SFT(BucketTrainer, trl.SFTTrainer):
+            pass
+
+        base, extra, arguments = SFT, {"processing_class": tokenizer()}, trl.SFTConfig
+    args = arguments(
         output_dir=options.out,
         num_train_epochs=options.epochs,
         gradient_accumulation_steps=options.accumulation,
@@ -99,11 +108,12 @@ def main() -> None:
         eval_strategy="steps" if options.eval else "no",
         eval_steps=5,
         disable_tqdm=True,
+        **({"max_length": None, "padding_free": options.mode == "packed"} if options.sft else {}),
     )
     rank = int(os.environ.get("RANK", 0))
     record = open(f"{options.record}.{rank}", "a")
 
-    class Recording(BucketTrainer):
+    class Recording(base):
         def training_step(self, model, inputs, num_items_in_batch=None):
             line = {
                 "rank": rank,
@@ -138,11 +148,20 @@ def main() -> None:
         sampler=sampler,
         store=store,
         callbacks=[Kill()],
+        **extra,
     )
     result = trainer.train(resume_from_checkpoint=True if options.resume else None)
     record.write(json.dumps({"rank": rank, "final_step": result.global_step, "steps": len(sampler)}) + "\n")
     record.close()
     leave()
+
+
+def tokenizer():
+    """A word-level tokenizer over ids t0..t127, built here (no hub downloads): TRL needs one."""
+    from tokenizers import Tokenizer, models
+
+    fast = Tokenizer(models.WordLevel({f"t{i}": i for i in range(128)}, unk_token="t127"))
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=fast, pad_token="t0", eos_token="t127")
 
 
 def leave() -> None:

@@ -141,16 +141,19 @@ def test_killed_mid_epoch_and_resumed_trains_every_sample_once(data, tmp_path, n
     check_against_plan(before + after, data, nproc, accumulation=4, epochs=3)
 
 
-@pytest.mark.parametrize("mode", ["padded", "packed"])
-def test_a_masked_dataset_on_two_processes_trains_its_mask_exactly(tmp_path, mode):
-    """A prompt-completion dataset (``completion_mask``), GA 4, 2 epochs, torchrun: every micro-batch's
-    labels are -100 exactly where the rows' masks say, and ``num_items_in_batch`` is the step's unmasked
-    label tokens over both ranks."""
+@pytest.mark.parametrize(("mode", "sft"), [("padded", False), ("packed", False), ("padded", True), ("packed", True)])
+def test_a_masked_dataset_on_two_processes_trains_its_mask_exactly(tmp_path, mode, sft):
+    """A prompt-completion dataset (``completion_mask``), GA 4, 2 epochs, torchrun, through BucketTrainer
+    and through ``class SFT(BucketTrainer, SFTTrainer)``: every micro-batch's labels are -100 exactly where
+    the rows' masks say, and ``num_items_in_batch`` is the step's unmasked label tokens over both ranks."""
+    if sft:
+        pytest.importorskip("trl")
     masked = str(tmp_path / "masked")
     env = {**os.environ, "MAKE_DATASET": masked, "MASKED": "1"}
     subprocess.run([sys.executable, str(RUN)], env=env, check=True, timeout=TIMEOUT)
     assert db.TokenStore(masked).mask == "completion_mask"
-    run(masked, tmp_path / "out", tmp_path / "rec", "--accumulation", "4", "--epochs", "2", "--mode", mode, nproc=2)
+    options = ("--accumulation", "4", "--epochs", "2", "--mode", mode, *(["--sft"] if sft else []))
+    run(masked, tmp_path / "out", tmp_path / "rec", *options, nproc=2)
     lines = records(tmp_path / "rec", 2)
     check_against_plan(lines, masked, 2, accumulation=4, epochs=2, mode=mode)
     assert sum(line["labels"] for line in lines if "rows" in line) < sum(
