@@ -185,20 +185,7 @@ pub fn collate_padded<T: OutputToken, I: Copy + Into<i128>>(
             return Err(ErrorKind::BufferTooSmall { name, needed, got }.into());
         }
     }
-    let masks = store.locate_masks(indices)?;
-    write_rows(
-        store,
-        (
-            &located,
-            masks
-                .as_ref()
-                .map(|(rows, places)| (&rows[..], &places[..])),
-        ),
-        width,
-        padding,
-        out,
-        pool,
-    )?;
+    write_rows(store, (indices, &located), width, padding, out, pool)?;
     Ok((rows, width))
 }
 
@@ -234,28 +221,15 @@ pub fn collate_padded_block<T: OutputToken, I: Copy + Into<i128>>(
         labels,
         position_ids,
     };
-    let masks = store.locate_masks(indices)?;
-    write_rows(
-        store,
-        (
-            &located,
-            masks
-                .as_ref()
-                .map(|(rows, places)| (&rows[..], &places[..])),
-        ),
-        width,
-        padding,
-        out,
-        pool,
-    )?;
+    write_rows(store, (indices, &located), width, padding, out, pool)?;
     Ok((rows, width))
 }
 
-/// Writes the rows of `located`, `width` long, into the fronts of `out` (checked to be long enough);
-/// with the store's mask at `masks`, masked positions get `label_pad_id`.
-fn write_rows<T: OutputToken>(
+/// Writes the rows `indices`, found at `located`, `width` long, into the fronts of `out` (checked to be
+/// long enough); with the store's mask, masked positions get `label_pad_id`.
+fn write_rows<T: OutputToken, I: Copy + Into<i128>>(
     store: &TokenStore,
-    (located, masks): (&[Located], Option<MaskPlaces<'_>>),
+    (indices, located): (&[I], &[Located]),
     width: usize,
     padding: &Padding,
     out: Buffers<'_, T>,
@@ -276,7 +250,8 @@ fn write_rows<T: OutputToken>(
         .zip(out.position_ids[..needed].chunks_mut(width))
         .zip(located)
         .enumerate();
-    let loss_mask = store.mask().zip(masks);
+    let masks = store.locate_masks(indices)?;
+    let loss_mask = store.mask().zip(masks.as_ref());
     let write = |(row, ((((ids, mask), labels), positions), at)): RowOut<'_, T>| {
         let loss = loss_mask.map(|(m, (rows, places))| (m, rows[row], m.at(&places[row])));
         fill.row(store.tokens_at(at), loss, ids, mask, labels, positions)
@@ -293,9 +268,6 @@ fn write_rows<T: OutputToken>(
         _ => rows_out.into_iter().try_for_each(write),
     }
 }
-
-/// The store rows of a batch and where their mask values lie.
-type MaskPlaces<'a> = (&'a [usize], &'a [Located]);
 
 type RowOut<'a, T> = (
     usize,
