@@ -201,14 +201,12 @@ def pickled(sampler: Any) -> dict[str, Any]:
     return state
 
 
-def unpickled(sampler: Any, state: dict[str, Any]) -> None:
-    """``sampler.__setstate__``."""
-    lengths, snapshot = state.pop("_lengths"), state.pop("_position")
-    sampler.__dict__.update(state)
-    sampler._build([lengths])
+def unpickled_position(sampler: Any, snapshot: dict[str, Any]) -> Position:
+    """The position a pickled sampler travelled with, for ``sampler.__setstate__`` (its planner rebuilt):
+    an elastic origin is planned again."""
     origin = snapshot["elastic"]
     # The original warned once about carried samples; its copies (workers) do not repeat it.
     elastic = None
     if origin is not None:
         elastic = replanned(sampler, origin["epoch"], origin["world_size"], origin["step"], warn=False)
-    sampler._position = Position.from_snapshot(snapshot, elastic)
+    return Position.from_snapshot(snapshot, elastic)

@@ -1,11 +1,9 @@
 """`BucketSampler`: the per-epoch plan as a torch-style batch sampler.
 
 The Rust planner computes the whole epoch for every rank at once (milliseconds for a million samples);
-this class holds what changes between calls — the epoch and how far into it this rank has gone — and
-hands this rank its batches as numpy index arrays. It drops into
-``torch.utils.data.DataLoader(dataset, batch_sampler=sampler)`` and pickles as its configuration, so
-DataLoader workers and spawned processes rebuild the planner instead of copying Rust memory.
-"""
+this class hands this rank its batches as numpy index arrays, its :class:`Position` saying how far
+training is. It drops into ``DataLoader(dataset, batch_sampler=sampler)`` and pickles as its
+configuration, so workers and spawned processes rebuild the planner instead of copying Rust memory."""
 
 from __future__ import annotations
 
@@ -386,7 +384,10 @@ class BucketSampler:
         return checkpoint.pickled(self)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        checkpoint.unpickled(self, state)
+        lengths, snapshot = state.pop("_lengths"), state.pop("_position")
+        self.__dict__.update(state)
+        self._build([lengths])
+        self._position = checkpoint.unpickled_position(self, snapshot)
 
     def __repr__(self) -> str:
         if not hasattr(self, "_planner"):  # construction failed part way (a debugger, a traceback)
