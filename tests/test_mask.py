@@ -143,25 +143,51 @@ def test_a_store_on_disk_finds_the_mask_and_keeps_it_through_pickling(prompt_com
     np.testing.assert_array_equal(view.label_counts(), [sum(masks[i][1:]) for i in order])
 
 
+@pytest.mark.parametrize("kind", ["completion_mask", "assistant_masks", "labels"])
 @pytest.mark.parametrize("mode", ["padded", "packed"])
-def test_the_loader_trains_the_mask_and_counts_only_its_tokens(prompt_completion, mode):
+def test_the_loader_trains_the_mask_and_counts_only_its_tokens(prompt_completion, tmp_path, mode, kind):
+    """Both ranks of a 2-rank plan, GA 4, 2 epochs through ``Loader.set_epoch``: every sample's labels in
+    every micro-batch are its mask's (packed rows also mask each sample's first token), and every
+    micro-batch of an optimizer step carries the step's label tokens over both ranks."""
     pytest.importorskip("torch")
-    path, _, masks = prompt_completion
+    _, rows, masks = prompt_completion
+    if kind == "labels":
+        column = [[t if m else -100 for t, m in zip(r, k, strict=True)] for r, k in zip(rows, masks, strict=True)]
+    else:
+        column = masks
+    path = str(tmp_path / kind)
+    datasets.Dataset.from_dict({"input_ids": rows, kind: column}).save_to_disk(path)
     store = db.TokenStore(path)
-    sampler = db.BucketSampler(store.lengths(), max_tokens=128, seed=2, mode=mode, accumulation=4, world_size=2, rank=1)
-    expected_steps = sampler.label_tokens(store=store)
-    per_batch, plan = [], sampler.plan()
-    for step, batch in enumerate(db.Loader(store, sampler, num_items_in_batch=True)):
-        labels, ids = batch["labels"], batch["input_ids"]
-        kept = labels != -100
-        assert bool((labels[kept] == ids[kept]).all())
-        # packed rows mask each sample's first token themselves; padded rows leave the shift to the model
-        trained = int(kept.sum()) if mode == "packed" else int(kept[..., 1:].sum())
-        assert trained == sum(sum(masks[i][1:]) for i in plan[step * 2 + 1].tolist())
-        per_batch.append(batch["num_items_in_batch"])
-    # every micro-batch of an optimizer step carries the step's count over both ranks
-    steps = [per_batch[k] for k in range(0, len(per_batch), 4)]
-    assert steps == expected_steps.tolist()
+    assert store.mask == kind
+    counted = {}
+    for rank in range(2):
+        sampler = db.BucketSampler(
+            store.lengths(), max_tokens=128, seed=2, mode=mode, accumulation=4, world_size=2, rank=rank
+        )
+        loader = db.Loader(store, sampler, num_items_in_batch=True)
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            plan = sampler.plan(epoch)
+            for step, batch in enumerate(loader):
+                labels, cu = batch["labels"].numpy(), batch.get("cu_seqlens")
+                for k, i in enumerate(plan[step * 2 + rank].tolist()):
+                    want = reference_labels(rows[i], masks[i], "completion_mask", -100)
+                    if cu is None:
+                        got = labels[k, : len(rows[i])]
+                    else:
+                        got, want = labels[0, int(cu[k]) : int(cu[k + 1])], np.r_[-100, want[1:]]
+                    np.testing.assert_array_equal(got, want, err_msg=f"sample {i}, epoch {epoch}")
+                key = (epoch, step // 4)
+                counted.setdefault(key, set()).add(int(batch["num_items_in_batch"]))
+    for epoch in range(2):  # the step's count over both ranks: the masked tokens of every sample trained
+        plan = sampler.plan(epoch)
+        steps = len(plan) // 2
+        for window in range(0, steps, 4):
+            batches = [plan[s * 2 + r] for s in range(window, min(window + 4, steps)) for r in range(2)]
+            want = sum(sum(masks[i][1:]) for b in batches for i in b.tolist())
+            assert counted[(epoch, window // 4)] == {want}, (epoch, window)
+        planned = sampler.label_tokens(epoch, store=store).tolist()  # what the plan says, without a pass
+        assert [counted[(epoch, w)] for w in range(len(planned))] == [{n} for n in planned]
 
 
 def test_truncated_pieces_count_their_own_part_of_the_mask(prompt_completion):

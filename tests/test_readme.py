@@ -14,6 +14,7 @@ BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
 EXPECTED = {
     "first screen": lambda out: "steps an epoch;" in out and float(out.split()[-1]) > 0.5,
     "Trainer": lambda out: out.split() == [out.split()[0], "True"] and int(out.split()[0]) > 0,
+    "TRL": lambda out: out == "labels True",
     "packed HF": lambda out: out.startswith("torch.Size([1, 32])"),
     "accelerate": lambda out: out.split()[1] == "1",
     "accelerate resume": lambda out: out == "True",
@@ -35,8 +36,10 @@ def test_every_block_is_checked():
 def test_readme_block_runs(index, name, capsys, tmp_path, monkeypatch):
     if name != "reading" and name != "packing":
         pytest.importorskip("torch")
-    if name in ("Trainer", "packed HF", "cost"):
+    if name in ("Trainer", "TRL", "packed HF", "cost"):
         pytest.importorskip("transformers")
+    if name == "TRL":
+        pytest.importorskip("trl")
     if name.startswith("accelerate"):
         pytest.importorskip("accelerate")
     if name == "Lightning":

@@ -117,15 +117,21 @@ def test_trimmed_steps_on_two_processes_train_exactly_the_plan(data, tmp_path):
     check_against_plan(records(tmp_path / "rec", 2), data, 2, accumulation=1, epochs=2, trim_steps=True)
 
 
-@pytest.mark.parametrize("nproc", [1, 2])
-def test_killed_mid_epoch_and_resumed_trains_every_sample_once(data, tmp_path, nproc):
+@pytest.mark.parametrize(("nproc", "masked"), [(1, False), (2, False), (2, True)])
+def test_killed_mid_epoch_and_resumed_trains_every_sample_once(data, tmp_path, nproc, masked):
     """SIGKILL two optimizer steps after the checkpoint at step 12 (mid epoch 1): the resumed run trains the
     rest of that epoch from the checkpoint — nothing replayed, nothing skipped — and ends where an
-    uninterrupted run ends, having trained the same micro-batches in the same order."""
+    uninterrupted run ends, having trained the same micro-batches in the same order. Masked: TRL's
+    SFTTrainer on a prompt-completion dataset, every micro-batch's labels its rows' masks."""
+    extra = ()
+    if masked:
+        pytest.importorskip("trl")
+        data = masked_dataset(tmp_path / "masked")
+        extra = ("--sft",)
     steps = len(planned(data, nproc, 0, 4))
     checkpoint = 12 if nproc == 1 else 8
     assert math.ceil(steps / 4) < checkpoint < 2 * math.ceil(steps / 4), "the checkpoint must fall mid epoch 1"
-    options = ("--accumulation", "4", "--epochs", "3", "--save-steps", str(checkpoint))
+    options = ("--accumulation", "4", "--epochs", "3", "--save-steps", str(checkpoint), *extra)
     run(data, tmp_path / "base", tmp_path / "base", *options, nproc=nproc)
     kill = -9 if nproc == 1 else 1  # torchrun reports a killed worker as its own failure
     run(data, tmp_path / "out", tmp_path / "rec", *options, "--kill-at", str(checkpoint + 2), nproc=nproc, expect=kill)
@@ -148,10 +154,7 @@ def test_a_masked_dataset_on_two_processes_trains_its_mask_exactly(tmp_path, mod
     the rows' masks say, and ``num_items_in_batch`` is the step's unmasked label tokens over both ranks."""
     if sft:
         pytest.importorskip("trl")
-    masked = str(tmp_path / "masked")
-    env = {**os.environ, "MAKE_DATASET": masked, "MASKED": "1"}
-    subprocess.run([sys.executable, str(RUN)], env=env, check=True, timeout=TIMEOUT)
-    assert db.TokenStore(masked).mask == "completion_mask"
+    masked = masked_dataset(tmp_path / "masked")
     options = ("--accumulation", "4", "--epochs", "2", "--mode", mode, *(["--sft"] if sft else []))
     run(masked, tmp_path / "out", tmp_path / "rec", *options, nproc=2)
     lines = records(tmp_path / "rec", 2)
@@ -159,6 +162,14 @@ def test_a_masked_dataset_on_two_processes_trains_its_mask_exactly(tmp_path, mod
     assert sum(line["labels"] for line in lines if "rows" in line) < sum(
         len(db.TokenStore(masked)[row]) - 1 for line in lines if "rows" in line for row in line["rows"]
     ), "the prompts were trained"
+
+
+def masked_dataset(path: Path) -> str:
+    """A prompt-completion dataset with a ``completion_mask`` column, written by the runner."""
+    env = {**os.environ, "MAKE_DATASET": str(path), "MASKED": "1"}
+    subprocess.run([sys.executable, str(RUN)], env=env, check=True, timeout=TIMEOUT)
+    assert db.TokenStore(str(path)).mask == "completion_mask"
+    return str(path)
 
 
 def sequence(lines: list[dict], rank: int) -> list[tuple[int, list[int]]]:

@@ -247,8 +247,6 @@ def test_the_datasets_mask_is_trained_and_normalizes_the_loss(masked_data, tmp_p
 
     store = db.TokenStore(masked_data)
     assert store.mask in ("completion_mask", "assistant_masks", "labels")
-    if cls == "sft" and store.mask == "assistant_masks":
-        pytest.skip("TRL takes assistant_only_loss only for conversational data it tokenizes itself")
     sampler = db.BucketSampler(store.lengths(), max_tokens=128, seed=5, mode=mode)
     args = dict(num_train_epochs=2, gradient_accumulation_steps=4)
     if cls == "sft":

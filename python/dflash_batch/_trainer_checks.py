@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from ._core import PlanError
-from .reading import MASK_COLUMNS
+from .collate import collate
+from .reading import MASK_COLUMNS, TokenStore
 
 #: Rows of ``train_dataset`` whose tokens are compared with the store's (evenly spaced, first and last).
 SAMPLED_ROWS = 16
@@ -106,42 +107,69 @@ def check_dataset(dataset: Any, store: Any, args: Any) -> None:
                     f"{len(store[int(row)])}: the store was built from other data (or TRL re-tokenized, truncated "
                     "or packed it); build the store from the train_dataset the Trainer trains"
                 )
+    _check_mask(dataset, store, args, columns)
+
+
+def store_of(dataset: Any, args: Any) -> Any:
+    """The store of ``train_dataset`` as the Trainer holds it (TRL has tokenized it by now), applying the
+    mask column the dataset and arguments say: the first wanted one that masks a sampled row."""
+    if dataset is None:
+        raise TypeError("BucketTrainer needs store= or a train_dataset to read the store from")
+    columns = list(getattr(dataset, "column_names", None) or [])
+    wanted = [c for c in MASK_COLUMNS if c in columns and _wanted(c, args)] if len(dataset) else []
+    masking = [c for c in wanted if any(not _keeps(dataset[row], [c]).all() for row in _sampled(dataset))]
+    return TokenStore(dataset, mask=masking[0] if masking else None)
+
+
+def _check_mask(dataset: Any, store: Any, args: Any, columns: list[str]) -> None:
+    """The tokens the dataset says the loss counts (its ``labels`` and the 0/1 masks the arguments want,
+    as TRL combines them) are the ones the store's mask keeps, on the sampled rows."""
+    wanted = [column for column in MASK_COLUMNS if column in columns and _wanted(column, args)]
     applied = store.mask
-    if applied is not None and not _wanted(applied, args):
-        flag = "completion_only_loss" if applied == "completion_mask" else "assistant_only_loss"
-        raise PlanError(
-            f"{flag}={getattr(args, flag)!r} says the loss counts every token, but the store applies its "
-            f"{applied!r} mask; build the store with mask=None, or leave {flag} at its default"
-        )
-    for column in MASK_COLUMNS:
-        if column != applied and column in columns and _wanted(column, args) and _masks(dataset, column):
+    for row in _sampled(dataset):
+        item = dataset[row]
+        theirs = _keeps(item, wanted)
+        ours = collate(store, np.array([row]))["labels"][0, : len(store[row])] != -100
+        if np.array_equal(theirs, ours):
+            continue
+        masking = [c for c in wanted if not _keeps(item, [c]).all()]
+        if applied is not None and not masking and getattr(args, "completion_only_loss", None) is False:
             raise PlanError(
-                f"train_dataset has a {column!r} column that masks the loss, but the store applies "
-                f"{'no mask' if applied is None else repr(applied)}: training would count other tokens; build "
-                f"the store with mask={column!r} (or mask='auto')"
+                f"completion_only_loss=False says the loss counts every token, but the store applies its "
+                f"{applied!r} mask; build the store with mask=None, or leave completion_only_loss at its default"
             )
+        said = " and ".join(repr(c) for c in masking) or "no mask"
+        fix = f"mask={masking[0]!r} (or mask='auto')" if masking else "mask=None"
+        raise PlanError(
+            f"train_dataset has a {said} column that masks the loss (row {row} keeps {int(theirs.sum())} of "
+            f"{len(theirs)} tokens), but the store applies {'no mask' if applied is None else repr(applied)} "
+            f"(keeps {int(ours.sum())}): training would count other tokens; build the store with {fix}"
+            if masking
+            else f"train_dataset row {row} has no loss mask, but the store applies {applied!r} (keeps "
+            f"{int(ours.sum())} of {len(ours)} tokens): build the store with {fix}, or from the dataset that has it"
+        )
+
+
+def _sampled(dataset: Any) -> list[int]:
+    return [int(r) for r in np.unique(np.linspace(0, len(dataset) - 1, SAMPLED_ROWS).astype(np.int64))]
 
 
 def _wanted(column: str, args: Any) -> bool:
-    """Whether the trainer's arguments want ``column`` applied (TRL can be told to train every token)."""
+    """Whether the trainer's arguments want ``column`` applied: TRL can be told to train every token of a
+    prompt-completion row; it applies ``assistant_masks`` (which it tokenizes under assistant_only_loss)
+    and ``labels`` whenever they are there."""
     if column == "completion_mask":
         return getattr(args, "completion_only_loss", None) is not False
-    if column == "assistant_masks" and hasattr(args, "assistant_only_loss"):
-        return bool(args.assistant_only_loss)
     return True
 
 
-def _masks(dataset: Any, column: str) -> bool:
-    """Whether the sampled rows of ``column`` mask any position."""
-    for row in np.unique(np.linspace(0, len(dataset) - 1, SAMPLED_ROWS).astype(np.int64)):
-        item = dataset[int(row)]
+def _keeps(item: Any, columns: list[str]) -> np.ndarray:
+    """Which positions of ``item`` carry a label under ``columns`` (all of them when none)."""
+    keep = np.ones(len(item["input_ids"]), dtype=bool)
+    for column in columns:
         values = np.asarray(item[column])
-        if column == "labels":
-            if not np.array_equal(values, np.asarray(item.get("input_ids", values))):
-                return True
-        elif len(values) and not values.all():
-            return True
-    return False
+        keep &= values != -100 if column == "labels" else values.astype(bool)
+    return keep
 
 
 def _warn(message: str) -> None:

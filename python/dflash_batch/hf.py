@@ -29,7 +29,7 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from transformers import Trainer
@@ -68,8 +68,13 @@ class BucketTrainer(Trainer):
     Args:
         sampler: the :class:`BucketSampler` of ``train_dataset``, built with this process's rank (the
             default under ``torchrun``). Its ``accumulation`` must be left unset or equal
-            ``gradient_accumulation_steps``.
-        store: the :class:`TokenStore` holding the token column of ``train_dataset``.
+            ``gradient_accumulation_steps``. Or a dict of its keyword arguments (``max_tokens``, ``seed``,
+            ``mode``, ...): the sampler is then built from the store's lengths once the Trainer holds its
+            dataset — the way for data a trainer tokenizes itself (TRL's conversational or
+            prompt-completion text).
+        store: the :class:`TokenStore` holding the token column of ``train_dataset``. ``None`` (default):
+            read from ``train_dataset`` as the Trainer holds it after preparing it (TRL tokenizes text and
+            turns its masks into ``labels`` first), with the loss mask the dataset and arguments say.
         loader_kwargs: passed to :class:`Loader` (``pad_id``, ``prefetch``, ``dtype``, ...). The
             device defaults to the Trainer's when it is a GPU, so batches are copied on a side stream.
         eval_store: the token store of ``eval_dataset`` (default: read from ``eval_dataset``).
@@ -79,22 +84,30 @@ class BucketTrainer(Trainer):
     def __init__(
         self,
         *args: Any,
-        sampler: BucketSampler,
-        store: TokenStore,
+        sampler: BucketSampler | Mapping[str, Any],
+        store: TokenStore | None = None,
         loader_kwargs: dict[str, Any] | None = None,
         eval_store: TokenStore | None = None,
         **kwargs: Any,
     ) -> None:
-        if not isinstance(sampler, BucketSampler):
-            raise TypeError(f"sampler must be a dflash_batch.BucketSampler, got {type(sampler).__name__}")
-        if not isinstance(store, TokenStore):
-            raise TypeError(f"store must be a dflash_batch.TokenStore, got {type(store).__name__}")
+        if not isinstance(sampler, (BucketSampler, Mapping)):
+            raise TypeError(
+                "sampler must be a dflash_batch.BucketSampler or a dict of its keyword arguments, got "
+                f"{type(sampler).__name__}"
+            )
+        if store is not None and not isinstance(store, TokenStore):
+            raise TypeError(f"store must be a dflash_batch.TokenStore or None, got {type(store).__name__}")
         if eval_store is not None and not isinstance(eval_store, TokenStore):
             raise TypeError(f"eval_store must be a dflash_batch.TokenStore, got {type(eval_store).__name__}")
         user_collator = kwargs.get("data_collator", args[2] if len(args) > 2 else None)
         # Before the Trainer's own checks, which would say an iterable dataset lacks a length.
         refuse_collections_and_streams(kwargs.get("train_dataset", args[3] if len(args) > 3 else None))
         super().__init__(*args, **kwargs)
+        if store is None:
+            store = _trainer_checks.store_of(self.train_dataset, self.args)
+        if isinstance(sampler, Mapping):
+            options = {"accumulation": self.args.gradient_accumulation_steps, **sampler}
+            sampler = BucketSampler(store.lengths(), **options)
         _trainer_checks.settings_overridden(self.args, {"data_collator": user_collator}, sampler)
         _trainer_checks.check_max_length(self.args, store.lengths())
         _trainer_checks.check_dataset(self.train_dataset, store, self.args)
