@@ -43,6 +43,8 @@ fuzz: build
 		$(BIN)/python -m pytest -q tests/test_adversarial.py tests/test_arrow_mutations.py tests/test_arrow_fuzz.py \
 		tests/test_megatron.py::test_damaged_indexes_never_lose_rows_silently tests/test_position.py::test_position_state_machine
 	$(BIN)/python tests/_adversary.py fuzz-report.jsonl
+	DFLASH_MEMORY_SAMPLES=10000000 DFLASH_MEMORY_HEADROOMS=0,50,80,112,150,200,256,350,500,640 \
+		$(BIN)/python -m pytest -q tests/test_memory.py
 
 lint: venv
 	cargo fmt --all --check

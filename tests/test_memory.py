@@ -70,3 +70,92 @@ def test_too_little_address_space_is_a_memory_error_naming_the_work(headroom, st
 def test_the_same_plan_runs_with_room():
     child = run_child(5_000_000, 600, "plan")
     assert child.returncode == 0 and "planned" in child.stdout, child.stderr[-2000:]
+
+
+# -- every data-sized entry point, called under a cap after being built without one (issue 29) --------
+
+SWEEP = textwrap.dedent(
+    """
+    import pickle, resource, sys
+    import numpy as np
+    import dflash_batch as db
+
+    entry, samples, headroom_mib, folder = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    lengths = np.random.default_rng(0).integers(1, 4096, samples).astype(np.uint32)
+    budget = {"max_tokens": 65536, "seed": 1}
+    variants = {
+        "default": {}, "packed": {"mode": "packed"}, "trim": {"trim_steps": True, "world_size": 4},
+        "truncate": {"mode": "packed", "oversize": "truncate", "max_tokens": 2048},
+    }
+    kind, _, variant = entry.partition(":")
+    if kind == "plan":  # a later epoch, as every epoch after the first of a real run
+        sampler = db.BucketSampler(lengths, **{**budget, **variants[variant]})
+        sampler.plan(0)
+        call = lambda: sampler.plan(1)
+    elif kind == "stats":
+        plan = db.BucketSampler(lengths, **{**budget, **variants[variant]}).plan(0)
+        call = plan.stats
+    elif kind in ("label_tokens", "pickle"):
+        sampler = db.BucketSampler(lengths, **budget)
+        sampler.plan(0)
+        call = (lambda: sampler.label_tokens(0)) if kind == "label_tokens" else (lambda: pickle.dumps(sampler))
+    elif kind == "gather":
+        import pyarrow as pa
+        path = folder + "/tokens.arrow"
+        table = pa.table({"input_ids": pa.ListArray.from_arrays(pa.array(np.arange(samples + 1) * 2, pa.int32()),
+                                                                 pa.array(np.ones(2 * samples, np.int32)))})
+        with pa.ipc.new_file(path, table.schema) as writer:
+            writer.write_table(table)
+        store = db.TokenStore(path)
+        rows = np.tile(np.arange(samples, dtype=np.int64), 4)
+        call = lambda: store.gather(rows)
+    elif kind == "read_lengths":
+        import pyarrow as pa
+        path = folder + "/lengths.arrow"
+        table = pa.table({"seq_len": pa.array(lengths, pa.int64())})
+        with pa.ipc.new_file(path, table.schema) as writer:
+            writer.write_table(table)
+        call = lambda: db.read_lengths(path, column="seq_len")
+    elif kind == "seed_workload":
+        call = lambda: db.seed_workload(samples * 8)
+    del lengths
+    with open("/proc/self/status") as f:
+        size = next(int(line.split()[1]) for line in f if line.startswith("VmSize:")) * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (size + headroom_mib * 2**20, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    try:
+        call()
+    except MemoryError as error:
+        print("MemoryError:", error)
+        sys.exit(0)
+    print("ok")
+    """
+)
+
+ENTRIES = [
+    "plan:default", "plan:packed", "plan:trim", "plan:truncate", "stats:default", "stats:packed",
+    "label_tokens", "pickle", "gather", "read_lengths", "seed_workload",
+]  # fmt: skip
+#: Headrooms in MiB above the process's size when the cap is set; ``make fuzz`` sweeps more.
+HEADROOMS = [int(h) for h in os.environ.get("DFLASH_MEMORY_HEADROOMS", "0,12,40,200").split(",")]
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_every_entry_point_under_a_cap_returns_or_raises_memory_error(entry, tmp_path):
+    """Built without a cap, then capped at each headroom and called: a result or a MemoryError naming
+    the work, never a signal (Rust aborts on a failed allocation it did not reserve)."""
+    samples = int(os.environ.get("DFLASH_MEMORY_SAMPLES", "1000000"))
+    outcomes = []
+    for headroom in HEADROOMS:
+        child = subprocess.run(
+            [sys.executable, "-c", SWEEP, entry, str(samples), str(headroom), str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "RAYON_NUM_THREADS": "2", "MALLOC_ARENA_MAX": "2"},
+        )
+        said = (child.stdout.strip().splitlines() or [""])[-1]
+        assert child.returncode == 0, f"{entry} at {headroom} MiB: rc {child.returncode}: {child.stderr[-1500:]}"
+        # numpy and pickle raise a bare MemoryError; the core names the work and the size
+        assert said == "ok" or said.startswith("MemoryError"), f"{entry} at {headroom} MiB: {said!r}"
+        outcomes.append(said.split(":")[0])
+    assert outcomes[-1] == "ok" or samples > 1_000_000, f"{entry}: no headroom was enough: {outcomes}"

@@ -15,6 +15,7 @@ import numpy as np
 from ._core import PlanError
 
 _U64 = 1 << 64
+_U32_MAX = (1 << 32) - 1
 
 
 def _is_hex(text: str) -> bool:
@@ -40,6 +41,7 @@ def _length_chunks(lengths: Any) -> list[np.ndarray]:
     if array.ndim != 1:
         raise PlanError(f"lengths must be 1-D, got an array of shape {array.shape}; pass one length per sample")
     if array.dtype.kind not in "iu":
+        _first_non_length(lengths if isinstance(lengths, (list, tuple)) else array)
         raise TypeError(f"lengths must be integers, got dtype {array.dtype}; convert with .astype(np.int64)")
     if not array.dtype.isnative:
         raise TypeError(
@@ -47,6 +49,37 @@ def _length_chunks(lengths: Any) -> list[np.ndarray]:
             f"lengths.astype({array.dtype.newbyteorder('=').name!r})"
         )
     return [np.ascontiguousarray(array)]
+
+
+def _first_non_length(values: Any) -> None:
+    """Numpy made no integer array of ``values``: the first row that is missing (None, NA, NaN), or an
+    integer out of range (which is why numpy fell back to floats or objects) raises, naming it; only
+    non-integral values are left to the caller's ``TypeError``."""
+    for row, value in enumerate(values):
+        if isinstance(value, (bool, np.bool_)):
+            continue
+        if isinstance(value, (int, np.integer)):
+            value = int(value)
+            if value <= 0:
+                raise PlanError(
+                    f"length {value} at row {row} is not positive; every sample needs at least one token "
+                    "(filter empty samples out of the dataset first)"
+                )
+            if value > _U32_MAX:
+                raise PlanError(
+                    f"length {value} at row {row} exceeds the largest supported length {_U32_MAX}; check the column"
+                )
+            continue
+        if value is None or (isinstance(value, (float, np.floating)) and np.isnan(value)) or _is_na(value):
+            raise PlanError(
+                f"lengths row {row} is missing ({value!r}); drop or fill those samples first "
+                "(e.g. dataset.filter, or Series.dropna())"
+            )
+
+
+def _is_na(value: Any) -> bool:
+    """pandas' ``NA`` (and ``NaT``) without importing pandas."""
+    return type(value).__name__ in ("NAType", "NaTType")
 
 
 def _is_arrow(value: Any) -> bool:

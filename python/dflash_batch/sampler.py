@@ -200,6 +200,8 @@ class BucketSampler:
         key = (epoch, position.generation)  # a restore may change what the epoch carries
         if self._plan is not None and self._plan_key == key:
             return self._plan
+        if epoch == position.epoch:  # released before planning its successor: one epoch's plan at a time
+            self._plan = self._plan_key = None
         plan = checkpoint.carried_plan(self, epoch)
         if plan is None:
             plan = self._planner.plan(epoch)

@@ -18,6 +18,7 @@ pyarrow table instead (the Arrow C stream interface), still without copying the 
 
 from __future__ import annotations
 
+import errno
 import glob
 import json
 import os
@@ -92,10 +93,9 @@ def _regular(paths: Any) -> tuple[str, ...]:
         except PermissionError as error:
             raise PermissionError(f"{path} cannot be read ({error.strerror}); check its permissions") from None
         if not stat.S_ISREG(mode):
-            from ._core import DataError
-
-            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
-            raise DataError(
+            kinds = {stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO", stat.S_ISSOCK: "a socket"}
+            kind = next((name for test, name in kinds.items() if test(mode)), "a device")
+            raise _data_error(
                 f"{path} is {kind}, not a regular file; pass an Arrow file, a save_to_disk directory "
                 "or a Megatron prefix"
             )
@@ -156,21 +156,36 @@ def _paths(item: Any) -> list[str]:
         if not matches:  # a glob over Megatron prefixes: `data/*_text_document`
             matches = sorted({m[:-4] + ".idx" for suffix in MEGATRON_SUFFIXES for m in glob.glob(path + suffix)})
         if not matches:
+            _reachable(os.path.dirname(path) or ".", path)
             raise FileNotFoundError(f"no files match the pattern {path!r}")
         return [p for m in matches for p in (_directory(m) if os.path.isdir(m) else [m])]
-    try:
-        os.stat(path)
-    except PermissionError as error:  # exists() says False for a file behind an unsearchable directory
-        raise PermissionError(
-            f"{path} cannot be reached ({error.strerror}): a directory on its path cannot be searched; "
-            "check its permissions"
-        ) from None
-    except OSError:
-        pass
+    _reachable(path, path)
     raise FileNotFoundError(
         f"{path} does not exist; pass an Arrow file, a save_to_disk directory, a Megatron prefix "
         "(the path before .bin/.idx) or a glob"
     )
+
+
+def _reachable(path: str, given: str) -> None:
+    """Raises what keeps ``path`` out of reach when it is not that it is missing: ``exists()`` and
+    ``glob`` say nothing for a path behind an unsearchable directory, or one longer than the system takes."""
+    try:
+        os.stat(path)
+    except PermissionError as error:
+        raise PermissionError(
+            f"{given} cannot be reached ({error.strerror}): a directory on its path cannot be searched; "
+            "check its permissions"
+        ) from None
+    except OSError as error:
+        if error.errno == errno.ENAMETOOLONG:
+            raise OSError(
+                errno.ENAMETOOLONG,
+                f"{given[:80]}... ({len(given)} characters) is longer than the system accepts in a path "
+                f"({os.pathconf('/', 'PC_PATH_MAX')} bytes) or a name in it; pass a shorter path, or a "
+                "symlink to the folder",
+            ) from None
+    if glob.has_magic(given) and os.path.isdir(path) and not os.access(path, os.R_OK | os.X_OK):
+        raise PermissionError(f"the pattern {given!r} cannot be matched: directory {path} cannot be listed")
 
 
 def _directory(path: str) -> list[str]:
@@ -181,8 +196,10 @@ def _directory(path: str) -> list[str]:
             return [os.path.join(path, name) for name in files]
     splits = os.path.join(path, "dataset_dict.json")
     if os.path.exists(splits):
-        with open(splits, encoding="utf-8") as f:
-            names = json.load(f).get("splits", [])
+        fix = "pass one split's directory (the folders beside dataset_dict.json)"
+        names = _json_object(splits, "the object DatasetDict.save_to_disk writes", fix).get("splits", [])
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise _data_error(f"{splits}: splits is {names!r}, not a list of split names; {fix}")
         example = os.path.join(path, names[0]) if names else os.path.join(path, "train")
         raise FileNotFoundError(
             f"{path} holds a DatasetDict with splits {names}; pass one split's directory, e.g. {example!r}"
@@ -202,26 +219,40 @@ def _directory(path: str) -> list[str]:
 
 def _state_files(state: str) -> list[str]:
     """The shard file names a ``save_to_disk`` directory's ``state.json`` lists, checked entry by entry."""
-    from ._core import DataError
-
     fix = "write the dataset again with save_to_disk, or delete state.json to read the directory's Arrow files"
-    try:
-        with open(state, encoding="utf-8") as f:
-            content = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise DataError(f"{state} is not JSON ({error}); {fix}") from None
-    if not isinstance(content, dict):
-        raise DataError(f"{state} holds a {type(content).__name__}, not the object save_to_disk writes; {fix}")
+    content = _json_object(state, "the object save_to_disk writes", fix)
     files = content.get("_data_files", [])
     if not isinstance(files, list):
-        raise DataError(f"{state}: _data_files is a {type(files).__name__}, not a list of shards; {fix}")
+        raise _data_error(f"{state}: _data_files is a {type(files).__name__}, not a list of shards; {fix}")
     names = []
     for k, entry in enumerate(files):
         name = entry.get("filename") if isinstance(entry, dict) else None
         if not isinstance(name, str) or not name:
-            raise DataError(f"{state}: shard entry {k} ({entry!r}) has no filename; {fix}")
+            raise _data_error(f"{state}: shard entry {k} ({entry!r}) has no filename; {fix}")
         names.append(name)
     return names
+
+
+def _json_object(path: str, expected: str, fix: str) -> dict:
+    """A sidecar JSON file's object (``state.json``, ``dataset_dict.json``): anything else — not a regular
+    file, not UTF-8, not JSON, not an object — is a ``DataError`` naming the file and what was expected."""
+    _regular([path])
+    try:
+        with open(path, encoding="utf-8") as f:
+            content = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise _data_error(f"{path} is not UTF-8 JSON ({error}); it should hold {expected}; {fix}") from None
+    except IsADirectoryError:
+        raise _data_error(f"{path} is a directory; it should be a file holding {expected}; {fix}") from None
+    if not isinstance(content, dict):
+        raise _data_error(f"{path} holds a {type(content).__name__}, not {expected}; {fix}")
+    return content
+
+
+def _data_error(message: str) -> Exception:
+    from ._core import DataError
+
+    return DataError(message)
 
 
 def _from_dataset(dataset: Any) -> Source:

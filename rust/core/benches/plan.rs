@@ -5,7 +5,7 @@ use dflash_batch_core::workload::{seed_lengths, SEED_SAMPLES};
 use dflash_batch_core::{Batching, Boundaries, Config, Planner};
 
 fn plan_epoch(c: &mut Criterion) {
-    let lengths = seed_lengths(SEED_SAMPLES, 0);
+    let lengths = seed_lengths(SEED_SAMPLES, 0).expect("the seed workload fits");
     for (name, boundaries) in [
         ("6 buckets", Boundaries::Count(6)),
         ("auto", Boundaries::Auto),

@@ -43,7 +43,8 @@ fn main() {
             Batching::Tokens(16_384)
         })
     };
-    let mut planner = Planner::new(seed_lengths(SEED_SAMPLES, 0), config)
+    let lengths = seed_lengths(SEED_SAMPLES, 0).expect("the seed workload fits");
+    let mut planner = Planner::new(lengths, config)
         .expect("valid config")
         .with_threads(threads);
     if shape == "stream" {

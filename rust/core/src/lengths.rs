@@ -69,9 +69,11 @@ impl Lengths {
     }
 
     /// The lengths widened to `u32` (a copy).
-    pub fn to_u32_vec(&self) -> Vec<u32> {
-        fn widen<L: Length>(values: &[L]) -> Vec<u32> {
-            values.iter().map(|&l| l.into()).collect()
+    pub fn to_u32_vec(&self) -> crate::error::Result<Vec<u32>> {
+        fn widen<L: Length>(values: &[L]) -> crate::error::Result<Vec<u32>> {
+            let mut out = crate::memory::vec_with_capacity("copying the lengths", values.len())?;
+            out.extend(values.iter().map(|&l| Into::<u32>::into(l)));
+            Ok(out)
         }
         with_lengths!(self, v => widen(v))
     }
@@ -210,7 +212,7 @@ mod tests {
         assert_eq!(small, Lengths::U16(vec![3, 65_535, 7]));
         let large = Lengths::from_chunks(&[&[3u32][..], &[65_536][..]]).unwrap();
         assert_eq!(large, Lengths::U32(vec![3, 65_536]));
-        assert_eq!(large.to_u32_vec(), [3, 65_536]);
+        assert_eq!(large.to_u32_vec().unwrap(), [3, 65_536]);
         assert_eq!(Lengths::from(vec![5u32, 9]), Lengths::U16(vec![5, 9]));
         let err = Lengths::from_chunks(&[&[3i32][..], &[2, -4][..]]).unwrap_err();
         assert_eq!(

@@ -1,23 +1,41 @@
 //! Memory reserved up front, so that running out is an [`ErrorKind::OutOfMemory`] (a `MemoryError` in
 //! Python) instead of Rust's abort on a failed allocation, which no caller can catch.
 //!
-//! Planning works in buffers sized by the number of samples: probing for their peak once before
-//! starting tells, under an address-space limit (`ulimit -v`, containers), whether they will fit. A
-//! probe is allocated and released at once (allocations this large are mapped and unmapped
-//! whole), so it costs no page of memory.
+//! The discipline: every entry point whose memory grows with the data reserves its peak before it
+//! starts — planning ([`crate::Planner::plan_bytes`], per sample and per batch), preparing a planner,
+//! a plan's stats, reading a column, mapping rows, gathering rows, counting labels, indexing a mask,
+//! resuming on other ranks — and every vector the binding copies out of numpy, or that grows past
+//! what was reserved (a mask's runs, the seed workload, the lengths' copy), is allocated with
+//! [`vec_with_capacity`] or `try_reserve`. `tests/memory_peaks.rs` counts what planning and stats
+//! really allocate against their reservations, and the Python suite calls every entry point under an
+//! address-space cap (`tests/test_memory.py`).
+//!
+//! A reservation is a probe: allocated and released at once (allocations this large are mapped
+//! and unmapped whole), so it costs no page of memory, and under an address-space limit (`ulimit
+//! -v`, containers) it tells whether the work will fit.
 
 use crate::error::{ErrorKind, Result};
 
-/// Working memory a plan takes per sample at its peak: the crate promises a `u32` per sample, two
-/// while batches are reordered (measured peak: 6.0 bytes a sample at 20M samples).
-pub const PLAN_BYTES_PER_SAMPLE: u64 = 8;
+/// Working memory an epoch's plan takes per sample at its peak, formed bucket by bucket (epochs up
+/// to `ARRANGE_MAX_SAMPLES`): the plan, the buckets' rows, the shuffled copies and the calibration
+/// forms of the first plan (`tests/memory_peaks.rs` measures every path against it).
+pub const ARRANGED_BYTES_PER_SAMPLE: u64 = 30;
+
+/// The same for streamed epochs (larger ones): the plan and the permutation, lengths carried with it.
+pub const STREAMED_BYTES_PER_SAMPLE: u64 = 12;
+
+/// Working memory per batch: offsets, costs and the balancing order.
+pub const PLAN_BYTES_PER_BATCH: u64 = 48;
+
+/// Working memory of a plan whatever its size: bucket tables, histograms, thread-local buffers.
+pub const PLAN_FIXED_BYTES: u64 = 8 << 20;
 
 /// Working memory a planner takes per sample while it is built (bucket tables and, for epochs small
 /// enough to arrange bucket by bucket, a `u32` per sample).
 pub const PREPARE_BYTES_PER_SAMPLE: u64 = 4;
 
 /// Fixed overhead on top of the per-sample buffers (histograms, bucket tables).
-const SLACK_BYTES: u64 = 1 << 20;
+pub const SLACK_BYTES: u64 = 1 << 20;
 
 /// Checks that `bytes` can be allocated now, for `what`.
 pub fn reserve(what: &'static str, bytes: u64) -> Result<()> {

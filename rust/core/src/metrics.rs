@@ -95,6 +95,26 @@ impl Deciles {
         with_lengths!(lengths, v => Self::new(v))
     }
 
+    /// Bytes [`Deciles::new`] allocates at its peak for `lengths`: the table or the sorted copy,
+    /// and a mass for each distinct length (16 bytes, in a vector that grows by doubling).
+    pub fn bytes(lengths: &crate::lengths::Lengths) -> u64 {
+        fn longest<L: Length>(v: &[L]) -> u64 {
+            v.iter()
+                .map(|&l| u64::from(Into::<u32>::into(l)))
+                .max()
+                .unwrap_or(0)
+        }
+        let n = lengths.len() as u64;
+        let longest = with_lengths!(lengths, v => longest(v));
+        let table = longest <= (TABLE_MAX as u64).max(n / 2);
+        let distinct = n.min(longest + 1);
+        if table {
+            (longest + 1) * 8 + distinct * 48
+        } else {
+            n * 4 + distinct * 48
+        }
+    }
+
     /// The decile of a length: that of the longest length seen at or below it (lengths past the
     /// longest seen count in its decile). Counting the thresholds passed has no branch to mispredict.
     #[inline]
@@ -315,13 +335,26 @@ pub struct Report {
 
 /// [`window_tv`] and [`rank_imbalance`] of a plan made by `planner` (whose lengths `deciles` were built
 /// from), for windows of `window` batches.
+/// `deciles` are the lengths' (built here on first use, and kept). [`ErrorKind::OutOfMemory`] when
+/// its working memory (a cost per batch, the deciles' tables) cannot be allocated.
+///
+/// [`ErrorKind::OutOfMemory`]: crate::error::ErrorKind::OutOfMemory
 pub fn report(
     planner: &crate::plan::planner::Planner,
-    deciles: &Deciles,
+    deciles: &std::sync::OnceLock<Deciles>,
     (offsets, indices): (&[u64], &[u32]),
     window: usize,
-) -> Report {
-    with_lengths!(planner.lengths(), lengths => report_with(planner.config(), lengths, deciles, (offsets, indices), window))
+) -> crate::error::Result<Report> {
+    // A batch's cost, and a step's ratio.
+    let mut bytes = offsets.len() as u64 * 16;
+    if deciles.get().is_none() {
+        bytes += Deciles::bytes(planner.lengths());
+    }
+    crate::memory::reserve("computing a plan's stats", bytes)?;
+    let deciles = deciles.get_or_init(|| Deciles::of_lengths(planner.lengths()));
+    Ok(
+        with_lengths!(planner.lengths(), lengths => report_with(planner.config(), lengths, deciles, (offsets, indices), window)),
+    )
 }
 
 fn report_with<L: Length>(

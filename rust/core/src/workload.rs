@@ -17,8 +17,12 @@ pub const SEED_BINS: [(u32, u32, f64); 5] = [
 /// Samples in the seed dataset.
 pub const SEED_SAMPLES: usize = 902_087;
 
-/// `n` lengths of the seed workload, reproducible from `seed`.
-pub fn seed_lengths(n: usize, seed: u64) -> Vec<u32> {
+/// `n` lengths of the seed workload, reproducible from `seed` ([`ErrorKind::OutOfMemory`] when `n`
+/// lengths cannot be allocated).
+///
+/// [`ErrorKind::OutOfMemory`]: crate::error::ErrorKind::OutOfMemory
+pub fn seed_lengths(n: usize, seed: u64) -> crate::error::Result<Vec<u32>> {
+    let mut lengths = crate::memory::vec_with_capacity("generating the seed workload", n)?;
     let mut rng = Pcg64::new(seed, 0, Stream::Workload);
     let mut unit = || {
         // 53 random bits → a float in [0, 1).
@@ -26,23 +30,22 @@ pub fn seed_lengths(n: usize, seed: u64) -> Vec<u32> {
         let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
         u
     };
-    (0..n)
-        .map(|_| {
-            let mut pick = unit();
-            let &(lo, hi, _) = SEED_BINS
-                .iter()
-                .find(|&&(_, _, share)| {
-                    pick -= share;
-                    pick < 0.0
-                })
-                .unwrap_or(&SEED_BINS[SEED_BINS.len() - 1]);
-            let span = f64::from(hi + 1) / f64::from(lo);
-            // Log-uniform in [lo, hi + 1), floored and clamped: always within the bin.
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            let length = (f64::from(lo) * span.powf(unit())) as u32;
-            length.clamp(lo, hi)
-        })
-        .collect()
+    lengths.extend((0..n).map(|_| {
+        let mut pick = unit();
+        let &(lo, hi, _) = SEED_BINS
+            .iter()
+            .find(|&&(_, _, share)| {
+                pick -= share;
+                pick < 0.0
+            })
+            .unwrap_or(&SEED_BINS[SEED_BINS.len() - 1]);
+        let span = f64::from(hi + 1) / f64::from(lo);
+        // Log-uniform in [lo, hi + 1), floored and clamped: always within the bin.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let length = (f64::from(lo) * span.powf(unit())) as u32;
+        length.clamp(lo, hi)
+    }));
+    Ok(lengths)
 }
 
 #[cfg(test)]
@@ -51,7 +54,7 @@ mod tests {
 
     #[test]
     fn matches_the_seed_statistics() {
-        let lengths = seed_lengths(200_000, 0);
+        let lengths = seed_lengths(200_000, 0).unwrap();
         let mean = lengths.iter().map(|&l| f64::from(l)).sum::<f64>() / lengths.len() as f64;
         let mut sorted = lengths.clone();
         sorted.sort_unstable();

@@ -179,7 +179,7 @@ proptest! {
 
 #[test]
 fn large_plans_are_deterministic_across_threads_and_differ_across_epochs() {
-    let lengths = dflash_batch_core::workload::seed_lengths(300_000, 1);
+    let lengths = dflash_batch_core::workload::seed_lengths(300_000, 1).unwrap();
     let cfg = Config {
         world_size: 8,
         ..config(Batching::Tokens(16_384))
@@ -325,7 +325,7 @@ fn plan_hash(plan: &Plan) -> u64 {
 /// (permutation, parallel streams, flushes, rank splits), and checks it for 1 and 3 threads.
 #[test]
 fn golden_large_plan() {
-    let lengths = dflash_batch_core::workload::seed_lengths(200_000, 3);
+    let lengths = dflash_batch_core::workload::seed_lengths(200_000, 3).unwrap();
     let cfg = Config {
         seed: 11,
         world_size: 8,
@@ -491,7 +491,7 @@ fn skip_leaves_oversize_samples_out() {
 #[test]
 fn u16_and_u32_storage_give_the_same_plan() {
     use dflash_batch_core::lengths::Lengths;
-    let lengths = dflash_batch_core::workload::seed_lengths(50_000, 4);
+    let lengths = dflash_batch_core::workload::seed_lengths(50_000, 4).unwrap();
     let narrow: Vec<u16> = lengths.iter().map(|&l| u16::try_from(l).unwrap()).collect();
     for cfg in [
         Config {
@@ -514,7 +514,7 @@ fn u16_and_u32_storage_give_the_same_plan() {
 /// Carrying lengths through the permutation (large epochs) is an optimization only: same plan.
 #[test]
 fn companion_lengths_give_the_same_plan() {
-    let lengths = dflash_batch_core::workload::seed_lengths(120_000, 6);
+    let lengths = dflash_batch_core::workload::seed_lengths(120_000, 6).unwrap();
     let cfg = Config {
         world_size: 4,
         seed: 2,
@@ -688,7 +688,7 @@ proptest! {
 
 #[test]
 fn packed_rows_are_nearly_full_and_bucketed_rows_bound_their_longest() {
-    let lengths = dflash_batch_core::workload::seed_lengths(200_000, 9);
+    let lengths = dflash_batch_core::workload::seed_lengths(200_000, 9).unwrap();
     for bucketed in [false, true] {
         let cfg = Config {
             world_size: 8,
@@ -757,7 +757,7 @@ fn packed_settings_are_checked() {
 
 #[test]
 fn subset_plans_cover_exactly_the_subset_and_fingerprints_ignore_ranks() {
-    let lengths = dflash_batch_core::workload::seed_lengths(5000, 2);
+    let lengths = dflash_batch_core::workload::seed_lengths(5000, 2).unwrap();
     let cfg = Config {
         world_size: 3,
         ..config(Batching::Tokens(16_384))

@@ -60,7 +60,7 @@ proptest! {
 
 #[test]
 fn seed_workload_has_equal_steps_padded_packed_and_streamed() {
-    let lengths = seed_lengths(30_000, 5);
+    let lengths = seed_lengths(30_000, 5).unwrap();
     for mode in [
         Mode::Padded,
         Mode::Packed { bucketed: false },
@@ -86,7 +86,7 @@ fn seed_workload_has_equal_steps_padded_packed_and_streamed() {
 
 #[test]
 fn steps_are_known_before_the_first_plan_and_do_not_depend_on_which_epoch_comes_first() {
-    let lengths = seed_lengths(5_000, 1);
+    let lengths = seed_lengths(5_000, 1).unwrap();
     let cfg = Config {
         world_size: 4,
         ..Config::new(Batching::Tokens(16_384))
@@ -101,7 +101,7 @@ fn steps_are_known_before_the_first_plan_and_do_not_depend_on_which_epoch_comes_
 #[test]
 fn fixed_rows_per_batch_are_never_split_for_the_count() {
     // Cut bucket by bucket, a fixed batch size forms the same count in every epoch: no margin.
-    let lengths = seed_lengths(20_000, 2);
+    let lengths = seed_lengths(20_000, 2).unwrap();
     let planner = Planner::new(lengths.clone(), Config::new(Batching::Rows(8))).unwrap();
     for epoch in 0..5 {
         assert_eq!(planner.plan(epoch).unwrap().stats().split_batches, 0);

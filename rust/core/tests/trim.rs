@@ -50,7 +50,7 @@ fn check(lengths: &[u32], planner: &Planner, plan: &Plan) {
 
 #[test]
 fn trimming_raises_synchronous_efficiency_where_steps_wait() {
-    let lengths = seed_lengths(100_000, 1);
+    let lengths = seed_lengths(100_000, 1).unwrap();
     let attention = CostModel {
         linear: 1.0,
         quadratic: 1.0 / 30_720.0,
@@ -81,7 +81,7 @@ fn trimming_raises_synchronous_efficiency_where_steps_wait() {
 
 #[test]
 fn trimmed_plans_do_not_depend_on_thread_count() {
-    let lengths = seed_lengths(300_000, 2);
+    let lengths = seed_lengths(300_000, 2).unwrap();
     let cfg = config(1, CostModel::TOKENS, true);
     let one = Planner::new(lengths.clone(), cfg.clone())
         .unwrap()
@@ -96,7 +96,7 @@ fn trimmed_plans_do_not_depend_on_thread_count() {
 
 #[test]
 fn one_rank_plans_are_untouched_by_trimming() {
-    let lengths = seed_lengths(20_000, 3);
+    let lengths = seed_lengths(20_000, 3).unwrap();
     let plan = |trim_steps| {
         let cfg = Config {
             world_size: 1,
@@ -110,7 +110,7 @@ fn one_rank_plans_are_untouched_by_trimming() {
 
 #[test]
 fn trimming_changes_the_fingerprint() {
-    let lengths = seed_lengths(1_000, 4);
+    let lengths = seed_lengths(1_000, 4).unwrap();
     let fingerprint = |trim| {
         Planner::new(lengths.clone(), config(1, CostModel::TOKENS, trim))
             .unwrap()

@@ -160,10 +160,9 @@ impl Plan {
         let indices = self.indices.bind(py).readonly();
         let csr = (offsets.as_slice()?, indices.as_slice()?);
         let (planner, deciles, window) = (&self.planner, &self.deciles, self.window);
-        let report = py.detach(|| {
-            let deciles = deciles.get_or_init(|| Deciles::of_lengths(planner.lengths()));
-            metrics::report(planner, deciles, csr, window)
-        });
+        let report = py
+            .detach(|| metrics::report(planner, deciles, csr, window))
+            .map_err(to_py)?;
         let s = &self.stats;
         let d = PyDict::new(py);
         for (key, value) in [

@@ -178,7 +178,7 @@ impl Planner {
         epoch: u64,
         carried: PyReadonlyArray1<'_, u32>,
     ) -> PyResult<Plan> {
-        let carried = carried.as_slice()?.to_vec();
+        let carried = crate::arrays::copied(carried.as_slice()?.iter().copied())?;
         let inner = Arc::clone(&self.inner);
         let plan = py
             .detach(move || inner.plan_carrying(epoch, &carried))
@@ -215,8 +215,9 @@ impl Planner {
     }
 
     /// A copy of the lengths (the planner owns its own; this is for pickling).
-    fn lengths<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<u32>> {
-        PyArray1::from_vec(py, self.inner.lengths().to_u32_vec())
+    fn lengths<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<u32>>> {
+        let lengths = self.inner.lengths().to_u32_vec().map_err(to_py)?;
+        Ok(PyArray1::from_vec(py, lengths))
     }
 
     /// 64-bit fingerprint of the lengths and configuration, as 16 hex digits.

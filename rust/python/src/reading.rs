@@ -14,7 +14,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::arrays::read_only;
+use crate::arrays::{copied, read_only};
 use crate::errors::to_py;
 use crate::table::Table;
 
@@ -28,7 +28,7 @@ macro_rules! with_index_slice {
     (@try $indices:ident, $rows:ident => $body:expr; $($t:ty),*) => {{
         $(
             if let Ok(array) = $indices.extract::<::numpy::PyReadonlyArray1<'_, $t>>() {
-                let $rows: Vec<$t> = array.as_array().to_vec();
+                let $rows: Vec<$t> = $crate::arrays::copied(array.as_array().iter().copied())?;
                 let $rows = &$rows[..];
                 return Ok($body);
             }
@@ -80,7 +80,9 @@ pub(crate) fn read_lengths(
     rows: Option<PyReadonlyArray1<'_, u64>>,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<Py<PyArray1<u32>>> {
-    let rows = rows.map(|r| r.as_array().to_vec());
+    let rows = rows
+        .map(|r| copied(r.as_array().iter().copied()))
+        .transpose()?;
     let mut reporter = Progress::new(progress.as_ref());
     let result = py.detach(|| {
         dflash_batch_core::read_lengths(&paths, column, rows.as_deref(), |done| {
@@ -100,7 +102,9 @@ pub(crate) fn read_table_lengths(
     column: &str,
     rows: Option<PyReadonlyArray1<'_, u64>>,
 ) -> PyResult<Py<PyArray1<u32>>> {
-    let rows = rows.map(|r| r.as_array().to_vec());
+    let rows = rows
+        .map(|r| copied(r.as_array().iter().copied()))
+        .transpose()?;
     let lengths = py
         .detach(|| {
             dflash_batch_core::table_lengths(&table.schema, &table.batches, column, rows.as_deref())
@@ -129,7 +133,9 @@ impl TokenStore {
         rows: Option<PyReadonlyArray1<'_, u64>>,
         progress: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
-        let rows = rows.map(|r| r.as_array().to_vec());
+        let rows = rows
+            .map(|r| copied(r.as_array().iter().copied()))
+            .transpose()?;
         let mut reporter = Progress::new(progress.as_ref());
         let result =
             py.detach(|| CoreStore::open(&paths, column, rows, |done| reporter.report(done)));
@@ -145,7 +151,9 @@ impl TokenStore {
         column: &str,
         rows: Option<PyReadonlyArray1<'_, u64>>,
     ) -> PyResult<Self> {
-        let rows = rows.map(|r| r.as_array().to_vec());
+        let rows = rows
+            .map(|r| copied(r.as_array().iter().copied()))
+            .transpose()?;
         let store = py
             .detach(|| CoreStore::from_table(&table.schema, &table.batches, column, rows))
             .map_err(to_py)?;
@@ -161,7 +169,7 @@ impl TokenStore {
         offsets: PyReadonlyArray1<'_, i64>,
     ) -> PyResult<Self> {
         let tokens = gathered(tokens)?;
-        let offsets = offsets.as_array().to_vec();
+        let offsets = copied(offsets.as_array().iter().copied())?;
         let store = py
             .detach(|| CoreStore::from_rows(tokens, offsets))
             .map_err(to_py)?;
@@ -199,9 +207,13 @@ impl TokenStore {
         starts: Option<PyReadonlyArray1<'_, u32>>,
         lengths: Option<PyReadonlyArray1<'_, u32>>,
     ) -> PyResult<Py<PyArray1<u32>>> {
-        let indices = indices.as_array().to_vec();
-        let starts = starts.map(|a| a.as_array().to_vec());
-        let lengths = lengths.map(|a| a.as_array().to_vec());
+        let indices = copied(indices.as_array().iter().copied())?;
+        let starts = starts
+            .map(|a| copied(a.as_array().iter().copied()))
+            .transpose()?;
+        let lengths = lengths
+            .map(|a| copied(a.as_array().iter().copied()))
+            .transpose()?;
         let windows = starts.as_deref().zip(lengths.as_deref());
         let counts = py
             .detach(|| self.store.label_counts(&indices, windows))
@@ -211,7 +223,10 @@ impl TokenStore {
 
     /// Tokens per row, as a new read-only `uint32` array.
     fn lengths(&self, py: Python<'_>) -> PyResult<Py<PyArray1<u32>>> {
-        read_only(PyArray1::from_vec(py, self.store.lengths().to_vec()))
+        read_only(PyArray1::from_vec(
+            py,
+            copied(self.store.lengths().iter().copied())?,
+        ))
     }
 
     /// The numpy dtype name of the tokens, e.g. `int32` or `uint16`.
@@ -255,7 +270,7 @@ fn gathered(tokens: &Bound<'_, PyAny>) -> PyResult<Gathered> {
     macro_rules! extract {
         ($($v:ident $t:ident $arrow:ident $name:literal),*) => {
             $(if let Ok(t) = tokens.extract::<PyReadonlyArray1<'_, $t>>() {
-                return Ok(Gathered::$v(t.as_array().to_vec()));
+                return Ok(Gathered::$v(copied(t.as_array().iter().copied())?));
             })*
         };
     }

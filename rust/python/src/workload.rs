@@ -6,7 +6,13 @@ use pyo3::prelude::*;
 
 /// `n` lengths of the seed workload (the core's `seed_lengths`), as a new `uint32` array.
 #[pyfunction]
-pub(crate) fn seed_lengths(py: Python<'_>, n: usize, seed: u64) -> Bound<'_, PyArray1<u32>> {
-    let lengths = py.detach(|| dflash_batch_core::workload::seed_lengths(n, seed));
-    PyArray1::from_vec(py, lengths)
+pub(crate) fn seed_lengths(
+    py: Python<'_>,
+    n: usize,
+    seed: u64,
+) -> PyResult<Bound<'_, PyArray1<u32>>> {
+    let lengths = py
+        .detach(|| dflash_batch_core::workload::seed_lengths(n, seed))
+        .map_err(crate::errors::to_py)?;
+    Ok(PyArray1::from_vec(py, lengths))
 }

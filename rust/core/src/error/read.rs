@@ -106,6 +106,20 @@ pub enum ReadProblem {
         /// The code in the header.
         code: u8,
     },
+    /// A path that is not a regular file: a directory, a FIFO (whose open would wait for a writer
+    /// forever), a device or a socket.
+    NotRegular {
+        /// What it is instead.
+        what: &'static str,
+    },
+    /// A problem of another file than the one named (the `.bin` half of a Megatron pair named by
+    /// its `.idx` or prefix): the error names that file.
+    InFile {
+        /// The file that is wrong.
+        path: String,
+        /// What is wrong with it.
+        problem: Box<ReadProblem>,
+    },
     /// One half of a Megatron `.bin`/`.idx` pair is missing.
     MegatronHalfMissing {
         /// The file that is not there.
@@ -126,6 +140,12 @@ impl fmt::Display for ReadProblem {
         use ReadProblem as P;
         match self {
             P::Io { message, .. } => write!(f, "cannot be read: {message}"),
+            P::NotRegular { what } => write!(
+                f,
+                "is {what}, not a regular file; pass an Arrow file, a save_to_disk directory or a \
+                 Megatron prefix"
+            ),
+            P::InFile { path, problem } => write!(f, "{path} {problem}"),
             P::NotArrow { head } => {
                 let hint = match head.get(..4) {
                     Some(b"MMID") => "; it looks like a Megatron index: pass its prefix, or name it \

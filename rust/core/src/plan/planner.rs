@@ -187,12 +187,27 @@ impl Planner {
         with_lengths!(&self.lengths, v => self.plan_with(v, epoch))
     }
 
+    /// Bytes an epoch's planning allocates at its peak, at most (`tests/memory_peaks.rs` holds every
+    /// path to it): per sample, and per batch for epochs of few samples a batch.
+    pub fn plan_bytes(&self) -> u64 {
+        let samples = self.lengths.len() as u64;
+        let per_sample = if self.by_bucket.is_some() {
+            memory::ARRANGED_BYTES_PER_SAMPLE
+        } else {
+            memory::STREAMED_BYTES_PER_SAMPLE
+        };
+        // Before the first plan the batch count is unknown: at most one batch per sample.
+        let batches = self
+            .target
+            .get()
+            .map_or(samples, |&t| 2 * t as u64)
+            .min(samples);
+        memory::PLAN_FIXED_BYTES + samples * per_sample + batches * memory::PLAN_BYTES_PER_BATCH
+    }
+
     /// [`Planner::plan`] for one storage width of the lengths.
     fn plan_with<L: Length>(&self, lengths: &[L], epoch: u64) -> Result<Plan> {
-        memory::reserve(
-            "planning an epoch",
-            lengths.len() as u64 * memory::PLAN_BYTES_PER_SAMPLE,
-        )?;
+        memory::reserve("planning an epoch", self.plan_bytes())?;
         let former = self.former(lengths);
         let (mut order, mut formed, key, reformed) = self.form_within(&former, epoch);
         let target = self.target_batches(&former, None);
@@ -315,6 +330,8 @@ impl Planner {
         if self.config.drop_last || formed.offsets.len() - 1 <= target {
             return (order, formed, epoch, 0);
         }
+        // Released before forming again: one form at a time is what `plan_bytes` reserves.
+        drop((order, formed));
         for attempt in 1..=REFORM_ATTEMPTS {
             let key = reform_key(epoch, attempt);
             let (order, formed) = self.form(former, key);

@@ -31,6 +31,8 @@ pub struct Resumed {
 impl Planner {
     /// The rows of `epoch` that its first `step` steps on `old_world` ranks did not reach, ascending.
     pub fn rows_left(&self, epoch: u64, old_world: u32, step: u64) -> Result<Vec<u32>> {
+        // A copy of the lengths (at most a u32 each) and the rows left, beside the old plan's own.
+        crate::memory::reserve("resuming on other ranks", self.lengths().len() as u64 * 8)?;
         let mut config = self.config().clone();
         config.world_size = old_world;
         let old = Planner::new(Lengths::clone(self.lengths()), config)?.plan(epoch)?;

@@ -96,9 +96,10 @@ pub fn locate(
         }
         .into());
     }
-    let mut rows = Vec::with_capacity(entries.len());
-    let mut starts = Vec::with_capacity(entries.len());
-    let mut lengths = Vec::with_capacity(entries.len());
+    const WHAT: &str = "locating a plan's pieces";
+    let mut rows = memory::vec_with_capacity(WHAT, entries.len())?;
+    let mut starts = memory::vec_with_capacity(WHAT, entries.len())?;
+    let mut lengths = memory::vec_with_capacity(WHAT, entries.len())?;
     for &e in entries {
         let e = index(e).unwrap_or(0);
         lengths.push(planned[e]);

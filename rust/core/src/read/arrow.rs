@@ -81,14 +81,11 @@ pub fn read_column(
 
 /// Maps `path` read-only into a [`Buffer`] that keeps the map alive.
 pub(crate) fn map_file(path: &Path) -> Result<Buffer, ReadProblem> {
+    // Checked before opening: opening a FIFO waits for a writer, forever for a dataset.
+    regular(&std::fs::metadata(path).map_err(io_problem)?)?;
     let file = File::open(path).map_err(io_problem)?;
     let meta = file.metadata().map_err(io_problem)?;
-    if meta.is_dir() {
-        return Err(io_problem(std::io::Error::new(
-            std::io::ErrorKind::IsADirectory,
-            "it is a directory",
-        )));
-    }
+    regular(&meta)?;
     if meta.len() == 0 {
         return Err(ReadProblem::Truncated {
             detail: "the file is empty".into(),
@@ -100,6 +97,24 @@ pub(crate) fn map_file(path: &Path) -> Result<Buffer, ReadProblem> {
     #[allow(unsafe_code)]
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_problem)?;
     Ok(Buffer::from(bytes::Bytes::from_owner(map)))
+}
+
+/// [`ReadProblem::NotRegular`] unless `meta` is a regular file's.
+fn regular(meta: &std::fs::Metadata) -> Result<(), ReadProblem> {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = meta.file_type();
+    let what = if kind.is_file() {
+        return Ok(());
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "a device"
+    };
+    Err(ReadProblem::NotRegular { what })
 }
 
 fn io_problem(e: std::io::Error) -> ReadProblem {

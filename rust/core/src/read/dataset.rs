@@ -8,6 +8,7 @@ use arrow_schema::{Field, Schema};
 
 use crate::error::read::ReadProblem;
 use crate::error::{ErrorKind, Result};
+use crate::memory;
 use crate::read::arrow::Column;
 use crate::read::column::{accept_lengths, append_lengths, type_name};
 use crate::read::megatron;
@@ -55,6 +56,8 @@ pub fn for_each_file<P: AsRef<Path>>(
             }
         }
         rows += column.rows();
+        // What a reader keeps per row (a length, an offset) with room for its vectors to grow.
+        memory::reserve("reading a column", rows as u64 * READ_BYTES_PER_ROW)?;
         each(i, column).map_err(fail)?;
         progress(i + 1);
     }
@@ -63,6 +66,9 @@ pub fn for_each_file<P: AsRef<Path>>(
     }
     Ok(())
 }
+
+/// Bytes a reader keeps per row of the files read so far, at the peak of its vectors' growth.
+const READ_BYTES_PER_ROW: u64 = 16;
 
 /// The length of every row of `paths`, from column `name`: an integer column, or a list column whose
 /// offsets give the lengths. The result is copied out of the maps, which are closed on return: a
@@ -107,6 +113,12 @@ pub fn read_documents<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<u64>> {
     Ok(boundaries)
 }
 
+/// [`check_rows`], after reserving its memory and that of a `u32` a row.
+fn checked_rows(rows: &[u64], file_rows: usize) -> Result<Vec<usize>> {
+    memory::reserve("mapping rows", rows.len() as u64 * 12)?;
+    check_rows(rows, file_rows)
+}
+
 /// `rows` as positions among `file_rows` rows, each checked to exist.
 pub(crate) fn check_rows(rows: &[u64], file_rows: usize) -> Result<Vec<usize>> {
     rows.iter()
@@ -129,7 +141,7 @@ pub(crate) fn check_rows(rows: &[u64], file_rows: usize) -> Result<Vec<usize>> {
 pub(crate) fn map_rows(lengths: Vec<u32>, rows: Option<&[u64]>) -> Result<Vec<u32>> {
     match rows {
         None => Ok(lengths),
-        Some(rows) => Ok(check_rows(rows, lengths.len())?
+        Some(rows) => Ok(checked_rows(rows, lengths.len())?
             .into_iter()
             .map(|r| lengths[r])
             .collect()),
@@ -145,12 +157,13 @@ fn empty<P: AsRef<Path>>(paths: &[P]) -> crate::error::Error {
     read_failure(Path::new(&source), ReadProblem::Empty)
 }
 
+/// The error of `problem` in `path`, or in the file it names ([`ReadProblem::InFile`]).
 pub(crate) fn read_failure(path: &Path, problem: ReadProblem) -> crate::error::Error {
-    ErrorKind::Read {
-        path: path.display().to_string(),
-        problem,
-    }
-    .into()
+    let (path, problem) = match problem {
+        ReadProblem::InFile { path, problem } => (path, *problem),
+        problem => (path.display().to_string(), problem),
+    };
+    ErrorKind::Read { path, problem }.into()
 }
 
 /// The first difference between two schemas, ignoring metadata and nullability (shards written by

@@ -10,6 +10,7 @@
 //! once, when it is attached, so collating a batch does not read the mask again.
 
 use crate::error::{ErrorKind, Result};
+use crate::memory;
 use crate::read::tokens::{Located, Mask, MaskKind, TokenStore, Tokens};
 
 /// The value a `labels` column writes where the loss ignores a position.
@@ -94,14 +95,16 @@ impl Mask {
 
     /// Label tokens of every row: positions after the first that carry a label (a causal LM never
     /// predicts a row's first token).
-    pub fn label_counts(&self) -> Vec<u32> {
-        let rows: Vec<u64> = (0..self.column.len() as u64).collect();
+    pub fn label_counts(&self) -> Result<Vec<u32>> {
+        let n = self.column.len() as u64;
+        memory::reserve("counting label tokens", n * (8 + LOCATED_BYTES + 4))?;
+        let rows: Vec<u64> = (0..n).collect();
         // Every row of the column resolves.
         let places = self.column.locate_all(&rows).unwrap_or_default();
-        places
+        Ok(places
             .iter()
             .map(|place| self.count(self.at(place), 1..usize::MAX))
-            .collect()
+            .collect())
     }
 
     /// Positions of `values` within `range` (cut at the row's end) that carry a label.
@@ -150,10 +153,16 @@ pub(crate) fn pad_where<T: Copy, V: MaskValue>(
     }
 }
 
+/// Bytes of one [`Located`] (a record batch and a range in it).
+const LOCATED_BYTES: u64 = std::mem::size_of::<Located>() as u64;
+
 /// Every row's masked runs of a 0/1 mask column, found in one pass over its values.
 fn masked_runs(column: &TokenStore) -> Result<(Vec<u32>, Vec<usize>)> {
-    let rows: Vec<u64> = (0..column.len() as u64).collect();
-    let mut runs = Vec::new();
+    const WHAT: &str = "indexing the loss mask";
+    let n = column.len() as u64;
+    memory::reserve(WHAT, n * (8 + LOCATED_BYTES + 8))?;
+    let rows: Vec<u64> = (0..n).collect();
+    let mut runs: Vec<u32> = Vec::new();
     let mut run_starts = Vec::with_capacity(column.len() + 1);
     run_starts.push(0);
     for place in column.locate_all(&rows)? {
@@ -162,6 +171,11 @@ fn masked_runs(column: &TokenStore) -> Result<(Vec<u32>, Vec<usize>)> {
             while let Some(k) = m[j..].iter().position(|v| v.is_zero()) {
                 let start = j + k;
                 let end = m[start..].iter().position(|v| !v.is_zero()).map_or(m.len(), |k| start + k);
+                // The runs grow with the data: a failed growth is an error, not an abort.
+                runs.try_reserve(2).map_err(|_| ErrorKind::OutOfMemory {
+                    what: WHAT,
+                    bytes: (runs.len() as u64 + 2) * 8,
+                })?;
                 // A row holds fewer than 2^32 tokens (lengths are u32).
                 #[allow(clippy::cast_possible_truncation)]
                 runs.extend([start as u32, end as u32]);
@@ -208,6 +222,9 @@ impl TokenStore {
         indices: &[I],
         windows: Option<(&[u32], &[u32])>,
     ) -> Result<Vec<u32>> {
+        // Each entry's place (and its mask's), row and count.
+        let per_entry = 2 * LOCATED_BYTES + 8 + 4;
+        memory::reserve("counting label tokens", indices.len() as u64 * per_entry)?;
         let located = self.locate_all(indices)?;
         let masks = self.locate_masks(indices)?.map(|(_, places)| places);
         let window = |e: usize, len: usize| match windows {

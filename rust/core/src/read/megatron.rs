@@ -113,12 +113,17 @@ fn open(path: &Path, name: &str, documents: bool) -> Result<(Index, Buffer), Rea
         return Err(missing(&idx_path, &bin_path));
     }
     let idx = map_file(&idx_path)?;
+    // The `.bin` half's own problems name it, not the `.idx` or prefix the caller gave.
+    let in_bin = |problem| ReadProblem::InFile {
+        path: bin_path.display().to_string(),
+        problem: Box::new(problem),
+    };
     let bin = match std::fs::metadata(&bin_path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(missing(&bin_path, &idx_path))
         }
         Ok(meta) if meta.is_file() && meta.len() == 0 => Buffer::from_vec(Vec::<u64>::new()),
-        _ => map_file(&bin_path)?,
+        _ => map_file(&bin_path).map_err(in_bin)?,
     };
     let index = parse(&idx, name, (&bin_path, bin.len()), documents)?;
     Ok((index, bin))

@@ -21,6 +21,7 @@ use arrow_schema::{DataType, Field};
 
 use crate::error::read::ReadProblem;
 use crate::error::{ErrorKind, Result};
+use crate::memory;
 use crate::read::arrow::Column;
 use crate::read::column::{append_lengths, first_null};
 use crate::read::dataset::{check_rows, for_each_file};
@@ -131,10 +132,10 @@ macro_rules! token_enums {
                 }
             }
 
-            fn concat(&self, located: &[Located]) -> Gathered {
-                match self {
-                    $(Values::$v(v) => Gathered::$v(concat(v, located)),)*
-                }
+            fn concat(&self, located: &[Located]) -> Result<Gathered> {
+                Ok(match self {
+                    $(Values::$v(v) => Gathered::$v(concat(v, located)?),)*
+                })
             }
         }
 
@@ -353,13 +354,17 @@ impl TokenStore {
     /// The tokens of `indices` (negative counts from the end) concatenated, and the `len + 1` offsets
     /// that delimit each row in them.
     pub fn gather<I: Copy + Into<i128>>(&self, indices: &[I]) -> Result<(Gathered, Vec<i64>)> {
+        memory::reserve(
+            "gathering rows",
+            indices.len() as u64 * (std::mem::size_of::<Located>() as u64 + 8),
+        )?;
         let located = self.locate_all(indices)?;
-        let mut offsets = Vec::with_capacity(located.len() + 1);
+        let mut offsets = memory::vec_with_capacity("gathering rows", located.len() + 1)?;
         offsets.push(0i64);
         for (_, range) in &located {
             offsets.push(offsets[offsets.len() - 1] + range.len() as i64);
         }
-        Ok((self.values.concat(&located), offsets))
+        Ok((self.values.concat(&located)?, offsets))
     }
 }
 
@@ -373,11 +378,11 @@ fn split<O: OffsetSizeTrait>(
 fn concat<T: ArrowNativeType>(
     values: &[ScalarBuffer<T>],
     located: &[(usize, Range<usize>)],
-) -> Vec<T> {
+) -> Result<Vec<T>> {
     let total = located.iter().map(|(_, r)| r.len()).sum();
-    let mut out = Vec::with_capacity(total);
+    let mut out = memory::vec_with_capacity("gathering rows' tokens", total)?;
     for (batch, range) in located {
         out.extend_from_slice(&values[*batch][range.clone()]);
     }
-    out
+    Ok(out)
 }

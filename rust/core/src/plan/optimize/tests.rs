@@ -73,7 +73,7 @@ fn matches_brute_force_on_small_histograms() {
 
 #[test]
 fn edges_cover_every_length_and_auto_reaches_its_target() {
-    let lengths = crate::workload::seed_lengths(50_000, 3);
+    let lengths = crate::workload::seed_lengths(50_000, 3).unwrap();
     let histogram = Histogram::new(&lengths, |_| true);
     let cfg = config(Batching::Tokens(16_384));
     let auto = auto_edges(&histogram, 0.97, &cfg);
@@ -89,7 +89,7 @@ fn edges_cover_every_length_and_auto_reaches_its_target() {
 
 #[test]
 fn u64_and_u128_costs_choose_the_same_splits() {
-    let lengths = crate::workload::seed_lengths(20_000, 9);
+    let lengths = crate::workload::seed_lengths(20_000, 9).unwrap();
     let histogram = Histogram::new(&lengths, |_| true);
     let cfg = config(Batching::Tokens(16_384));
     assert!(fits_u64(&histogram, &cfg));
