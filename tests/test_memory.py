@@ -87,6 +87,15 @@ SWEEP = textwrap.dedent(
         "default": {}, "packed": {"mode": "packed"}, "trim": {"trim_steps": True, "world_size": 4},
         "truncate": {"mode": "packed", "oversize": "truncate", "max_tokens": 2048},
     }
+    def write_index(path, counts):  # Megatron's layout: header, lengths, byte pointers, documents
+        import struct
+        pointers = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64) * 2
+        with open(path, "wb") as f:
+            f.write(b"MMIDIDX\\x00\\x00" + struct.pack("<Q", 1) + struct.pack("<B", 8))
+            f.write(struct.pack("<Q", len(counts)) + struct.pack("<Q", len(counts) + 1))
+            f.write(counts.astype(np.int32).tobytes() + pointers.tobytes())
+            f.write(np.arange(len(counts) + 1, dtype=np.int64).tobytes())
+
     kind, _, variant = entry.partition(":")
     if kind == "plan":  # a later epoch, as every epoch after the first of a real run
         sampler = db.BucketSampler(lengths, **{**budget, **variants[variant]})
@@ -118,6 +127,25 @@ SWEEP = textwrap.dedent(
         call = lambda: db.read_lengths(path, column="seq_len")
     elif kind == "seed_workload":
         call = lambda: db.seed_workload(samples * 8)
+    elif kind in ("churn", "score"):
+        from dflash_batch import metrics
+        a, b = (db.BucketSampler(lengths, **budget).plan(e) for e in (0, 1))
+        if kind == "churn":
+            call = lambda: a.churn(b)
+        else:
+            order, offsets, lens = a.indices, a.offsets, lengths.copy()
+            call = lambda: metrics.window_tv(lens, order, offsets, 32)
+    elif kind == "megatron":
+        prefix = folder + "/pair"
+        counts = lengths % 7 + 1
+        (np.arange(int(counts.sum())) % 100).astype(np.uint16).tofile(prefix + ".bin")
+        write_index(prefix + ".idx", counts)
+        call = lambda: (db.read_lengths(prefix), db.read_documents(prefix), db.TokenStore(prefix))
+    elif kind == "table":
+        import pyarrow as pa
+        table = pa.table({"input_ids": pa.ListArray.from_arrays(pa.array(np.arange(samples + 1) * 2, pa.int32()),
+                                                                 pa.array(np.ones(2 * samples, np.int32)))})
+        call = lambda: (db.TokenStore(table), db.read_lengths(table, column="input_ids"))
     del lengths
     with open("/proc/self/status") as f:
         size = next(int(line.split()[1]) for line in f if line.startswith("VmSize:")) * 1024
@@ -133,7 +161,8 @@ SWEEP = textwrap.dedent(
 
 ENTRIES = [
     "plan:default", "plan:packed", "plan:trim", "plan:truncate", "stats:default", "stats:packed",
-    "label_tokens", "pickle", "gather", "read_lengths", "seed_workload",
+    "label_tokens", "pickle", "gather", "read_lengths", "seed_workload", "churn", "score", "table",
+    "megatron",
 ]  # fmt: skip
 #: Headrooms in MiB above the process's size when the cap is set; ``make fuzz`` sweeps more.
 HEADROOMS = [int(h) for h in os.environ.get("DFLASH_MEMORY_HEADROOMS", "0,12,40,200").split(",")]

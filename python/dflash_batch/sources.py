@@ -235,13 +235,13 @@ def _state_files(state: str) -> list[str]:
 
 def _json_object(path: str, expected: str, fix: str) -> dict:
     """A sidecar JSON file's object (``state.json``, ``dataset_dict.json``): anything else — not a regular
-    file, not UTF-8, not JSON, not an object — is a ``DataError`` naming the file and what was expected."""
+    file, not JSON in UTF-8, not an object — is a ``DataError`` naming the file and what was expected."""
     _regular([path])
     try:
         with open(path, encoding="utf-8") as f:
             content = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise _data_error(f"{path} is not UTF-8 JSON ({error}); it should hold {expected}; {fix}") from None
+        raise _data_error(f"{path} is not JSON in UTF-8 ({error}); it should hold {expected}; {fix}") from None
     except IsADirectoryError:
         raise _data_error(f"{path} is a directory; it should be a file holding {expected}; {fix}") from None
     if not isinstance(content, dict):

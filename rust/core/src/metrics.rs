@@ -277,12 +277,18 @@ pub fn synchronous(costs: &[f64], world_size: usize, accumulation: usize) -> Opt
 
 /// The share of sample pairs that share a batch in plan `a` and again in plan `b` (plans over the same
 /// `samples` sample ids); `None` when `a` has no pair at all.
-pub fn churn(a: (&[u64], &[u32]), b: (&[u64], &[u32]), samples: usize) -> Option<f64> {
+pub fn churn(
+    a: (&[u64], &[u32]),
+    b: (&[u64], &[u32]),
+    samples: usize,
+) -> crate::error::Result<Option<f64>> {
+    // Each sample's batch in `a`, and the largest batch of `b`'s members.
+    crate::memory::reserve("scoring churn", samples as u64 * 8)?;
     let batch_in_a = batch_of(a, samples);
     let pairs = |k: u64| k * k.saturating_sub(1) / 2;
     let total: u64 = a.0.windows(2).map(|w| pairs(w[1] - w[0])).sum();
     if total == 0 {
-        return None;
+        return Ok(None);
     }
     let (mut again, mut members) = (0u64, Vec::new());
     for i in 0..b.0.len().saturating_sub(1) {
@@ -298,7 +304,7 @@ pub fn churn(a: (&[u64], &[u32]), b: (&[u64], &[u32]), samples: usize) -> Option
             again += pairs(run.len() as u64);
         }
     }
-    Some(fraction(again, total))
+    Ok(Some(fraction(again, total)))
 }
 
 /// `batch[sample]`: the batch of each sample in `plan`, `u32::MAX` for samples not in it.

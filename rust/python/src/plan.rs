@@ -226,7 +226,7 @@ impl Plan {
                 "the plans cover different datasets; churn compares two plans of the same lengths",
             ));
         }
-        Ok(py.detach(|| metrics::churn(a, b, samples)))
+        py.detach(|| metrics::churn(a, b, samples)).map_err(to_py)
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {

@@ -120,6 +120,14 @@ pub enum ReadProblem {
         /// What is wrong with it.
         problem: Box<ReadProblem>,
     },
+    /// Memory for what a file holds (a Megatron index's offsets and documents) could not be
+    /// allocated: reported as [`crate::ErrorKind::OutOfMemory`], not as a problem of the file.
+    OutOfMemory {
+        /// The work that needed it.
+        what: &'static str,
+        /// Bytes asked for.
+        bytes: u64,
+    },
     /// One half of a Megatron `.bin`/`.idx` pair is missing.
     MegatronHalfMissing {
         /// The file that is not there.
@@ -146,6 +154,7 @@ impl fmt::Display for ReadProblem {
                  Megatron prefix"
             ),
             P::InFile { path, problem } => write!(f, "{path} {problem}"),
+            P::OutOfMemory { what, bytes } => write!(f, "needs {bytes} bytes for {what}"),
             P::NotArrow { head } => {
                 let hint = match head.get(..4) {
                     Some(b"MMID") => "; it looks like a Megatron index: pass its prefix, or name it \

@@ -11,6 +11,12 @@ use crate::plan::split::to_usize;
 
 /// Checks that `offsets` is a CSR over `indices` whose rows all lie below `samples`.
 pub fn check_csr(offsets: &[u64], indices: &[u32], samples: usize) -> Result<()> {
+    // What scoring builds: a cost per batch (and a step's ratio), the lengths' deciles (a sorted copy
+    // and a mass per distinct length, at worst), each sample's batch for churn.
+    crate::memory::reserve(
+        "scoring a batching",
+        offsets.len() as u64 * 16 + samples as u64 * 56,
+    )?;
     let rising = offsets.windows(2).all(|w| w[0] <= w[1]);
     let spans =
         offsets.first() == Some(&0) && offsets.last().copied() == Some(indices.len() as u64);
@@ -141,7 +147,7 @@ pub fn score_churn(
 ) -> Result<Option<f64>> {
     check_csr(a.0, a.1, samples)?;
     check_csr(b.0, b.1, samples)?;
-    Ok(churn(a, b, samples))
+    churn(a, b, samples)
 }
 
 #[cfg(test)]

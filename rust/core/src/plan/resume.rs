@@ -65,6 +65,8 @@ impl Planner {
             }
             .into());
         }
+        // The subset's lengths, and their narrower copy inside the sub-planner.
+        crate::memory::reserve("re-planning the rest of an epoch", rows.len() as u64 * 8)?;
         let lengths: Vec<u32> = with_lengths!(self.lengths(), v => lengths_of(v, rows));
         let sub = Planner::new(lengths, self.config().clone())?.plan(epoch)?;
         let (world_size, epoch) = (sub.world_size(), sub.epoch());

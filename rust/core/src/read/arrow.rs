@@ -117,7 +117,7 @@ fn regular(meta: &std::fs::Metadata) -> Result<(), ReadProblem> {
     Err(ReadProblem::NotRegular { what })
 }
 
-fn io_problem(e: std::io::Error) -> ReadProblem {
+pub(crate) fn io_problem(e: std::io::Error) -> ReadProblem {
     ReadProblem::Io {
         kind: e.kind(),
         message: e.to_string(),

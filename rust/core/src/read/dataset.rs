@@ -68,7 +68,7 @@ pub fn for_each_file<P: AsRef<Path>>(
 }
 
 /// Bytes a reader keeps per row of the files read so far, at the peak of its vectors' growth.
-const READ_BYTES_PER_ROW: u64 = 16;
+pub(crate) const READ_BYTES_PER_ROW: u64 = 16;
 
 /// The length of every row of `paths`, from column `name`: an integer column, or a list column whose
 /// offsets give the lengths. The result is copied out of the maps, which are closed on return: a
@@ -101,6 +101,12 @@ pub fn read_documents<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<u64>> {
         }
         let (documents, sequences) =
             megatron::read_documents(path).map_err(|p| read_failure(path, p))?;
+        boundaries
+            .try_reserve(documents.len() + 1)
+            .map_err(|_| ErrorKind::OutOfMemory {
+                what: "reading document boundaries",
+                bytes: (boundaries.len() + documents.len() + 1) as u64 * 8,
+            })?;
         boundaries.extend(documents.iter().skip(1).map(|&b| before + b));
         before += sequences as u64;
         if boundaries.last() != Some(&before) {
@@ -161,6 +167,9 @@ fn empty<P: AsRef<Path>>(paths: &[P]) -> crate::error::Error {
 pub(crate) fn read_failure(path: &Path, problem: ReadProblem) -> crate::error::Error {
     let (path, problem) = match problem {
         ReadProblem::InFile { path, problem } => (path, *problem),
+        ReadProblem::OutOfMemory { what, bytes } => {
+            return ErrorKind::OutOfMemory { what, bytes }.into()
+        }
         problem => (path.display().to_string(), problem),
     };
     ErrorKind::Read { path, problem }.into()

@@ -34,7 +34,7 @@ use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, Schema};
 
 use crate::error::read::ReadProblem;
-use crate::read::arrow::{map_file, Column};
+use crate::read::arrow::{io_problem, map_file, Column};
 
 /// The first 9 bytes of every `.idx`.
 pub const MAGIC: &[u8; 9] = b"MMIDIDX\x00\x00";
@@ -122,7 +122,11 @@ fn open(path: &Path, name: &str, documents: bool) -> Result<(Index, Buffer), Rea
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(missing(&bin_path, &idx_path))
         }
-        Ok(meta) if meta.is_file() && meta.len() == 0 => Buffer::from_vec(Vec::<u64>::new()),
+        Ok(meta) if meta.is_file() && meta.len() == 0 => {
+            // Nothing to map, but a file that cannot be read is said to be so, not to be empty.
+            std::fs::File::open(&bin_path).map_err(|e| in_bin(io_problem(e)))?;
+            Buffer::from_vec(Vec::<u64>::new())
+        }
         _ => map_file(&bin_path).map_err(in_bin)?,
     };
     let index = parse(&idx, name, (&bin_path, bin.len()), documents)?;
@@ -194,7 +198,20 @@ fn parse(
     let lengths_at = HEADER;
     let pointers_at = lengths_at + 4 * n;
     let documents_at = pointers_at + 8 * n;
-    let mut offsets = Vec::with_capacity(n + 1);
+    let mut offsets = Vec::new();
+    let mut documents_kept = Vec::new();
+    let oom = |bytes: usize| ReadProblem::OutOfMemory {
+        what: "reading a Megatron index",
+        bytes: bytes as u64,
+    };
+    offsets
+        .try_reserve_exact(n + 1)
+        .map_err(|_| oom((n + 1) * 8))?;
+    if keep_documents {
+        documents_kept
+            .try_reserve_exact(d)
+            .map_err(|_| oom(d * 8))?;
+    }
     let mut end = 0u64;
     let size_u64 = size as u64;
     let (length_bytes, pointer_bytes) = (
@@ -245,7 +262,7 @@ fn parse(
     let documents = bytes[documents_at..documents_at + 8 * d]
         .chunks_exact(8)
         .map(|b| i64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
-    let documents = check_documents(documents, n, keep_documents)?;
+    let documents = check_documents(documents, n, keep_documents.then_some(documents_kept))?;
     Ok(Index {
         code,
         offsets,
@@ -253,14 +270,13 @@ fn parse(
     })
 }
 
-/// Document boundaries must start at 0 and rise to at most the sequence count. Returns them if
-/// `keep`.
+/// Document boundaries must start at 0 and rise to at most the sequence count. Returns them in
+/// `kept` (reserved by the caller) when given.
 fn check_documents(
     documents: impl Iterator<Item = i64>,
     n: usize,
-    keep: bool,
+    mut kept: Option<Vec<u64>>,
 ) -> Result<Option<Vec<u64>>, ReadProblem> {
-    let mut kept = Vec::new();
     let mut previous = None;
     for (k, boundary) in documents.enumerate() {
         match previous {
@@ -281,7 +297,7 @@ fn check_documents(
             _ => {}
         }
         previous = Some(boundary);
-        if keep {
+        if let Some(kept) = &mut kept {
             kept.push(boundary.unsigned_abs());
         }
     }
@@ -290,7 +306,7 @@ fn check_documents(
             "it has no document boundaries; every writer starts them with sequence 0".to_owned(),
         ));
     }
-    Ok(keep.then_some(kept))
+    Ok(kept)
 }
 
 /// The numpy/Arrow type of a dtype code (`None`: not a code the format defines).

@@ -19,7 +19,7 @@ use crate::error::read::ReadProblem;
 use crate::error::Result;
 use crate::read::arrow::{missing_column, Column};
 use crate::read::column::{accept_lengths, append_lengths};
-use crate::read::dataset::{map_rows, read_failure};
+use crate::read::dataset::{map_rows, read_failure, READ_BYTES_PER_ROW};
 use crate::read::tokens::{accept_tokens, Gathered, TokenStore};
 
 /// How messages name a table that has no path.
@@ -66,7 +66,7 @@ pub fn table_lengths(
     rows: Option<&[u64]>,
 ) -> Result<Vec<u32>> {
     let column = table_column(schema, batches, name, accept_lengths)?;
-    let mut lengths = Vec::with_capacity(column.rows());
+    let mut lengths = crate::memory::vec_with_capacity("reading a column", column.rows())?;
     append_lengths(name, &column.chunks, &mut lengths)
         .map_err(|problem| read_failure(Path::new(IN_MEMORY), problem))?;
     map_rows(lengths, rows)
@@ -83,6 +83,10 @@ impl TokenStore {
         rows: Option<Vec<u64>>,
     ) -> Result<Self> {
         let column = table_column(schema, batches, name, accept_tokens)?;
+        crate::memory::reserve(
+            "reading a column",
+            column.rows() as u64 * READ_BYTES_PER_ROW,
+        )?;
         let mut store = Self::empty();
         store
             .add(name, &column)
