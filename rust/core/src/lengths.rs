@@ -179,6 +179,11 @@ impl Builder {
     }
 }
 
+/// Offsets index a `Vec` in memory, so they always fit in `usize`.
+pub(crate) fn to_usize(v: u64) -> usize {
+    usize::try_from(v).unwrap_or(usize::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -64,6 +64,7 @@ pub mod plan;
 pub mod pool;
 pub mod read;
 pub mod rng;
+pub(crate) mod tasks;
 pub mod workload;
 
 pub use error::read::ReadProblem;

@@ -3,11 +3,11 @@
 //! plans, so every figure in a comparison is measured the same way.
 
 use crate::error::{ErrorKind, Result};
+use crate::lengths::to_usize;
 use crate::metrics::{
     batch_costs, churn, rank_imbalance, synchronous, window_tv, Deciles, Imbalance, Synchronous,
 };
 use crate::plan::config::{Batching, Config, CostModel};
-use crate::plan::split::to_usize;
 
 /// Checks that `offsets` is a CSR over `indices` whose rows all lie below `samples`.
 pub fn check_csr(offsets: &[u64], indices: &[u32], samples: usize) -> Result<()> {

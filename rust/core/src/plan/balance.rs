@@ -35,8 +35,8 @@
 //! or machine.
 
 use crate::plan::config::Config;
-use crate::plan::permute::run;
 use crate::rng::{Pcg64, Stream};
+use crate::tasks::run;
 
 /// Mixing windows per random stream and parallel task of the cost-class construction.
 const WINDOWS_PER_BLOCK: usize = 256;

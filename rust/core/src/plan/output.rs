@@ -5,8 +5,8 @@
 //! samples in two allocations and let the Python binding hand them to numpy without copying.
 
 use crate::error::{ErrorKind, Result};
+use crate::lengths::to_usize;
 use crate::lengths::{with_lengths, Lengths};
-use crate::plan::split::to_usize;
 
 /// Figures that describe a plan. Token counts use the padded length of each batch:
 /// `rows × round_up(longest row, pad_to_multiple_of)`.

@@ -16,12 +16,11 @@
 //! Measured on the seed workload (902,087 elements, 2 cores): a plain Fisher–Yates over the whole array
 //! takes ~4.6 ms, dominated by cache misses; this takes a fraction of that (see `benches/plan.rs`).
 
-use rayon::prelude::*;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
-
 use crate::lengths::Length;
 use crate::rng::{shuffle, shuffle_pair, Pcg64, Stream};
+use crate::tasks::run;
+#[cfg(test)]
+use crate::tasks::split_chunks;
 
 /// Average elements per chunk that the chunk count aims for (fits in L2 as `u32`s).
 const TARGET_CHUNK: usize = 1 << 14;
@@ -165,18 +164,6 @@ fn chunk_rng(seed: u64, epoch: u64, chunk: usize) -> Pcg64 {
     Pcg64::new(seed, epoch, Stream::Chunk(chunk as u32))
 }
 
-/// Cuts `out` at `starts` into one mutable slice per chunk.
-pub fn split_chunks<'a, T>(out: &'a mut [T], starts: &[usize]) -> Vec<&'a mut [T]> {
-    let mut pieces = Vec::with_capacity(starts.len() - 1);
-    let mut rest = out;
-    for w in starts.windows(2) {
-        let (head, tail) = rest.split_at_mut(w[1] - w[0]);
-        pieces.push(head);
-        rest = tail;
-    }
-    pieces
-}
-
 /// Where the scatter writes: the segments and their per-chunk counts.
 struct Layout<'a> {
     segments: &'a [std::ops::Range<usize>],
@@ -230,60 +217,6 @@ impl<'a, T> Slots<'a, T> {
         self.regions[c][self.cursor[c]] = value;
         self.cursor[c] += 1;
     }
-}
-
-/// Maps `f` over `items` on the pool (in order), or on this thread without one.
-pub(crate) fn run<T: Send, R: Send>(
-    pool: Option<&rayon::ThreadPool>,
-    items: Vec<T>,
-    f: impl Fn(T) -> R + Send + Sync,
-) -> Vec<R> {
-    match pool {
-        Some(pool) => pool.install(|| items.into_par_iter().map(f).collect()),
-        None => items.into_iter().map(f).collect(),
-    }
-}
-
-/// [`run`] for tasks of uneven `size`: the pool's threads take them largest first from a shared
-/// queue, so the largest does not start last. Splitting the list in halves, as `run` does, left one
-/// thread a third of the seed workload's 6 buckets more than the other (measured: 10.4 ms an epoch
-/// instead of ~7). The results are in `items`' order whatever the schedule.
-pub(crate) fn run_largest_first<T: Send, R: Send>(
-    pool: Option<&rayon::ThreadPool>,
-    items: Vec<T>,
-    size: impl Fn(&T) -> usize,
-    f: impl Fn(T) -> R + Send + Sync,
-) -> Vec<R> {
-    let Some(pool) = pool else {
-        return items.into_iter().map(f).collect();
-    };
-    let n = items.len();
-    let mut queue: Vec<usize> = (0..n).collect();
-    queue.sort_by_key(|&i| std::cmp::Reverse(size(&items[i])));
-    let items: Vec<Mutex<Option<T>>> = items.into_iter().map(|t| Mutex::new(Some(t))).collect();
-    let results: Vec<Mutex<Option<R>>> = (0..n).map(|_| Mutex::new(None)).collect();
-    let next = AtomicUsize::new(0);
-    pool.scope(|scope| {
-        for _ in 0..pool.current_num_threads().min(n) {
-            scope.spawn(|_| loop {
-                let k = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&i) = queue.get(k) else { break };
-                let item = items[i]
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .take();
-                if let Some(item) = item {
-                    let result = f(item);
-                    *results[i].lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
-                }
-            });
-        }
-    });
-    // Every task ran (a panic in one propagates out of the scope).
-    results
-        .into_iter()
-        .filter_map(|m| m.into_inner().unwrap_or_else(PoisonError::into_inner))
-        .collect()
 }
 
 /// Elements moved at a time by [`copy_run`].

@@ -29,6 +29,7 @@
 //! work (a bucket, a group, a block of windows), so the plan is bit-identical for any thread count.
 
 use crate::error::{ErrorKind, Result};
+use crate::lengths::to_usize;
 use crate::lengths::with_lengths;
 use crate::lengths::{Length, Lengths};
 use crate::memory;
@@ -39,7 +40,7 @@ use crate::plan::form::{ByBucket, Epoch, Former, ARRANGE_MAX_SAMPLES, COMPANION_
 use crate::plan::output::{row_range, Plan, Stats};
 use crate::plan::prepare::prepare;
 use crate::plan::rules::Rules;
-use crate::plan::split::{drop_to, expand_per_batch, gather, split_to, to_usize};
+use crate::plan::split::{drop_to, expand_per_batch, gather, split_to};
 use crate::plan::steps::{
     calibration_key, reform_key, steps_target, CALIBRATION_DRAWS, REFERENCE_KEY, REFORM_ATTEMPTS,
 };

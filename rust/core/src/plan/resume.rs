@@ -14,10 +14,10 @@
 //! cannot run a step on nothing, and DDP would wait on the rank that skips).
 
 use crate::error::{ErrorKind, Result};
+use crate::lengths::to_usize;
 use crate::lengths::{with_lengths, Length, Lengths};
 use crate::plan::output::{Plan, Stats};
 use crate::plan::planner::Planner;
-use crate::plan::split::to_usize;
 
 /// An epoch's rest, planned on this planner's ranks.
 #[derive(Debug, Clone, PartialEq, Eq)]

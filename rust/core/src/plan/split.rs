@@ -19,7 +19,9 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use crate::error::{ErrorKind, Result};
-use crate::plan::permute::{copy_run, run, RUN};
+use crate::lengths::to_usize;
+use crate::plan::permute::{copy_run, RUN};
+use crate::tasks::run;
 
 /// What a split changed (see [`split_to`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -345,11 +347,6 @@ pub fn drop_to(
         rows,
         cost,
     }
-}
-
-/// Offsets index a `Vec` in memory, so they always fit in `usize`.
-pub(crate) fn to_usize(v: u64) -> usize {
-    usize::try_from(v).unwrap_or(usize::MAX)
 }
 
 #[cfg(test)]

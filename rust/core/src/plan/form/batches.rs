@@ -1,9 +1,10 @@
 //! The batches a forming pass records: [`Formed`] for one stream (a group of the epoch, or a
 //! bucket placed by `by_bucket.rs`), and the whole [`Epoch`] they are concatenated into.
 
+use crate::lengths::to_usize;
 use crate::plan::balance::{balance_stream, match_windows, Unit};
 use crate::plan::config::Config;
-use crate::plan::split::{reorder_region, to_usize};
+use crate::plan::split::reorder_region;
 use crate::rng::Pcg64;
 
 /// The batches of one stream, in training order, written into its slice of the permutation buffer.

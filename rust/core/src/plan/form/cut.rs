@@ -1,10 +1,15 @@
 //! A shuffled bucket cut into batches as runs of the epoch buffer ([`Batches`], through the rule
 //! with [`Run`] keeping the open batch), what ordering needs of them ([`Derived`]), and their rows
-//! written in training order ([`place`]).
+//! written in training order ([`place`]); rows grouped by bucket before cutting
+//! ([`group_by_bucket`]). Forming bucket by bucket (`by_bucket.rs`) and re-forming trimmed rows
+//! (`trim.rs`) both cut here.
 
+use crate::lengths::Length;
 use crate::plan::config::Config;
 use crate::plan::form::batches::{mean_length, Formed};
-use crate::plan::form::rule::{Filling, OpenBatches};
+use crate::plan::form::rule::{take, Filling, OpenBatches};
+use crate::plan::form::stream::Former;
+use crate::plan::rules::{table_entry_parts, Rules};
 
 /// The row of a pair.
 #[inline]
@@ -207,5 +212,75 @@ impl Derived {
             padded,
             cost,
         }
+    }
+}
+
+/// The pairs of `pairs` that `rules` admits, grouped by bucket in their order (a stable counting
+/// sort, O(n)), and where each bucket's start: bucket `b` is `grouped[starts[b]..starts[b + 1]]`.
+/// The planner's grouping of every row, and `trim.rs`'s of the rows it trims.
+pub(crate) fn group_by_bucket(
+    pairs: impl Iterator<Item = u64> + Clone,
+    rules: &Rules,
+    buckets: usize,
+) -> (Vec<u64>, Vec<usize>) {
+    let bucket = |pair: u64| rules.get(length_of(pair)).map(|(b, _)| b);
+    let mut starts = vec![0usize; buckets + 1];
+    for b in pairs.clone().filter_map(bucket) {
+        starts[b + 1] += 1;
+    }
+    for b in 0..buckets {
+        starts[b + 1] += starts[b];
+    }
+    let mut next = starts.clone();
+    let mut grouped = vec![0u64; starts[buckets]];
+    for pair in pairs {
+        if let Some(b) = bucket(pair) {
+            grouped[next[b]] = pair;
+            next[b] += 1;
+        }
+    }
+    (grouped, starts)
+}
+
+impl<L: Length> Former<'_, L> {
+    /// Cuts one shuffled bucket, `rows` at `first` of the epoch buffer, into batches front to back:
+    /// a batch closes when the next row would break the rule, or when it is full (no row of the
+    /// bucket could join), exactly as the general stream closes it.
+    pub(crate) fn cut(&self, pairs: &[u64], first: usize) -> Batches {
+        match self.rules.table.as_deref() {
+            // Every row of a bucket is admitted, so its entry holds its capacity.
+            Some(table) => self.cut_with(pairs, first, |length| {
+                table
+                    .get(length as usize)
+                    .map_or(u32::MAX, |&e| table_entry_parts(e).1)
+            }),
+            None => self.cut_with(pairs, first, |length| {
+                self.rules.get(length).map_or(u32::MAX, |(_, c)| c)
+            }),
+        }
+    }
+
+    /// [`Self::cut`] with `fits(length)`: the most rows a batch holding that length may have
+    /// (`u32::MAX` never closes a batch).
+    #[inline]
+    fn cut_with(&self, pairs: &[u64], first: usize, fits: impl Fn(u32) -> u32) -> Batches {
+        // Every closed batch but the last holds at least two rows in the common case (and at least
+        // one always): room for that many saves most reallocation.
+        let room = pairs.len() / 2 + 1;
+        let mut cut = Batches::with_capacity(room);
+        let mut run = Run {
+            fill: Filling::EMPTY,
+            start: first,
+        };
+        for &pair in pairs {
+            let length = length_of(pair);
+            take(&mut run, &mut cut, 0, fits(length), (row_of(pair), length));
+        }
+        cut.complete = cut.len();
+        if run.fill.len > 0 {
+            let fill = run.fill;
+            run.close(0, &fill, &mut cut);
+        }
+        cut
     }
 }

@@ -18,12 +18,11 @@ use crate::plan::form::pack::Packer;
 use crate::plan::form::rule::{flush, for_each_sample, take, Filling, OpenBatches, Written};
 use crate::plan::form::tight::Tight;
 use crate::plan::form::{ARRANGE_MAX_SAMPLES, MAX_GROUPS};
-use crate::plan::permute::{
-    run, scatter_into_chunks, shuffle_chunk, shuffle_chunk_pair, split_chunks, Scattered,
-};
+use crate::plan::permute::{scatter_into_chunks, shuffle_chunk, shuffle_chunk_pair, Scattered};
 use crate::plan::rules::{table_lookup, Rules};
 use crate::plan::split::reorder_region;
 use crate::rng::Pcg64;
+use crate::tasks::{run, split_chunks};
 
 /// Where a stream ends: sorted epochs close every open batch in bucket order; a shuffled group
 /// closes its padded batches in a seeded order, or hands its packed rows' samples on (`pack.rs`);

@@ -52,8 +52,7 @@ use std::ops::Range;
 use crate::lengths::Length;
 use crate::plan::balance::match_windows;
 use crate::plan::config::Config;
-use crate::plan::form::by_bucket::group_by_bucket;
-use crate::plan::form::cut::{length_of, Batches};
+use crate::plan::form::cut::{group_by_bucket, length_of, Batches};
 use crate::plan::form::stream::Former;
 use crate::rng::Pcg64;
 

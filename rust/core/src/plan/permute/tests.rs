@@ -1,29 +1,6 @@
 use super::*;
 
 #[test]
-fn largest_first_returns_results_in_item_order_on_any_pool() {
-    let items: Vec<usize> = vec![3, 900, 1, 50_000, 7, 0, 12_000];
-    let expect: Vec<usize> = items.iter().map(|&k| (0..k).sum()).collect();
-    let sum = |k: usize| (0..k).sum::<usize>();
-    assert_eq!(run_largest_first(None, items.clone(), |&k| k, sum), expect);
-    for threads in [1, 2, 3, 8] {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .expect("a pool");
-        let got = run_largest_first(Some(&pool), items.clone(), |&k| k, sum);
-        assert_eq!(got, expect, "threads {threads}");
-    }
-    let empty: Vec<usize> = Vec::new();
-    assert!(run_largest_first(None, empty.clone(), |&k| k, sum).is_empty());
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(2)
-        .build()
-        .expect("a pool");
-    assert!(run_largest_first(Some(&pool), empty, |&k| k, sum).is_empty());
-}
-
-#[test]
 fn is_a_permutation_for_many_sizes() {
     for n in [0, 1, 2, 17, TARGET_CHUNK * 3 + 5, 100_000] {
         let mut p = random_permutation(n, 1, 2, None);
