@@ -10,7 +10,7 @@ milliseconds, reproducible from ``(seed, epoch)``, with equal step counts on eve
     True
 """
 
-from ._core import DataError, Plan, PlanError, __version__
+from ._core import DataError, Error, Plan, PlanError, __version__
 from .collate import Collator, collate, collate_packed
 from .cost import CostFit, measure_cost
 from .loader import Loader
@@ -24,6 +24,7 @@ __all__ = [
     "Collator",
     "CostFit",
     "DataError",
+    "Error",
     "Loader",
     "Plan",
     "PlanError",

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ._core import PlanError
+from ._errors import invalid_setting
 
 _U64 = 1 << 64
 _U32_MAX = (1 << 32) - 1
@@ -113,7 +114,7 @@ def _resolve_ranks(world_size: int | None, rank: int | None) -> tuple[int, int]:
     world_size = _positive_int("world_size", world_size)
     rank = _int("rank", rank)
     if not 0 <= rank < world_size:
-        raise PlanError(f"rank={rank} is invalid for world_size={world_size}; use 0 <= rank < world_size")
+        raise invalid_setting("rank", f"rank={rank} is invalid for world_size={world_size}; use 0 <= rank < world_size")
     return world_size, rank
 
 
@@ -140,7 +141,9 @@ def _boundaries(value: Any) -> int | list[int] | None:
     """``None`` for ``"auto"``; a count or edges as ints (their limits are the core's to check)."""
     if isinstance(value, str):
         if value != "auto":
-            raise PlanError(f"boundaries={value!r} is invalid; use 'auto', a bucket count or a list of edges")
+            raise invalid_setting(
+                "boundaries", f"boundaries={value!r} is invalid; use 'auto', a bucket count or a list of edges"
+            )
         return None
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         return int(value)
@@ -163,7 +166,7 @@ def _int(name: str, value: Any) -> int:
 def _positive_int(name: str, value: Any) -> int:
     value = _int(name, value)
     if value < 1 or value >= 2**32:
-        raise PlanError(f"{name}={value} is invalid; {name} must be between 1 and 4294967295")
+        raise invalid_setting(name, f"{name}={value} is invalid; {name} must be between 1 and 4294967295")
     return value
 
 
@@ -215,14 +218,14 @@ def _tolerance(value: Any) -> float | None:
 def _seed(value: Any) -> int:
     value = _int("seed", value)
     if not 0 <= value < _U64:
-        raise PlanError(f"seed={value} is invalid; seed must be in [0, 2**64)")
+        raise invalid_setting("seed", f"seed={value} is invalid; seed must be in [0, 2**64)")
     return value
 
 
 def _epoch(value: Any) -> int:
     value = _int("epoch", value)
     if not 0 <= value < _U64:
-        raise PlanError(f"epoch={value} is invalid; epoch must be in [0, 2**64)")
+        raise invalid_setting("epoch", f"epoch={value} is invalid; epoch must be in [0, 2**64)")
     return value
 
 

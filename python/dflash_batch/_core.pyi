@@ -9,10 +9,19 @@ import numpy.typing as npt
 
 __version__: str
 
-class PlanError(ValueError):
+class Error(ValueError):
+    """The base of dflash_batch's own errors: ``kind`` names what went wrong (snake case, stable), and
+    ``row``, ``setting`` and ``path`` are set where the error knows them (else None)."""
+
+    kind: str
+    row: int | None
+    setting: str | None
+    path: str | None
+
+class PlanError(Error):
     """Invalid lengths or configuration for planning. The message names the value and the fix."""
 
-class DataError(ValueError):
+class DataError(Error):
     """A dataset file that cannot be read as asked. The message names the file and the fix."""
 
 def read_lengths(

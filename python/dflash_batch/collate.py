@@ -14,6 +14,7 @@ import numpy as np
 
 import dflash_batch._core as _core
 
+from ._errors import invalid_setting
 from .reading import _INDEX_DTYPES, MASK_COLUMNS, TokenStore, _index_array
 
 KEYS = ("input_ids", "attention_mask", "labels", "position_ids")
@@ -29,7 +30,7 @@ def output_dtype(dtype: Any) -> str:
     except TypeError:
         pass
     if name not in ("int64", "int32"):
-        raise ValueError(f"dtype={dtype!r} is invalid; use int64 (the default) or int32")
+        raise invalid_setting("dtype", f"dtype={dtype!r} is invalid; use int64 (the default) or int32")
     return name
 
 
@@ -71,7 +72,9 @@ def _multiple(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"pad_to_multiple_of must be an int, got {type(value).__name__} {value!r}")
     if not 1 <= value <= 2**32 - 1:
-        raise ValueError(f"pad_to_multiple_of={value!r} is invalid; pass an integer between 1 and 4294967295")
+        raise invalid_setting(
+            "pad_to_multiple_of", f"pad_to_multiple_of={value!r} is invalid; pass an integer between 1 and 4294967295"
+        )
     return int(value)
 
 
@@ -126,7 +129,9 @@ def collate_packed(
     if not isinstance(store, TokenStore):
         raise TypeError(f"store must be a dflash_batch.TokenStore, got {type(store).__name__}")
     if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or not 0 < capacity < 2**31:
-        raise ValueError(f"capacity={capacity!r} is invalid; pass the row length in tokens (max_tokens of the plan)")
+        raise invalid_setting(
+            "capacity", f"capacity={capacity!r} is invalid; pass the row length in tokens (max_tokens of the plan)"
+        )
     if not (isinstance(indices, np.ndarray) and indices.dtype in _INDEX_DTYPES and indices.ndim == 1):
         indices = _index_array(indices)
     windows = _windows(starts, lengths, len(indices))

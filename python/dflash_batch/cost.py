@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from ._errors import invalid_setting
+
 #: Lengths and rows timed by default: long enough for attention to show, small enough for any GPU.
 LENGTHS = (256, 512, 1024, 2048, 4096)
 ROWS = (1, 2, 4)
@@ -147,9 +149,9 @@ def measure_cost(
         raise TypeError(f"step must be a callable taking a batch dict, got {type(step).__name__}")
     grid = _grid(lengths, rows, max_tokens)
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats={repeats!r} is invalid; pass an int ≥ 1")
+        raise invalid_setting("repeats", f"repeats={repeats!r} is invalid; pass an int ≥ 1")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup={warmup!r} is invalid; pass an int ≥ 0")
+        raise invalid_setting("warmup", f"warmup={warmup!r} is invalid; pass an int ≥ 0")
     device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     generator = torch.Generator().manual_seed(0)
@@ -185,7 +187,7 @@ def _grid(lengths: Sequence[int], rows: Sequence[int], max_tokens: int | None) -
         if bad or not len(values):
             raise ValueError(f"{name} must be positive ints, got {list(values)!r}")
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
-        raise ValueError(f"max_tokens={max_tokens!r} is invalid; pass None or an int ≥ 1")
+        raise invalid_setting("max_tokens", f"max_tokens={max_tokens!r} is invalid; pass None or an int ≥ 1")
     grid = [(int(r), int(n)) for n in sorted(set(lengths)) for r in sorted(set(rows))]
     return [(r, n) for r, n in grid if max_tokens is None or r * n <= max_tokens]
 

@@ -50,6 +50,7 @@ import numpy as np
 import dflash_batch._core as _core
 
 from ._accelerate import gradient_state
+from ._errors import invalid_setting
 from .collate import KEYS, PACKED_KEYS, _multiple, _pack_into, _token, collate, output_dtype
 from .pipeline import _CudaTransfer, _HostTransfer, _Pipeline
 from .reading import TokenStore
@@ -121,7 +122,7 @@ class Loader:
             )
         _check_lengths(store, sampler)
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
-            raise ValueError(f"prefetch={prefetch!r} is invalid; pass an integer ≥ 1")
+            raise invalid_setting("prefetch", f"prefetch={prefetch!r} is invalid; pass an integer ≥ 1")
         self.store, self.sampler, self.prefetch = store, sampler, prefetch
         self._packed = sampler.mode == "packed"
         if self._packed and pad_to_multiple_of != 1:
@@ -190,7 +191,9 @@ class Loader:
         self.close()
         total = self.sampler.plan().steps
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or not 0 <= steps <= total:
-            raise ValueError(f"steps={steps!r} is invalid; pass 0 ≤ steps ≤ {total}, the steps of epoch {self.epoch}")
+            raise invalid_setting(
+                "steps", f"steps={steps!r} is invalid; pass 0 ≤ steps ≤ {total}, the steps of epoch {self.epoch}"
+            )
         self.sampler.position.skip(int(steps))
 
     @property

@@ -33,6 +33,7 @@ from ._arguments import (
     _tolerance,
 )
 from ._core import Plan, PlanError
+from ._errors import invalid_setting
 from .distributed import agree
 from .position import Position
 from .reading import read_lengths
@@ -134,7 +135,7 @@ class BucketSampler:
     ) -> None:
         world_size, rank = _resolve_ranks(world_size, rank)
         if oversize not in ("error", "skip", "truncate"):
-            raise PlanError(f"oversize={oversize!r} is invalid; use 'error', 'skip' or 'truncate'")
+            raise invalid_setting("oversize", f"oversize={oversize!r} is invalid; use 'error', 'skip' or 'truncate'")
         self._config = {
             "batch_size": _optional_int("batch_size", batch_size),
             "max_tokens": _optional_int("max_tokens", max_tokens),

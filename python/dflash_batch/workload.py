@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._core import seed_lengths
+from ._errors import invalid_setting
 
 #: Samples in the seed dataset.
 SEED_SAMPLES = 902_087
@@ -18,7 +19,7 @@ SEED_SAMPLES = 902_087
 def seed_workload(n: int = SEED_SAMPLES, seed: int = 0) -> np.ndarray:
     """``n`` uint32 lengths of the seed workload, reproducible from ``seed`` (0 ≤ seed < 2**64)."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"n={n!r} is invalid; n must be an int >= 0")
+        raise invalid_setting("n", f"n={n!r} is invalid; n must be an int >= 0")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
-        raise ValueError(f"seed={seed!r} is invalid; seed must be an int in [0, 2**64)")
+        raise invalid_setting("seed", f"seed={seed!r} is invalid; seed must be an int in [0, 2**64)")
     return seed_lengths(int(n), int(seed))

@@ -1,21 +1,30 @@
 //! The Python exceptions of the module and the one mapping from core errors onto them.
 
 use dflash_batch_core::ReadProblem;
-use dflash_batch_core::{Error, ErrorKind};
+use dflash_batch_core::{Error as CoreError, ErrorKind};
 use pyo3::exceptions::{PyIndexError, PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 
 pyo3::create_exception!(
     dflash_batch,
-    PlanError,
+    Error,
     PyValueError,
+    "The base of dflash_batch's own errors (PlanError, DataError): a ValueError whose `kind` names \
+     what went wrong (snake case, stable: `non_positive_length`, `invalid_setting`, `read`, ...), with \
+     `row`, `setting` and `path` set where the error knows them (else None)."
+);
+
+pyo3::create_exception!(
+    dflash_batch,
+    PlanError,
+    Error,
     "Invalid lengths or configuration for planning. The message names the value and the fix."
 );
 
 pyo3::create_exception!(
     dflash_batch,
     DataError,
-    PyValueError,
+    Error,
     "A dataset file that cannot be read as asked: not Arrow (or not a consistent Megatron .bin/.idx \
      pair), truncated, compressed, a missing column or one of the wrong type, nulls or negative \
      lengths. The message names the file and the fix."
@@ -25,7 +34,22 @@ pyo3::create_exception!(
 /// subclass (`FileNotFoundError`, `PermissionError`, ...), unreadable data `DataError`, rows past the
 /// end `IndexError`, small buffers `ValueError`, memory that cannot be reserved `MemoryError`, and
 /// everything else `PlanError`.
-pub(crate) fn to_py(err: Error) -> PyErr {
+pub(crate) fn to_py(err: CoreError) -> PyErr {
+    let raised = exception(&err);
+    let kind = err.kind();
+    Python::attach(|py| {
+        let value = raised.value(py);
+        // Attributes on a fresh exception instance: setting them cannot fail but for memory.
+        let _ = value.setattr("kind", kind.name());
+        let _ = value.setattr("row", kind.row());
+        let _ = value.setattr("setting", kind.setting());
+        let _ = value.setattr("path", kind.path());
+    });
+    raised
+}
+
+/// The exception class of `err`, with its message.
+fn exception(err: &CoreError) -> PyErr {
     match err.kind() {
         ErrorKind::Read {
             problem: ReadProblem::Io { kind, .. },

@@ -21,7 +21,7 @@ mod workload;
 
 use pyo3::prelude::*;
 
-use crate::errors::{DataError, PlanError};
+use crate::errors::{DataError, Error, PlanError};
 
 /// Bytes of physical memory, where the system says (`None` elsewhere): what a buffer larger than the
 /// machine is refused against.
@@ -51,6 +51,20 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(metrics::rank_imbalance, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::churn, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::sync_efficiency, m)?)?;
+    m.add("Error", m.py().get_type::<Error>())?;
+    // Every error of the module answers `kind`, `row`, `setting` and `path` (those raised from Python
+    // too): class defaults, which an instance raised from a core error overrides.
+    let base = m.py().get_type::<Error>();
+    for (name, value) in [
+        ("kind", Some("error")),
+        ("row", None),
+        ("setting", None),
+        ("path", None),
+    ] {
+        base.setattr(name, value)?;
+    }
+    m.py().get_type::<PlanError>().setattr("kind", "plan")?;
+    m.py().get_type::<DataError>().setattr("kind", "data")?;
     m.add("PlanError", m.py().get_type::<PlanError>())?;
     m.add("DataError", m.py().get_type::<DataError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -6,6 +6,7 @@
 
 use crate::error::read::ReadProblem;
 
+mod fields;
 mod message;
 pub mod read;
 

@@ -1,0 +1,13 @@
+"""Errors raised from Python carry what the core's do: a ``kind`` and the ``setting`` (or ``row``) they
+are about, so a bad setting is the same class with the same fields wherever it is checked."""
+
+from __future__ import annotations
+
+from ._core import PlanError
+
+
+def invalid_setting(name: str, message: str) -> PlanError:
+    """A ``PlanError`` (a ``ValueError``) of kind ``invalid_setting`` about setting ``name``."""
+    error = PlanError(message)
+    error.kind, error.setting = "invalid_setting", name
+    return error
