@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 EXTRAS ?= dev,torch
 export PYO3_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: demo test test-rust test-python fuzz lint bench build venv clean
+.PHONY: demo test test-rust test-python fuzz lint bench build venv clean wheel wheel-test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -61,5 +61,17 @@ bench:
 	$(BIN)/python benchmarks/loader.py
 	$(BIN)/python benchmarks/mask.py
 
+# An abi3 wheel (one for every CPython >= 3.10, tagged manylinux when maturin's audit passes) and a
+# source distribution, in dist/.
+wheel: venv
+	rm -rf dist
+	$(BIN)/maturin build --release --quiet --out dist
+	$(BIN)/maturin sdist --out dist
+
+# Installs the wheel into a fresh virtualenv whose PATH has no Rust toolchain, and runs the README's
+# first example there (CI runs it after `make test`).
+wheel-test: wheel
+	$(BIN)/python tests/_wheel_check.py dist
+
 clean:
-	rm -rf $(VENV) target
+	rm -rf $(VENV) target dist
