@@ -6,7 +6,7 @@
 //! fast (a multiply per two lengths) and sensitive to order and value; it is not cryptographic.
 
 use crate::lengths::Length;
-use crate::plan::config::{Batching, Boundaries, Config, Oversize};
+use crate::plan::config::{Batching, Boundaries, Config, Mode, Order, Oversize};
 use crate::rng::mix64;
 
 /// Folds `words` into `state`, order-sensitively.
@@ -23,7 +23,26 @@ pub fn fingerprint<L: Length>(lengths: &[L], config: &Config) -> u64 {
         .chunks(2)
         .map(|p| wide(&p[0]) | (p.get(1).map_or(0, wide) << 32));
     h = fold(h, pairs);
-    let (kind, size) = match config.batching {
+    // Every field named, none left to `..`: a new setting does not compile until it is folded here
+    // (or said not to shape the plan).
+    let Config {
+        batching,
+        boundaries,
+        seed,
+        shuffle,
+        world_size,
+        drop_last,
+        oversize,
+        pad_to_multiple_of,
+        target_efficiency_ppm,
+        order,
+        accumulation,
+        cost,
+        mode,
+        balance_tolerance_ppm,
+        trim_steps,
+    } = config;
+    let (kind, size) = match *batching {
         Batching::Rows(n) => (1, u64::from(n)),
         Batching::Tokens(t) => (2, t),
     };
@@ -32,44 +51,44 @@ pub fn fingerprint<L: Length>(lengths: &[L], config: &Config) -> u64 {
         [
             kind,
             size,
-            config.seed,
-            u64::from(config.shuffle),
-            u64::from(config.world_size),
+            *seed,
+            u64::from(*shuffle),
+            u64::from(*world_size),
         ],
     );
     h = fold(
         h,
         [
-            u64::from(config.drop_last),
-            u64::from(config.oversize == Oversize::Skip),
+            u64::from(*drop_last),
+            u64::from(*oversize == Oversize::Skip),
         ],
     );
     h = fold(
         h,
         [
-            u64::from(config.pad_to_multiple_of),
-            u64::from(config.order == crate::plan::config::Order::Random),
+            u64::from(*pad_to_multiple_of),
+            u64::from(*order == Order::Random),
         ],
     );
     h = fold(
         h,
         [
-            u64::from(config.accumulation),
-            config.cost.linear.to_bits(),
-            config.cost.quadratic.to_bits(),
-            config.balance_tolerance_ppm.map_or(0, |t| u64::from(t) + 1),
-            match config.mode {
-                crate::plan::config::Mode::Padded => 0,
-                crate::plan::config::Mode::Packed { bucketed } => 1 + u64::from(bucketed),
+            u64::from(*accumulation),
+            cost.linear.to_bits(),
+            cost.quadratic.to_bits(),
+            balance_tolerance_ppm.map_or(0, |t| u64::from(t) + 1),
+            match mode {
+                Mode::Padded => 0,
+                Mode::Packed { bucketed } => 1 + u64::from(*bucketed),
             },
         ],
     );
     // Folded only when set, so every fingerprint from before the option existed still matches.
-    if config.trim_steps {
+    if *trim_steps {
         h = fold(h, [6]);
     }
-    match &config.boundaries {
-        Boundaries::Auto => fold(h, [3, u64::from(config.target_efficiency_ppm)]),
+    match boundaries {
+        Boundaries::Auto => fold(h, [3, u64::from(*target_efficiency_ppm)]),
         Boundaries::Count(k) => fold(h, [4, *k as u64]),
         Boundaries::Edges(e) => fold(
             fold(h, [5, e.len() as u64]),
@@ -154,6 +173,187 @@ mod tests {
             ..cfg
         };
         assert_ne!(base, fingerprint(&[3u32, 1, 4], &edges));
+    }
+
+    /// Every setting away from the defaults, one at a time and all together.
+    fn variants() -> Vec<(&'static str, Config)> {
+        use crate::plan::config::{CostModel, Mode, Order};
+        let base = Config::new(Batching::Tokens(4096));
+        vec![
+            ("default", base.clone()),
+            ("rows", Config::new(Batching::Rows(16))),
+            (
+                "seed",
+                Config {
+                    seed: 7,
+                    ..base.clone()
+                },
+            ),
+            (
+                "sorted",
+                Config {
+                    shuffle: false,
+                    ..base.clone()
+                },
+            ),
+            (
+                "ranks",
+                Config {
+                    world_size: 8,
+                    ..base.clone()
+                },
+            ),
+            (
+                "drop_last",
+                Config {
+                    drop_last: true,
+                    ..base.clone()
+                },
+            ),
+            (
+                "skip",
+                Config {
+                    oversize: Oversize::Skip,
+                    ..base.clone()
+                },
+            ),
+            (
+                "pad",
+                Config {
+                    pad_to_multiple_of: 8,
+                    ..base.clone()
+                },
+            ),
+            (
+                "efficiency",
+                Config {
+                    target_efficiency_ppm: 990_000,
+                    ..base.clone()
+                },
+            ),
+            (
+                "random",
+                Config {
+                    order: Order::Random,
+                    ..base.clone()
+                },
+            ),
+            (
+                "accumulation",
+                Config {
+                    accumulation: 4,
+                    ..base.clone()
+                },
+            ),
+            (
+                "cost",
+                Config {
+                    cost: CostModel {
+                        linear: 1.0,
+                        quadratic: 1e-4,
+                    },
+                    ..base.clone()
+                },
+            ),
+            (
+                "packed",
+                Config {
+                    mode: Mode::Packed { bucketed: false },
+                    ..base.clone()
+                },
+            ),
+            (
+                "bucketed",
+                Config {
+                    mode: Mode::Packed { bucketed: true },
+                    ..base.clone()
+                },
+            ),
+            (
+                "tolerance",
+                Config {
+                    balance_tolerance_ppm: Some(100_000),
+                    ..base.clone()
+                },
+            ),
+            (
+                "trim",
+                Config {
+                    trim_steps: true,
+                    ..base.clone()
+                },
+            ),
+            (
+                "count",
+                Config {
+                    boundaries: Boundaries::Count(6),
+                    ..base.clone()
+                },
+            ),
+            (
+                "edges",
+                Config {
+                    boundaries: Boundaries::Edges(vec![0, 4, 4096]),
+                    ..base.clone()
+                },
+            ),
+            (
+                "everything",
+                Config {
+                    batching: Batching::Tokens(16_384),
+                    boundaries: Boundaries::Edges(vec![0, 2, 4, 16_384]),
+                    seed: 3,
+                    shuffle: true,
+                    world_size: 4,
+                    drop_last: true,
+                    oversize: Oversize::Skip,
+                    pad_to_multiple_of: 4,
+                    target_efficiency_ppm: 970_000,
+                    order: Order::Random,
+                    accumulation: 2,
+                    cost: CostModel {
+                        linear: 2.0,
+                        quadratic: 1e-3,
+                    },
+                    mode: Mode::Packed { bucketed: true },
+                    balance_tolerance_ppm: Some(5),
+                    trim_steps: true,
+                },
+            ),
+        ]
+    }
+
+    /// Fingerprints of every variant as this code computed them before `fingerprint` destructured
+    /// the configuration: checkpoints written then must still be accepted.
+    #[test]
+    fn every_stored_fingerprint_still_matches() {
+        let stored: [(&str, u64); 19] = [
+            ("default", 17006243726596172758),
+            ("rows", 12743090375431498487),
+            ("seed", 13791511467730541533),
+            ("sorted", 2270299002581012858),
+            ("ranks", 8111952000169134526),
+            ("drop_last", 9626535418525812157),
+            ("skip", 9808855054773409529),
+            ("pad", 4328011587323867937),
+            ("efficiency", 11614110184860249495),
+            ("random", 6879792420302997950),
+            ("accumulation", 10149193447538682657),
+            ("cost", 16513912589726402402),
+            ("packed", 6752631178882650539),
+            ("bucketed", 9065317876248894040),
+            ("tolerance", 13493586639614264113),
+            ("trim", 1507595859471144964),
+            ("count", 16802899029634013447),
+            ("edges", 4315851343782065092),
+            ("everything", 6587937152557447243),
+        ];
+        let variants = variants();
+        assert_eq!(variants.len(), stored.len());
+        for ((name, config), (stored_name, expected)) in variants.iter().zip(stored) {
+            assert_eq!(*name, stored_name);
+            assert_eq!(fingerprint(&[3u32, 1, 4, 1, 5], config), expected, "{name}");
+        }
     }
 
     /// Pinned: a change means every saved checkpoint is refused on resume, so it changes only when
