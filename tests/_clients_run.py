@@ -35,7 +35,7 @@ import signal
 import datasets
 import dflash_batch as db
 import torch
-from _trainer_run import leave, row_ids
+from _trainer_run import _intact, leave, row_ids
 
 ACCUMULATION, EPOCHS, MAX_TOKENS, SEED = 4, 2, 128, 5
 
@@ -210,6 +210,8 @@ def run_torch(options: argparse.Namespace) -> None:
     record = Record(options.record, rank)
     store = db.TokenStore(options.data)
     sampler = sampler_of(store)
+    # The dataset's own mask column (read apart from the store), to check every micro-batch's labels.
+    masks = datasets.load_from_disk(options.data)[store.mask] if store.mask else None
     if options.scenario == "torch-loader":
         loader = saved = db.Loader(store, sampler)
     else:
@@ -235,7 +237,8 @@ def run_torch(options: argparse.Namespace) -> None:
             last = progress.micro % ACCUMULATION == 0 or progress.micro == steps
             with contextlib.nullcontext() if last else model.no_sync():
                 model(batch["input_ids"], batch["labels"]).backward()
-            record.write(epoch=epoch, optimizer_steps=progress.optimizer_steps, rows=row_ids(batch))
+            intact = _intact(batch, masks)
+            record.write(epoch=epoch, optimizer_steps=progress.optimizer_steps, rows=row_ids(batch), intact=intact)
             if last:
                 optimizer.step()
                 optimizer.zero_grad()
