@@ -41,6 +41,24 @@ use crate::tasks::run;
 /// Mixing windows per random stream and parallel task of the cost-class construction.
 const WINDOWS_PER_BLOCK: usize = 256;
 
+/// The one way forming enters rank balance: the random stream of `unit` in `epoch`, with which
+/// the whole windows of `sequence` are matched by cost (unless `balance_tolerance` is set: cost
+/// classes regroup the whole epoch later, in `balance_classes`). The stream is returned for the
+/// work that continues it (trimmed steps spread by `trim.rs`).
+pub(crate) fn balance_windows(
+    sequence: &mut [u32],
+    costs: &[f32],
+    config: &Config,
+    epoch: u64,
+    unit: Unit,
+) -> Pcg64 {
+    let mut rng = Pcg64::new(config.seed, epoch, balance_stream(unit));
+    if config.balance_tolerance_ppm.is_none() {
+        match_windows(sequence, costs, config, &mut rng);
+    }
+    rng
+}
+
 /// Matches every window of `ids` (batch numbers in training order, `config.window()` per window,
 /// priced by `costs`) in place, as the module docs describe.
 pub(crate) fn match_windows(ids: &mut [u32], costs: &[f32], config: &Config, rng: &mut Pcg64) {

@@ -2,10 +2,9 @@
 //! bucket placed by `by_bucket.rs`), and the whole [`Epoch`] they are concatenated into.
 
 use crate::lengths::to_usize;
-use crate::plan::balance::{balance_stream, match_windows, Unit};
+use crate::plan::balance::{balance_windows, Unit};
 use crate::plan::config::Config;
 use crate::plan::split::reorder_region;
-use crate::rng::Pcg64;
 
 /// The batches of one stream, in training order, written into its slice of the permutation buffer.
 /// Offsets are relative to the slice and `u32` (a slice never holds more rows than that): at 100M
@@ -223,8 +222,13 @@ impl Epoch {
         // Batch numbers fit in u32: at most one batch per sample.
         #[allow(clippy::cast_possible_truncation)]
         let mut sequence: Vec<u32> = (0..(batches - start) as u32).collect();
-        let mut rng = Pcg64::new(config.seed, epoch, balance_stream(Unit::Tail));
-        match_windows(&mut sequence, &self.cost[start..], config, &mut rng);
+        balance_windows(
+            &mut sequence,
+            &self.cost[start..],
+            config,
+            epoch,
+            Unit::Tail,
+        );
         let mut ends = Vec::with_capacity(sequence.len());
         let offsets = &self.offsets;
         let bound = |i: usize| to_usize(offsets[start + i]);

@@ -29,7 +29,7 @@ use std::sync::Mutex;
 
 use crate::lengths::Length;
 use crate::plan::arrange::arrange;
-use crate::plan::balance::{balance_stream, match_windows, Unit};
+use crate::plan::balance::{balance_windows, Unit};
 use crate::plan::config::Mode;
 use crate::plan::form::batches::{Epoch, Formed};
 use crate::plan::form::cut::{group_by_bucket, place, Batches, Derived};
@@ -179,11 +179,14 @@ impl<L: Length> Former<'_, L> {
         let derived = Derived::new(&batches, config);
         let mut sequence = arrange(&derived.mean, m, m, config.order, config.seed, epoch, group);
         let main = m / config.window() * config.window();
-        let mut rng = Pcg64::new(config.seed, epoch, balance_stream(Unit::Group(group)));
-        // Cost classes regroup the whole epoch later (see `form/stream.rs`).
-        if config.balance_tolerance_ppm.is_none() {
-            match_windows(&mut sequence[..main], &derived.cost, config, &mut rng);
-        }
+        let cost = &derived.cost;
+        let mut rng = balance_windows(
+            &mut sequence[..main],
+            cost,
+            config,
+            epoch,
+            Unit::Group(group),
+        );
         if !config.trim_steps {
             return place(&batches, &derived, &sequence, (shuffled, &[]), out, main);
         }

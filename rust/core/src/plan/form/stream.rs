@@ -10,7 +10,7 @@
 
 use crate::lengths::Length;
 use crate::plan::arrange::arrange;
-use crate::plan::balance::{balance_stream, match_windows, Unit};
+use crate::plan::balance::{balance_windows, Unit};
 use crate::plan::config::{Batching, Config, Mode};
 use crate::plan::form::batches::{Epoch, Formed};
 use crate::plan::form::open::PerBucket;
@@ -21,7 +21,6 @@ use crate::plan::form::{ARRANGE_MAX_SAMPLES, MAX_GROUPS};
 use crate::plan::permute::{scatter_into_chunks, shuffle_chunk, shuffle_chunk_pair, Scattered};
 use crate::plan::rules::{table_lookup, Rules};
 use crate::plan::split::reorder_region;
-use crate::rng::Pcg64;
 use crate::tasks::{run, split_chunks};
 
 /// Where a stream ends: sorted epochs close every open batch in bucket order; a shuffled group
@@ -171,10 +170,8 @@ impl<L: Length> Former<'_, L> {
         formed.main = sequence.len() / config.window() * config.window();
         // Cost classes regroup the whole epoch later and need the stratified order as it is: any
         // stretch of it mixes well, where a window matched here mixes well only as a whole.
-        if config.balance_tolerance_ppm.is_none() {
-            let mut rng = Pcg64::new(config.seed, epoch, balance_stream(Unit::Group(group)));
-            match_windows(&mut sequence[..formed.main], &formed.cost, config, &mut rng);
-        }
+        let main = &mut sequence[..formed.main];
+        balance_windows(main, &formed.cost, config, epoch, Unit::Group(group));
         let mut offsets = Vec::with_capacity(formed.offsets.len());
         offsets.push(0u32);
         let bound = |i: usize| formed.offsets[i] as usize;
