@@ -55,6 +55,11 @@ def test_a_mask_row_of_another_length_names_the_row():
         (lambda: db.collate(store(), np.arange(1), dtype="float16"), "dtype"),
         (lambda: db.collate_packed(store(), np.arange(1), capacity=0), "capacity"),
         (lambda: db.Loader(store(), db.BucketSampler([2, 3], max_tokens=8), prefetch=0), "prefetch"),
+        (lambda: db.Loader(store(), db.BucketSampler([2, 3], max_tokens=8), device="meta"), "device"),
+        (
+            lambda: db.Loader(store(), db.BucketSampler([2, 3], max_tokens=8, mode="packed"), pad_to_multiple_of=8),
+            "pad_to_multiple_of",
+        ),
     ],
 )
 def test_a_bad_setting_is_a_plan_error_of_kind_invalid_setting_wherever_it_is_checked(make, setting):

@@ -126,7 +126,11 @@ class Loader:
         self.store, self.sampler, self.prefetch = store, sampler, prefetch
         self._packed = sampler.mode == "packed"
         if self._packed and pad_to_multiple_of != 1:
-            raise ValueError("pad_to_multiple_of applies to padded batches; a packed row is max_tokens long")
+            raise invalid_setting(
+                "pad_to_multiple_of",
+                f"pad_to_multiple_of={pad_to_multiple_of!r} is invalid for packed rows, which pad no rows, so "
+                "pad_to_multiple_of must be 1 (the row is max_tokens long): leave it unset",
+            )
         self._dtype = output_dtype(dtype if dtype is not None else torch.int64)
         self._settings = {
             "pad_id": _token("pad_id", pad_id),
@@ -136,23 +140,27 @@ class Loader:
         collate(store, np.zeros(0, dtype=np.int64), **self._settings)  # validates the settings now
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         if self.device.type not in ("cpu", "cuda"):
-            raise ValueError(
+            raise invalid_setting(
+                "device",
                 f"device={device!r} is not supported; the Loader delivers CPU tensors (device=None) or copies "
-                "them to a CUDA device; move batches elsewhere yourself"
+                "them to a CUDA device; move batches elsewhere yourself",
             )
         cuda = self.device.type == "cuda"
         if not isinstance(reuse_buffers, bool):
             raise TypeError(f"reuse_buffers must be a bool, got {type(reuse_buffers).__name__}")
         if reuse_buffers and cuda:
-            raise ValueError(
+            raise invalid_setting(
+                "reuse_buffers",
                 "reuse_buffers=True applies to CPU batches; CUDA batches are always fresh device tensors "
-                "(the pinned host ring is internal): leave it unset"
+                "(the pinned host ring is internal): leave it unset",
             )
         if cuda and not torch.cuda.is_available():
-            raise ValueError(f"device={device!r} needs CUDA, which torch cannot use here; pass device=None")
+            raise invalid_setting(
+                "device", f"device={device!r} needs CUDA, which torch cannot use here; pass device=None"
+            )
         self.pin_memory = cuda if pin_memory is None else bool(pin_memory)
         if self.pin_memory and not torch.cuda.is_available():
-            raise ValueError("pin_memory=True needs CUDA; pass pin_memory=False or leave it unset")
+            raise invalid_setting("pin_memory", "pin_memory=True needs CUDA; pass pin_memory=False or leave it unset")
         self.reuse_buffers = reuse_buffers
         if not isinstance(num_items_in_batch, bool):
             raise TypeError(f"num_items_in_batch must be a bool, got {type(num_items_in_batch).__name__}")
