@@ -56,8 +56,9 @@ def resolve(source: Any) -> Source:
     if isinstance(source, (list, tuple)):
         if not source:
             raise FileNotFoundError("the list of files is empty; pass at least one Arrow file")
-        return Source(paths=_regular(p for item in source for p in _paths(item)))
-    return Source(paths=_regular(_paths(source)))
+        return Source(paths=tuple(p for item in source for p in _paths(item)))
+    # What each path is (a FIFO would block the open forever) is the core's check, where it maps them.
+    return Source(paths=tuple(_paths(source)))
 
 
 def _as_index(path: str) -> str:
@@ -81,25 +82,17 @@ def _without_mask_pairs(paths: list[str]) -> list[str]:
     return [p for p in paths if not any(p.endswith(s) and p[: -len(s)] + ".idx" in kept for s in MASK_PAIRS)]
 
 
-def _regular(paths: Any) -> tuple[str, ...]:
-    """The paths, each checked to be a regular file: opening a FIFO blocks until a writer comes (forever,
-    for a reader of a dataset), and a device is no dataset."""
-    paths = tuple(paths)
-    for path in paths:
-        try:
-            mode = os.stat(path).st_mode
-        except FileNotFoundError:
-            continue  # the reader names the missing file
-        except PermissionError as error:
-            raise PermissionError(f"{path} cannot be read ({error.strerror}); check its permissions") from None
-        if not stat.S_ISREG(mode):
-            kinds = {stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO", stat.S_ISSOCK: "a socket"}
-            kind = next((name for test, name in kinds.items() if test(mode)), "a device")
-            raise _data_error(
-                f"{path} is {kind}, not a regular file; pass an Arrow file, a save_to_disk directory "
-                "or a Megatron prefix"
-            )
-    return paths
+def _regular(path: str, fix: str) -> None:
+    """A file Python opens itself (a sidecar) must be a regular one: opening a FIFO blocks until a writer
+    comes, forever for a reader of a dataset."""
+    try:
+        mode = os.stat(path).st_mode
+    except PermissionError as error:
+        raise PermissionError(f"{path} cannot be read ({error.strerror}); check its permissions") from None
+    if not stat.S_ISREG(mode):
+        kinds = {stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO", stat.S_ISSOCK: "a socket"}
+        kind = next((name for test, name in kinds.items() if test(mode)), "a device")
+        raise _data_error(f"{path} is {kind}, not a regular file; {fix}")
 
 
 def is_source(value: Any) -> bool:
@@ -236,14 +229,12 @@ def _state_files(state: str) -> list[str]:
 def _json_object(path: str, expected: str, fix: str) -> dict:
     """A sidecar JSON file's object (``state.json``, ``dataset_dict.json``): anything else — not a regular
     file, not JSON in UTF-8, not an object — is a ``DataError`` naming the file and what was expected."""
-    _regular([path])
+    _regular(path, f"it should be a file holding {expected}; {fix}")
     try:
         with open(path, encoding="utf-8") as f:
             content = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise _data_error(f"{path} is not JSON in UTF-8 ({error}); it should hold {expected}; {fix}") from None
-    except IsADirectoryError:
-        raise _data_error(f"{path} is a directory; it should be a file holding {expected}; {fix}") from None
     if not isinstance(content, dict):
         raise _data_error(f"{path} holds a {type(content).__name__}, not {expected}; {fix}")
     return content
