@@ -29,9 +29,7 @@
 //! work (a bucket, a group, a block of windows), so the plan is bit-identical for any thread count.
 
 use crate::error::{ErrorKind, Result};
-use crate::lengths::to_usize;
-use crate::lengths::with_lengths;
-use crate::lengths::{Length, Lengths};
+use crate::lengths::{to_usize, with_lengths, Length, Lengths};
 use crate::memory;
 use crate::plan::balance::balance_classes;
 use crate::plan::buckets::Buckets;
@@ -41,9 +39,6 @@ use crate::plan::output::{row_range, Plan, Stats};
 use crate::plan::prepare::prepare;
 use crate::plan::rules::Rules;
 use crate::plan::split::{drop_to, expand_per_batch, gather, split_to};
-use crate::plan::steps::{
-    calibration_key, reform_key, steps_target, CALIBRATION_DRAWS, REFERENCE_KEY, REFORM_ATTEMPTS,
-};
 use crate::pool::PrivatePool;
 use std::sync::OnceLock;
 
@@ -51,8 +46,8 @@ use std::sync::OnceLock;
 /// work (validation, edges, the bucket lookup table); [`Planner::plan`] does the rest.
 #[derive(Debug)]
 pub struct Planner {
-    lengths: Lengths,
-    config: Config,
+    pub(super) lengths: Lengths,
+    pub(super) config: Config,
     buckets: Buckets,
     /// The padding efficiency the plans are predicted to have (see `optimize.rs`).
     predicted_efficiency: f64,
@@ -60,7 +55,7 @@ pub struct Planner {
     /// Per bucket, the most rows any batch of it can hold (the capacity at its shortest length):
     /// a batch that reaches it is full.
     bucket_capacity: Vec<u32>,
-    admitted: u64,
+    pub(super) admitted: u64,
     /// Sum of the admitted lengths: every admitted sample is in every plan (less `drop_last`'s).
     admitted_tokens: u64,
     /// The shortest admitted length.
@@ -69,9 +64,9 @@ pub struct Planner {
     general_only: bool,
     /// Admitted rows by bucket, for shuffled padded epochs up to `ARRANGE_MAX_SAMPLES`
     /// (`by_bucket.rs`); `None` streams the epoch instead (`form/stream.rs`).
-    by_bucket: Option<ByBucket>,
+    pub(super) by_bucket: Option<ByBucket>,
     /// Batches of every epoch's plan (see [`Planner::steps`]), set by the first plan or query.
-    target: OnceLock<usize>,
+    pub(super) target: OnceLock<usize>,
     pool: PrivatePool,
 }
 
@@ -304,7 +299,7 @@ impl Planner {
 
     /// One forming pass (shuffle, form, order inside groups) of the random draws keyed `key`; the
     /// plan's rows truncated to those formed.
-    fn form<L: Length>(&self, former: &Former<'_, L>, key: u64) -> (Vec<u32>, Epoch) {
+    pub(super) fn form<L: Length>(&self, former: &Former<'_, L>, key: u64) -> (Vec<u32>, Epoch) {
         let pool = self.pool.get();
         let (mut order, formed) = if let Some(by_bucket) = &self.by_bucket {
             former.form_by_bucket(by_bucket, key, pool.as_deref())
@@ -317,68 +312,8 @@ impl Planner {
         (order, formed)
     }
 
-    /// Forms `epoch` with no more batches than the target (see [`Planner::steps`]): the epoch's own
-    /// draws, or — in the rare epoch that forms more — up to [`REFORM_ATTEMPTS`] other keyed draws
-    /// of it, and at last the reference draws, which form exactly the reference count. Returns the
-    /// rows, the epoch, the key used and how many extra forming passes it took.
-    fn form_within<L: Length>(
-        &self,
-        former: &Former<'_, L>,
-        epoch: u64,
-    ) -> (Vec<u32>, Epoch, u64, u64) {
-        let (order, formed) = self.form(former, epoch);
-        let target = self.target_batches(former, (epoch == REFERENCE_KEY).then_some(&formed));
-        if self.config.drop_last || formed.offsets.len() - 1 <= target {
-            return (order, formed, epoch, 0);
-        }
-        // Released before forming again: one form at a time is what `plan_bytes` reserves.
-        drop((order, formed));
-        for attempt in 1..=REFORM_ATTEMPTS {
-            let key = reform_key(epoch, attempt);
-            let (order, formed) = self.form(former, key);
-            if formed.offsets.len() - 1 <= target {
-                return (order, formed, key, attempt);
-            }
-        }
-        let (order, formed) = self.form(former, REFERENCE_KEY);
-        (order, formed, REFERENCE_KEY, REFORM_ATTEMPTS + 1)
-    }
-
-    /// Batches every epoch's plan has, all ranks together, decided once from the reference draws
-    /// (`reference`, when the caller has just formed them) and the calibration draws.
-    fn target_batches<L: Length>(
-        &self,
-        former: &Former<'_, L>,
-        reference: Option<&Epoch>,
-    ) -> usize {
-        *self.target.get_or_init(|| {
-            let count = |key| self.form(former, key).1.offsets.len() - 1;
-            let first = reference.map_or_else(|| count(REFERENCE_KEY), |f| f.offsets.len() - 1);
-            let fixed = !self.config.shuffle
-                || (self.by_bucket.is_some() && matches!(self.config.batching, Batching::Rows(_)));
-            if fixed {
-                return steps_target(&[first, first], &self.config, self.admitted);
-            }
-            let mut counts = vec![first];
-            if self.lengths.len() <= ARRANGE_MAX_SAMPLES {
-                counts.extend((1..=CALIBRATION_DRAWS).map(|i| count(calibration_key(i))));
-            }
-            steps_target(&counts, &self.config, self.admitted)
-        })
-    }
-
-    /// Steps per rank of every epoch: the same for every epoch of this configuration and data.
-    pub fn steps(&self) -> u64 {
-        self.plan_target() / u64::from(self.config.world_size)
-    }
-
-    fn plan_target(&self) -> u64 {
-        let target = with_lengths!(&self.lengths, v => self.target_batches(&self.former(v), None));
-        target as u64
-    }
-
     /// The read-only state one forming pass borrows.
-    fn former<'a, L: Length>(&'a self, lengths: &'a [L]) -> Former<'a, L> {
+    pub(super) fn former<'a, L: Length>(&'a self, lengths: &'a [L]) -> Former<'a, L> {
         Former {
             lengths,
             config: &self.config,

@@ -11,8 +11,14 @@
 //! ends and no sample is ever repeated or dropped. Rejected: an analytic worst-case count (a bucket's
 //! batches all cut at the rows its top edge allows), which would split batches in every epoch to
 //! reach a count no shuffle forms.
+//!
+//! Here too the planner's part of it: the target set once ([`Planner::steps`]) and an epoch formed
+//! within it.
 
-use crate::plan::config::Config;
+use crate::lengths::{with_lengths, Length};
+use crate::plan::config::{Batching, Config};
+use crate::plan::form::{Epoch, Former, ARRANGE_MAX_SAMPLES};
+use crate::plan::planner::Planner;
 
 /// The draws that set every epoch's batch count: epoch 0's.
 pub(crate) const REFERENCE_KEY: u64 = 0;
@@ -80,6 +86,68 @@ pub(crate) fn steps_target(counts: &[usize], config: &Config, samples: u64) -> u
         return most;
     }
     target
+}
+
+impl Planner {
+    /// Forms `epoch` with no more batches than the target (see [`Planner::steps`]): the epoch's own
+    /// draws, or — in the rare epoch that forms more — up to [`REFORM_ATTEMPTS`] other keyed draws
+    /// of it, and at last the reference draws, which form exactly the reference count. Returns the
+    /// rows, the epoch, the key used and how many extra forming passes it took.
+    pub(super) fn form_within<L: Length>(
+        &self,
+        former: &Former<'_, L>,
+        epoch: u64,
+    ) -> (Vec<u32>, Epoch, u64, u64) {
+        let (order, formed) = self.form(former, epoch);
+        let target = self.target_batches(former, (epoch == REFERENCE_KEY).then_some(&formed));
+        if self.config.drop_last || formed.offsets.len() - 1 <= target {
+            return (order, formed, epoch, 0);
+        }
+        // Released before forming again: one form at a time is what `plan_bytes` reserves.
+        drop((order, formed));
+        for attempt in 1..=REFORM_ATTEMPTS {
+            let key = reform_key(epoch, attempt);
+            let (order, formed) = self.form(former, key);
+            if formed.offsets.len() - 1 <= target {
+                return (order, formed, key, attempt);
+            }
+        }
+        let (order, formed) = self.form(former, REFERENCE_KEY);
+        (order, formed, REFERENCE_KEY, REFORM_ATTEMPTS + 1)
+    }
+
+    /// Batches every epoch's plan has, all ranks together, decided once from the reference draws
+    /// (`reference`, when the caller has just formed them) and the calibration draws.
+    pub(super) fn target_batches<L: Length>(
+        &self,
+        former: &Former<'_, L>,
+        reference: Option<&Epoch>,
+    ) -> usize {
+        *self.target.get_or_init(|| {
+            let count = |key| self.form(former, key).1.offsets.len() - 1;
+            let first = reference.map_or_else(|| count(REFERENCE_KEY), |f| f.offsets.len() - 1);
+            let fixed = !self.config.shuffle
+                || (self.by_bucket.is_some() && matches!(self.config.batching, Batching::Rows(_)));
+            if fixed {
+                return steps_target(&[first, first], &self.config, self.admitted);
+            }
+            let mut counts = vec![first];
+            if self.lengths.len() <= ARRANGE_MAX_SAMPLES {
+                counts.extend((1..=CALIBRATION_DRAWS).map(|i| count(calibration_key(i))));
+            }
+            steps_target(&counts, &self.config, self.admitted)
+        })
+    }
+
+    /// Steps per rank of every epoch: the same for every epoch of this configuration and data.
+    pub fn steps(&self) -> u64 {
+        self.plan_target() / u64::from(self.config.world_size)
+    }
+
+    fn plan_target(&self) -> u64 {
+        let target = with_lengths!(&self.lengths, v => self.target_batches(&self.former(v), None));
+        target as u64
+    }
 }
 
 #[cfg(test)]
