@@ -19,6 +19,41 @@ _U64 = 1 << 64
 _U32_MAX = (1 << 32) - 1
 
 
+def _settings(*, oversize: str, accumulation: int | None, world_size: int, **given: Any) -> dict[str, Any]:
+    """A :class:`BucketSampler`'s planning settings, each checked, as the sampler keeps, pickles and
+    hands to the Rust planner (``world_size`` already resolved)."""
+    if oversize not in ("error", "skip", "truncate"):
+        raise invalid_setting("oversize", f"oversize={oversize!r} is invalid; use 'error', 'skip' or 'truncate'")
+    config = {
+        "batch_size": _optional_int("batch_size", given["batch_size"]),
+        "max_tokens": _optional_int("max_tokens", given["max_tokens"]),
+        "boundaries": _boundaries(given["boundaries"]),
+        "seed": _seed(given["seed"]),
+        "shuffle": _bool("shuffle", given["shuffle"]),
+        "world_size": world_size,
+        "drop_last": _bool("drop_last", given["drop_last"]),
+        "skip_oversize": oversize == "skip",
+        "pad_to_multiple_of": _positive_int("pad_to_multiple_of", given["pad_to_multiple_of"]),
+        "threads": _threads(given["threads"]),
+        "accumulation": 1 if accumulation is None else _positive_int("accumulation", accumulation),
+        "target_efficiency": _fraction("target_efficiency", given["target_efficiency"]),
+        "order": given["order"],
+        "cost": _cost(given["cost"]),
+        "balance_tolerance": _tolerance(given["balance_tolerance"]),
+        "mode": given["mode"],
+        "bucketed": _bool("bucketed", given["bucketed"]),
+        "trim_steps": _bool("trim_steps", given["trim_steps"]),
+        # Python-side: long samples become pieces before the Rust planner sees the lengths.
+        "truncate": oversize == "truncate",
+    }
+    if config["truncate"] and config["mode"] != "packed":
+        raise PlanError(
+            "oversize='truncate' splits long samples into max_tokens pieces for packed rows; pass "
+            "mode='packed', or oversize='skip' to leave long samples out"
+        )
+    return config
+
+
 def _is_hex(text: str) -> bool:
     """Lowercase hex digits only, as the Rust fingerprint is written (``int(text, 16)`` also took
     prefixes, signs, underscores and spaces)."""

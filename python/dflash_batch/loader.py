@@ -51,6 +51,7 @@ import dflash_batch._core as _core
 
 from ._accelerate import gradient_state
 from ._errors import invalid_setting
+from ._loader_checks import check_pair, placement
 from .collate import KEYS, PACKED_KEYS, _multiple, _pack_into, _token, collate, output_dtype
 from .pipeline import _CudaTransfer, _HostTransfer, _Pipeline
 from .reading import TokenStore
@@ -111,16 +112,7 @@ class Loader:
     ) -> None:
         import torch
 
-        if not isinstance(store, TokenStore):
-            raise TypeError(f"store must be a dflash_batch.TokenStore, got {type(store).__name__}")
-        if not isinstance(sampler, BucketSampler):
-            raise TypeError(f"sampler must be a dflash_batch.BucketSampler, got {type(sampler).__name__}")
-        if len(store) != sampler.num_samples:
-            raise ValueError(
-                f"the store has {len(store)} rows but the sampler plans {sampler.num_samples} samples; "
-                "build both from the same dataset"
-            )
-        _check_lengths(store, sampler)
+        check_pair(store, sampler)
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
             raise invalid_setting("prefetch", f"prefetch={prefetch!r} is invalid; pass an integer ≥ 1")
         self.store, self.sampler, self.prefetch = store, sampler, prefetch
@@ -138,29 +130,8 @@ class Loader:
             "pad_to_multiple_of": _multiple(pad_to_multiple_of),
         }
         collate(store, np.zeros(0, dtype=np.int64), **self._settings)  # validates the settings now
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
-        if self.device.type not in ("cpu", "cuda"):
-            raise invalid_setting(
-                "device",
-                f"device={device!r} is not supported; the Loader delivers CPU tensors (device=None) or copies "
-                "them to a CUDA device; move batches elsewhere yourself",
-            )
+        self.device, self.pin_memory = placement(device, pin_memory, reuse_buffers)
         cuda = self.device.type == "cuda"
-        if not isinstance(reuse_buffers, bool):
-            raise TypeError(f"reuse_buffers must be a bool, got {type(reuse_buffers).__name__}")
-        if reuse_buffers and cuda:
-            raise invalid_setting(
-                "reuse_buffers",
-                "reuse_buffers=True applies to CPU batches; CUDA batches are always fresh device tensors "
-                "(the pinned host ring is internal): leave it unset",
-            )
-        if cuda and not torch.cuda.is_available():
-            raise invalid_setting(
-                "device", f"device={device!r} needs CUDA, which torch cannot use here; pass device=None"
-            )
-        self.pin_memory = cuda if pin_memory is None else bool(pin_memory)
-        if self.pin_memory and not torch.cuda.is_available():
-            raise invalid_setting("pin_memory", "pin_memory=True needs CUDA; pass pin_memory=False or leave it unset")
         self.reuse_buffers = reuse_buffers
         if not isinstance(num_items_in_batch, bool):
             raise TypeError(f"num_items_in_batch must be a bool, got {type(num_items_in_batch).__name__}")
@@ -380,21 +351,6 @@ class Loader:
         return (
             f"Loader({len(self.store)} rows, {len(self)} steps, prefetch={self.prefetch}, device={self.device}, "
             f"dtype={self._dtype}, pin_memory={self.pin_memory})"
-        )
-
-
-def _check_lengths(store: TokenStore, sampler: BucketSampler) -> None:
-    """The sampler planned the store's own lengths (the same count is not enough: budgets would not hold)."""
-    mine = store.lengths()
-    planned = np.asarray(sampler._planner.lengths())[: len(mine)]
-    if sampler.truncated:  # a long sample's first piece is planned at the row capacity
-        mine = np.minimum(mine, sampler.max_tokens)
-    differs = np.flatnonzero(mine != planned)
-    if len(differs):
-        row = int(differs[0])
-        raise ValueError(
-            f"the sampler was planned on other lengths than the store's ({len(differs)} rows differ; row {row}: "
-            f"{int(planned[row])} planned, {int(mine[row])} in the store); build the sampler from store.lengths()"
         )
 
 

@@ -18,22 +18,8 @@ import dflash_batch._core as _core
 
 from . import _in_flight, checkpoint, label_tokens
 from ._accelerate import iter_for_shard, wrapping_shard
-from ._arguments import (
-    _bool,
-    _boundaries,
-    _cost,
-    _epoch,
-    _fraction,
-    _length_chunks,
-    _optional_int,
-    _positive_int,
-    _resolve_ranks,
-    _seed,
-    _threads,
-    _tolerance,
-)
-from ._core import Plan, PlanError
-from ._errors import invalid_setting
+from ._arguments import _bool, _epoch, _length_chunks, _resolve_ranks, _settings
+from ._core import Plan
 from .distributed import agree
 from .position import Position
 from .reading import read_lengths
@@ -134,35 +120,12 @@ class BucketSampler:
         trim_steps: bool = False,
     ) -> None:
         world_size, rank = _resolve_ranks(world_size, rank)
-        if oversize not in ("error", "skip", "truncate"):
-            raise invalid_setting("oversize", f"oversize={oversize!r} is invalid; use 'error', 'skip' or 'truncate'")
-        self._config = {
-            "batch_size": _optional_int("batch_size", batch_size),
-            "max_tokens": _optional_int("max_tokens", max_tokens),
-            "boundaries": _boundaries(boundaries),
-            "seed": _seed(seed),
-            "shuffle": _bool("shuffle", shuffle),
-            "world_size": world_size,
-            "drop_last": _bool("drop_last", drop_last),
-            "skip_oversize": oversize == "skip",
-            "pad_to_multiple_of": _positive_int("pad_to_multiple_of", pad_to_multiple_of),
-            "threads": _threads(threads),
-            "accumulation": 1 if accumulation is None else _positive_int("accumulation", accumulation),
-            "target_efficiency": _fraction("target_efficiency", target_efficiency),
-            "order": order,
-            "cost": _cost(cost),
-            "balance_tolerance": _tolerance(balance_tolerance),
-            "mode": mode,
-            "bucketed": _bool("bucketed", bucketed),
-            "trim_steps": _bool("trim_steps", trim_steps),
-            # Python-side: long samples become pieces before the Rust planner sees the lengths.
-            "truncate": oversize == "truncate",
-        }
-        if self._config["truncate"] and self._config["mode"] != "packed":
-            raise PlanError(
-                "oversize='truncate' splits long samples into max_tokens pieces for packed rows; pass "
-                "mode='packed', or oversize='skip' to leave long samples out"
-            )
+        self._config = _settings(
+            batch_size=batch_size, max_tokens=max_tokens, boundaries=boundaries, seed=seed, shuffle=shuffle,
+            world_size=world_size, drop_last=drop_last, oversize=oversize, pad_to_multiple_of=pad_to_multiple_of,
+            threads=threads, accumulation=accumulation, target_efficiency=target_efficiency, order=order, cost=cost,
+            balance_tolerance=balance_tolerance, mode=mode, bucketed=bucketed, trim_steps=trim_steps,
+        )  # fmt: skip
         self._rank = rank
         self._accumulation_given = accumulation is not None
         self._check_ranks = _bool("check_ranks", check_ranks)
