@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import dflash_batch as db
+import dflash_batch.metrics
 import numpy as np
 import pytest
 from hypothesis import given, settings

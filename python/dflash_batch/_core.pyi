@@ -3,6 +3,7 @@ raises (``tests/test_stubs.py`` checks them against the module). The public API 
 directly only to build something the wrappers do not."""
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -130,34 +131,68 @@ class Plan:
         """Share of sample pairs batched together here that are batched together again in ``other``;
         None when no batch holds two samples. Raises ValueError for plans of different datasets."""
 
-class Planner:
-    """Validated lengths and configuration, from which any epoch's plan is computed."""
+class Config:
+    """A sampler's planning settings, each checked once (types here, ranges and the rules between
+    settings when a ``Planner`` is built from it). Frozen; pickles as its keyword arguments. Bad
+    settings raise PlanError (kind ``invalid_setting``, ``setting`` naming it) or TypeError."""
 
     def __init__(
         self,
-        chunks: Sequence[npt.NDArray[np.integer]],
         *,
-        batch_size: int | None,
-        max_tokens: int | None,
-        boundaries: int | Sequence[int] | None,
-        seed: int,
-        shuffle: bool,
-        world_size: int,
-        drop_last: bool,
-        skip_oversize: bool,
-        pad_to_multiple_of: int,
-        threads: int | None,
-        accumulation: int = 1,
+        batch_size: int | None = None,
+        max_tokens: int | None = None,
+        boundaries: str | int | Sequence[int] = "auto",
+        seed: int = 0,
+        shuffle: bool = True,
+        world_size: int = 1,
+        drop_last: bool = False,
+        oversize: str = "error",
+        pad_to_multiple_of: int = 1,
+        threads: int | None = None,
+        accumulation: int | None = None,
         target_efficiency: float = 0.98,
         order: str = "stratified",
-        cost: str | tuple[float, float] | None = None,
+        cost: str | tuple[float, float] = "tokens",
         balance_tolerance: float | None = None,
         mode: str = "padded",
         bucketed: bool = False,
         trim_steps: bool = False,
     ) -> None:
-        """Copies the lengths (``chunks`` of any integer dtype, concatenated) and prepares the buckets.
-        Raises PlanError for invalid lengths or settings, TypeError for a wrong type, MemoryError when
+        """Checks each setting's type (and the ranges a Python value can exceed). Raises TypeError for a
+        wrong type or an unknown keyword, PlanError (kind ``invalid_setting``) for a value out of range."""
+    def settings(self) -> dict[str, Any]:
+        """The settings that shape a plan as plain values (what checkpoints record): every keyword
+        argument but ``threads``, ``oversize`` as ``skip_oversize`` and ``truncate``."""
+    def replace(self, **changes: Any) -> Config:
+        """This configuration with some keyword arguments changed (checked again)."""
+    def get(self, name: str) -> Any:
+        """Keyword argument ``name`` as checked. Raises PlanError for a name that is not a setting."""
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def accumulation(self) -> int: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def max_tokens(self) -> int | None:
+        """The token budget per batch, or None with ``batch_size``."""
+    @property
+    def mode(self) -> str:
+        """``"padded"`` or ``"packed"``."""
+    @property
+    def oversize(self) -> str:
+        """``"error"``, ``"skip"`` or ``"truncate"``."""
+    @property
+    def price(self) -> tuple[float, float]:
+        """``(a, b)``: a row of padded length L costs a·L + b·L² (``(1, 0)``: tokens)."""
+
+class Planner:
+    """Validated lengths and configuration, from which any epoch's plan is computed."""
+
+    def __init__(self, chunks: Sequence[npt.NDArray[np.integer]], config: Config) -> None:
+        """Copies the lengths (``chunks`` of any integer dtype, concatenated; with
+        ``oversize="truncate"``, cut into pieces) and prepares the buckets. Raises PlanError for invalid
+        lengths or settings, TypeError for a wrong type, MemoryError when
         the lengths do not fit."""
     def plan(self, epoch: int) -> Plan:
         """Plans ``epoch`` (GIL released). Raises PlanError when the samples cannot give every rank a
@@ -186,9 +221,22 @@ class Planner:
         """As ``fingerprint``, but equal for any ``world_size`` (for resuming on another number of
         ranks)."""
     def lengths(self) -> npt.NDArray[np.uint32]:
-        """The lengths, as a new array."""
+        """The planned entries' lengths, as a new array (with pieces: every row's first, then the later)."""
+    def dataset_lengths(self) -> npt.NDArray[np.uint32]:
+        """The dataset rows' lengths, as a new array: what the planner was built from."""
+    @property
+    def num_samples(self) -> int:
+        """Rows of the dataset (entries less the later pieces of split samples)."""
+    @property
+    def truncated(self) -> int:
+        """Samples split into pieces (``oversize="truncate"``; else 0)."""
+    def locate(
+        self, entries: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
+        """The token windows ``(rows, starts, lengths)`` of plan ``entries``. Raises PlanError for an entry
+        that is not one of the plans'."""
     def __len__(self) -> int:
-        """Samples."""
+        """Planned entries (samples, plus the later pieces of split ones)."""
 
 def physical_memory() -> int | None:
     """Bytes of physical memory (Linux ``MemTotal``), None where the system does not say. Raises nothing."""
@@ -275,26 +323,6 @@ def churn(
 ) -> float | None:
     """Share of sample pairs batched together in ``a`` that are batched together again in ``b``; None
     when no batch of ``a`` holds two samples. Raises ValueError for inconsistent arrays."""
-
-def split_long(
-    chunks: Sequence[npt.NDArray[np.integer]], capacity: int
-) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32], npt.NDArray[np.uint32], int] | None:
-    """``oversize="truncate"``: the lengths cut into pieces of at most ``capacity`` tokens —
-    ``(planned lengths, rows of the later pieces, their first tokens, samples split)`` — or None when no
-    sample is longer. Every row's first piece is its entry; later pieces follow, in row order. Raises
-    PlanError for invalid lengths or more entries than a plan holds, TypeError for a wrong type,
-    MemoryError when the pieces do not fit."""
-
-def locate_pieces(
-    entries: npt.NDArray[np.int64],
-    samples: int,
-    planned: npt.NDArray[np.uint32],
-    rows: npt.NDArray[np.uint32] | None = None,
-    starts: npt.NDArray[np.uint32] | None = None,
-) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
-    """The token windows ``(rows, starts, lengths)`` of plan ``entries`` (the first ``samples`` are
-    dataset rows; ``rows``/``starts`` from ``split_long`` map the later ones). Raises PlanError for an
-    entry that is not one of the plans'."""
 
 def seed_lengths(n: int, seed: int) -> npt.NDArray[np.uint32]:
     """``n`` lengths of the seed workload (bins and shares of shared/CONTEXT.md), reproducible from

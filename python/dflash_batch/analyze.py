@@ -35,7 +35,7 @@ def histogram(lengths: np.ndarray, bins: int = 12) -> list[dict[str, Any]]:
 def strategies(lengths: np.ndarray, *, sampler: BucketSampler, rule: dict[str, int], window: int) -> dict:
     """Every strategy's figures: two epochs each (seeds 0 and 1) for churn; steps per rank."""
     world = sampler.world_size
-    price = sampler._config["cost"] if isinstance(sampler._config["cost"], tuple) else (1.0, 0.0)
+    price = sampler._config.price
 
     def scored(epochs: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
         order, offsets = epochs[0]
@@ -62,8 +62,8 @@ def strategies(lengths: np.ndarray, *, sampler: BucketSampler, rule: dict[str, i
     }
     rows["dflash_batch"] = planned(sampler)
     config = sampler._config
-    if world > 1 and config["max_tokens"] and config["mode"] == "padded" and config["balance_tolerance"] is None:
-        if not config["trim_steps"]:  # what trimming would gain here (see BucketSampler's trim_steps)
+    if world > 1 and config.max_tokens and config.mode == "padded" and config.get("balance_tolerance") is None:
+        if not config.get("trim_steps"):  # what trimming would gain here (see BucketSampler's trim_steps)
             sampler = pickle.loads(pickle.dumps(sampler))
             sampler._reconfigure(trim_steps=True)
         rows["dflash_batch + trim"] = planned(sampler)

@@ -37,7 +37,7 @@ def state_of(sampler: Any, step: int | None) -> dict[str, Any]:
         "version": VERSION,
         "epoch": epoch,
         "step": step,
-        "seed": sampler._config["seed"],
+        "seed": sampler._config.seed,
         "world_size": sampler.world_size,
         "num_samples": sampler.num_samples,
         "fingerprint": sampler._fingerprint(),
@@ -162,11 +162,7 @@ def carried_plan(sampler: Any, epoch: int) -> Any:
 
 def settings(sampler: Any) -> dict[str, Any]:
     """The configuration that shapes the plan, as plain values (a checkpoint may go through JSON)."""
-    return {
-        key: list(value) if isinstance(value, tuple) else value
-        for key, value in sampler._config.items()
-        if key not in ("threads", "world_size")
-    }
+    return {key: value for key, value in sampler._config.settings().items() if key != "world_size"}
 
 
 def differences(sampler: Any, state: dict[str, Any]) -> str:
@@ -197,7 +193,7 @@ def pickled(sampler: Any) -> dict[str, Any]:
     state = sampler.__dict__.copy()
     del state["_planner"], state["_plan"], state["_plan_key"], state["_fingerprint_cache"]
     state["_position"] = sampler.position.snapshot()
-    state["_lengths"] = sampler._planner.lengths()
+    state["_lengths"] = sampler._planner.dataset_lengths()
     return state
 
 

@@ -53,7 +53,7 @@ def agree(sampler: Any) -> bool:
         "fingerprint": sampler._fingerprint(),
         "num_samples": sampler.num_samples,
         "epoch": sampler.epoch,
-        **{key: value for key, value in sampler._config.items() if key != "threads"},
+        **sampler._config.settings(),
     }
     check_ranks_agree(identity)
     return True

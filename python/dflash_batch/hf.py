@@ -252,7 +252,7 @@ class BucketTrainer(Trainer):
             shuffle=False,
             world_size=train.world_size,
             rank=train.rank,
-            oversize="skip" if train._config["skip_oversize"] else "error",
+            oversize="skip" if train._config.oversize == "skip" else "error",
         )
         options = self._loader_options(train=False)
         return Loader(store, sampler, **options)

@@ -18,13 +18,12 @@ import dflash_batch._core as _core
 
 from . import _in_flight, checkpoint, label_tokens
 from ._accelerate import iter_for_shard, wrapping_shard
-from ._arguments import _bool, _epoch, _length_chunks, _resolve_ranks, _settings
-from ._core import Plan
+from ._arguments import _bool, _check_rank, _default_ranks, _epoch, _length_chunks
+from ._core import Plan, PlanError
 from .distributed import agree
 from .position import Position
 from .reading import read_lengths
 from .sources import is_source
-from .truncate import _locate, _Pieces, _split_long
 
 
 class BucketSampler:
@@ -71,7 +70,7 @@ class BucketSampler:
             less mixing (seed workload, 8 ranks × 4: p99 1.30 → 1.10, window_tv 0.069 → 0.15).
         trim_steps: ``True`` trims each step's batches to a common cost and re-forms the rows trimmed
             into extra steps spread through the epoch: ranks wait less (``accumulation=1``, attention
-            prices) for a few percent more steps and some mixing (README, "Ranks that finish together").
+            prices) for a few percent more steps and some mixing (docs/ranks.md).
             Needs ``max_tokens``, padded rows, ``balance_tolerance=None``; epochs ≤ 16.7M samples.
         mode: ``"padded"`` (default): rows padded to the batch's longest. ``"packed"``: samples
             concatenated into rows of ``max_tokens`` tokens for varlen attention (FlashAttention
@@ -119,38 +118,31 @@ class BucketSampler:
         check_ranks: bool = True,
         trim_steps: bool = False,
     ) -> None:
-        world_size, rank = _resolve_ranks(world_size, rank)
-        self._config = _settings(
+        world_size, rank = _default_ranks(world_size, rank)
+        # Every planning setting is checked once, in the core's binding; the sampler holds, pickles
+        # and fingerprints this one object.
+        self._config = _core.Config(
             batch_size=batch_size, max_tokens=max_tokens, boundaries=boundaries, seed=seed, shuffle=shuffle,
             world_size=world_size, drop_last=drop_last, oversize=oversize, pad_to_multiple_of=pad_to_multiple_of,
             threads=threads, accumulation=accumulation, target_efficiency=target_efficiency, order=order, cost=cost,
             balance_tolerance=balance_tolerance, mode=mode, bucketed=bucketed, trim_steps=trim_steps,
         )  # fmt: skip
-        self._rank = rank
+        self._rank = _check_rank(rank, self._config.world_size)
         self._accumulation_given = accumulation is not None
         self._check_ranks = _bool("check_ranks", check_ranks)
         self._checked_epoch: int | None = None
         self._position = Position()
-        # The Rust planner keeps the only copy of the lengths; nothing here holds on to the input.
+        # The Rust planner keeps the only copy of the lengths (with oversize="truncate", cut into the
+        # pieces it plans); nothing here holds on to the input.
         if is_source(lengths):
             lengths = read_lengths(lengths, column)
-        chunks = _length_chunks(lengths)
-        # oversize="truncate": the planner plans pieces (see `pieces`); None when nothing is split.
-        self._pieces: _Pieces | None = None
-        if self._config["truncate"] and self._config["max_tokens"] is not None:
-            chunks, self._pieces = _split_long(chunks, self._config["max_tokens"])
-        self._build(chunks)
+        self._build(_length_chunks(lengths))
 
     def _build(self, chunks: list[np.ndarray]) -> None:
-        self._planner = _core.Planner(chunks, **self._rust_config())
+        self._planner = _core.Planner(chunks, self._config)
         self._plan: Plan | None = None
         self._plan_key: tuple[int, int] | None = None
         self._fingerprint_cache: str | None = None
-        self._lengths_cache: np.ndarray | None = None
-
-    def _rust_config(self, **changes: Any) -> dict[str, Any]:
-        """The settings the Rust planner takes."""
-        return {key: value for key, value in {**self._config, **changes}.items() if key != "truncate"}
 
     # -- the plan -------------------------------------------------------------------------------------
 
@@ -200,12 +192,12 @@ class BucketSampler:
 
     @property
     def world_size(self) -> int:
-        return self._config["world_size"]
+        return self._config.world_size
 
     @property
     def accumulation(self) -> int:
         """Micro-batches per optimizer step the plans are arranged for."""
-        return self._config["accumulation"]
+        return self._config.accumulation
 
     @property
     def sampler(self) -> BucketSampler:
@@ -217,8 +209,8 @@ class BucketSampler:
         """Plans with ``changes`` to the configuration from now on (same lengths, epoch and position)."""
         if all(self._config.get(key) == value for key, value in changes.items()):
             return
-        lengths = self._planner.lengths()
-        self._config = {**self._config, **changes}
+        lengths = self._planner.dataset_lengths()
+        self._config = self._config.replace(**changes)
         self._build([lengths])
 
     def label_tokens(self, epoch: int | None = None, *, store: Any = None) -> np.ndarray:
@@ -242,23 +234,22 @@ class BucketSampler:
     @property
     def mode(self) -> str:
         """``"padded"`` or ``"packed"``."""
-        return self._config["mode"]
+        return self._config.mode
 
     @property
     def max_tokens(self) -> int | None:
         """The token budget per batch (the row capacity when packed), or ``None`` with ``batch_size``."""
-        return self._config["max_tokens"]
+        return self._config.max_tokens
 
     @property
     def num_samples(self) -> int:
         """Rows of the dataset (with ``oversize="truncate"``, not counting the extra pieces)."""
-        extra = 0 if self._pieces is None else len(self._pieces.rows)
-        return len(self._planner) - extra
+        return self._planner.num_samples
 
     @property
     def truncated(self) -> int:
         """Samples longer than ``max_tokens`` split into pieces (``oversize="truncate"``; else 0)."""
-        return 0 if self._pieces is None else self._pieces.split
+        return self._planner.truncated
 
     def pieces(self, batch: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The token windows of a batch's entries: ``(rows, starts, lengths)`` as uint32 arrays, entry
@@ -272,9 +263,15 @@ class BucketSampler:
         :func:`collate_packed` with ``starts``/``lengths`` do it for you). Without pieces, ``rows`` is the
         batch and every window is a whole sample.
         """
-        if self._lengths_cache is None:
-            self._lengths_cache = np.asarray(self._planner.lengths(), dtype=np.uint32)
-        return _locate(self._pieces, batch, self.num_samples, self._lengths_cache)
+        given = np.asarray(batch)
+        if given.size and given.dtype.kind not in "iu":  # 0.5 would have been read as entry 0
+            raise TypeError(f"batch must hold integer entries, got dtype {given.dtype}")
+        entries = np.ascontiguousarray(given, dtype=np.int64)
+        if entries.ndim != 1:
+            raise PlanError(
+                f"batch must be a 1-D array of entries of this sampler's plans (0 ≤ entry < {len(self._planner)})"
+            )
+        return self._planner.locate(entries)
 
     def __len__(self) -> int:
         """Steps (batches) of an epoch on this rank, the same in every epoch (``plan().steps``) and after a
@@ -359,8 +356,8 @@ class BucketSampler:
         if not hasattr(self, "_planner"):  # construction failed part way (a debugger, a traceback)
             return "BucketSampler(<not built>)"
         c = self._config
-        size = f"batch_size={c['batch_size']}" if c["batch_size"] else f"max_tokens={c['max_tokens']}"
+        size = f"max_tokens={c.max_tokens}" if c.max_tokens is not None else f"batch_size={c.get('batch_size')}"
         return (
             f"BucketSampler(num_samples={self.num_samples}, {size}, buckets={len(self.edges) - 1}, "
-            f"seed={c['seed']}, epoch={self.epoch}, rank={self._rank}/{self.world_size})"
+            f"seed={c.seed}, epoch={self.epoch}, rank={self._rank}/{self.world_size})"
         )

@@ -67,3 +67,15 @@ fn exception(err: &CoreError) -> PyErr {
         _ => PlanError::new_err(err.to_string()),
     }
 }
+
+/// A `PlanError` of kind `invalid_setting` about setting `name`: a setting the binding checks itself
+/// (its type or form) before the core sees it.
+pub(crate) fn invalid_setting(name: &str, message: String) -> PyErr {
+    let raised = PlanError::new_err(message);
+    Python::attach(|py| {
+        let value = raised.value(py);
+        let _ = value.setattr("kind", "invalid_setting");
+        let _ = value.setattr("setting", name);
+    });
+    raised
+}

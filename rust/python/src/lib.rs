@@ -8,15 +8,15 @@
 
 mod arrays;
 mod errors;
+mod extract;
 #[macro_use]
 mod reading;
 mod collating;
+mod config;
 mod metrics;
-mod options;
 mod plan;
 mod planning;
 mod table;
-mod truncating;
 mod workload;
 
 use pyo3::prelude::*;
@@ -32,14 +32,13 @@ pub(crate) fn physical_memory() -> Option<u64> {
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<config::Settings>()?;
     m.add_class::<planning::Planner>()?;
     m.add_class::<plan::Plan>()?;
     m.add_class::<reading::TokenStore>()?;
     m.add_function(wrap_pyfunction!(reading::read_lengths, m)?)?;
     m.add_function(wrap_pyfunction!(reading::read_documents, m)?)?;
     m.add_function(wrap_pyfunction!(reading::read_table_lengths, m)?)?;
-    m.add_function(wrap_pyfunction!(truncating::split_long, m)?)?;
-    m.add_function(wrap_pyfunction!(truncating::locate_pieces, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_into, m)?)?;
     m.add_function(wrap_pyfunction!(physical_memory, m)?)?;
     m.add_function(wrap_pyfunction!(workload::seed_lengths, m)?)?;

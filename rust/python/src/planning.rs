@@ -5,17 +5,18 @@ use std::sync::{Arc, OnceLock};
 
 use dflash_batch_core::lengths::{scan, Builder, Lengths};
 use dflash_batch_core::metrics::Deciles;
-use dflash_batch_core::{
-    Batching, Boundaries, Config, CostModel, Order, Oversize, Planner as CorePlanner,
-};
+use dflash_batch_core::Planner as CorePlanner;
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::arrays::read_only;
+use crate::config::Settings;
 use crate::errors::to_py;
-use crate::options::{mode_of, BoundariesArg, CostArg, OrderArg};
 use crate::plan::Plan;
+
+/// An array a Python caller receives: read-only, owned by Rust.
+type Out = Py<PyArray1<u32>>;
 
 /// Runs `$body` with `$slice` bound to the chunk's values as a typed slice, whatever its integer dtype.
 macro_rules! with_int_slice {
@@ -78,61 +79,20 @@ pub(crate) struct Planner {
 
 #[pymethods]
 impl Planner {
-    /// `chunks`: 1-D integer numpy arrays whose concatenation is the lengths. `boundaries`: `None`
-    /// (auto), a bucket count, or explicit edges.
+    /// `chunks`: 1-D integer numpy arrays whose concatenation is the lengths; `config`: the
+    /// settings, checked (`config.rs`).
     #[new]
-    #[pyo3(signature = (chunks, *, batch_size, max_tokens, boundaries, seed, shuffle, world_size,
-                        drop_last, skip_oversize, pad_to_multiple_of, threads, accumulation=1,
-                        target_efficiency=0.98, order=OrderArg(Order::Stratified), cost=None,
-                        balance_tolerance=None, mode="padded", bucketed=false,
-                        trim_steps=false))]
-    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         chunks: Vec<Bound<'_, PyAny>>,
-        batch_size: Option<i64>,
-        max_tokens: Option<i64>,
-        boundaries: Option<BoundariesArg>,
-        seed: u64,
-        shuffle: bool,
-        world_size: u32,
-        drop_last: bool,
-        skip_oversize: bool,
-        pad_to_multiple_of: u32,
-        threads: Option<usize>,
-        accumulation: u32,
-        target_efficiency: f64,
-        order: OrderArg,
-        cost: Option<CostArg>,
-        balance_tolerance: Option<f64>,
-        mode: &str,
-        bucketed: bool,
-        trim_steps: bool,
+        config: PyRef<'_, Settings>,
     ) -> PyResult<Self> {
         let lengths = lengths_from_chunks(&chunks)?;
-        let config = Config {
-            batching: Batching::from_options(batch_size, max_tokens).map_err(to_py)?,
-            boundaries: boundaries.map_or(Boundaries::Auto, |b| b.0),
-            seed,
-            shuffle,
-            world_size,
-            drop_last,
-            oversize: if skip_oversize {
-                Oversize::Skip
-            } else {
-                Oversize::Error
-            },
-            pad_to_multiple_of,
-            target_efficiency_ppm: Config::target_efficiency_ppm(target_efficiency)
-                .map_err(to_py)?,
-            order: order.0,
-            accumulation,
-            cost: cost.map_or(CostModel::TOKENS, |c| c.0),
-            balance_tolerance_ppm: Config::balance_tolerance_ppm(balance_tolerance)
-                .map_err(to_py)?,
-            mode: mode_of(mode, bucketed)?,
-            trim_steps,
-        };
+        let (config, threads, accumulation) = (
+            config.core.clone(),
+            config.threads,
+            config.core.accumulation,
+        );
         let planner = py
             .detach(|| CorePlanner::new(lengths, config))
             .map_err(to_py)?;
@@ -214,10 +174,45 @@ impl Planner {
         self.inner.buckets().edges().to_vec()
     }
 
-    /// A copy of the lengths (the planner owns its own; this is for pickling).
+    /// A copy of the planned entries' lengths (with `oversize="truncate"`, every row's first piece,
+    /// then the later pieces).
     fn lengths<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<u32>>> {
         let lengths = self.inner.lengths().to_u32_vec().map_err(to_py)?;
         Ok(PyArray1::from_vec(py, lengths))
+    }
+
+    /// A copy of the dataset rows' lengths, what the planner was built from (for pickling).
+    fn dataset_lengths<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<u32>>> {
+        let lengths = self.inner.dataset_lengths().map_err(to_py)?;
+        Ok(PyArray1::from_vec(py, lengths))
+    }
+
+    /// Rows of the dataset (the planned entries less the later pieces of split samples).
+    #[getter]
+    fn num_samples(&self) -> usize {
+        self.inner.samples()
+    }
+
+    /// Samples split into pieces (`oversize="truncate"`; else 0).
+    #[getter]
+    fn truncated(&self) -> u64 {
+        self.inner.truncated()
+    }
+
+    /// The token windows `(rows, starts, lengths)` of plan `entries` (GIL released).
+    fn locate(
+        &self,
+        py: Python<'_>,
+        entries: PyReadonlyArray1<'_, i64>,
+    ) -> PyResult<(Out, Out, Out)> {
+        let entries = entries.as_slice()?;
+        let inner = Arc::clone(&self.inner);
+        let (rows, starts, lengths) = py.detach(|| inner.locate(entries)).map_err(to_py)?;
+        Ok((
+            read_only(PyArray1::from_vec(py, rows))?,
+            read_only(PyArray1::from_vec(py, starts))?,
+            read_only(PyArray1::from_vec(py, lengths))?,
+        ))
     }
 
     /// 64-bit fingerprint of the lengths and configuration, as 16 hex digits.

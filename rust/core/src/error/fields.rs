@@ -44,6 +44,9 @@ impl ErrorKind {
     pub fn setting(&self) -> Option<&'static str> {
         match self {
             Self::InvalidSetting { name, .. } | Self::InvalidRatio { name, .. } => Some(name),
+            Self::TrimSetting { .. } => Some("trim_steps"),
+            Self::TruncateSetting { .. } => Some("oversize"),
+            Self::PackedSetting { .. } => Some("mode"),
             _ => None,
         }
     }

@@ -66,6 +66,7 @@ impl fmt::Display for Error {
             ),
             K::PackedSetting { problem } => write!(f, "mode='packed' {problem}"),
             K::TrimSetting { problem } => write!(f, "trim_steps=True {problem}"),
+            K::TruncateSetting { problem } => write!(f, "oversize='truncate' {problem}"),
             K::TooFewEdges { count } => write!(
                 f,
                 "boundaries has {count} edge(s); give at least two, e.g. [0, 8192] for one bucket"

@@ -102,6 +102,11 @@ pub enum ErrorKind {
         /// What is wrong, as the rest of a sentence after "trim_steps=True".
         problem: &'static str,
     },
+    /// `oversize = Truncate` with a setting it cannot work with.
+    TruncateSetting {
+        /// What is wrong, as the rest of a sentence after "oversize='truncate'".
+        problem: &'static str,
+    },
     /// A setting that packed batches cannot honour.
     PackedSetting {
         /// What is wrong, as the rest of a sentence after "mode='packed'".

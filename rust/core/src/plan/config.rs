@@ -138,6 +138,9 @@ pub enum Oversize {
     Error,
     /// Leave them out of every plan and count them in [`crate::plan::output::Stats::skipped`].
     Skip,
+    /// Packed rows only: plan each as `⌈L / max_tokens⌉` pieces, each packed like a sample of its
+    /// own (`truncate.rs`).
+    Truncate,
 }
 
 /// Everything that, with the lengths, `seed` and `epoch`, determines a plan.
@@ -298,6 +301,13 @@ impl Config {
         Self::balance_tolerance_ppm(self.balance_tolerance_ppm.map(|t| f64::from(t) / 1e6))?;
         self.validate_cost()?;
         self.validate_trim()?;
+        if self.oversize == Oversize::Truncate && self.mode == Mode::Padded {
+            return Err(ErrorKind::TruncateSetting {
+                problem: "splits long samples into max_tokens pieces for packed rows; pass \
+                          mode='packed', or oversize='skip' to leave long samples out",
+            }
+            .into());
+        }
         if let Mode::Packed { .. } = self.mode {
             if let Batching::Rows(_) = self.batching {
                 return Err(ErrorKind::PackedSetting {

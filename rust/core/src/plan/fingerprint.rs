@@ -60,6 +60,8 @@ pub fn fingerprint<L: Length>(lengths: &[L], config: &Config) -> u64 {
         h,
         [
             u64::from(*drop_last),
+            // Truncate folds as Error did before it joined the core: pieces make the lengths
+            // differ, and fingerprints written since must still match.
             u64::from(*oversize == Oversize::Skip),
         ],
     );

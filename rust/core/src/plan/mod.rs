@@ -11,6 +11,7 @@ pub(crate) mod histogram;
 pub(crate) mod optimize;
 pub(crate) mod output;
 pub(crate) mod permute;
+pub(crate) mod pieces;
 pub(crate) mod planner;
 pub(crate) mod predict;
 pub(crate) mod prepare;

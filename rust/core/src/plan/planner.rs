@@ -39,6 +39,7 @@ use crate::plan::output::{row_range, Plan, Stats};
 use crate::plan::prepare::prepare;
 use crate::plan::rules::Rules;
 use crate::plan::split::{drop_to, expand_per_batch, gather, split_to};
+use crate::plan::truncate::{cut_long, Later};
 use crate::pool::PrivatePool;
 use std::sync::OnceLock;
 
@@ -67,15 +68,19 @@ pub struct Planner {
     pub(super) by_bucket: Option<ByBucket>,
     /// Batches of every epoch's plan (see [`Planner::steps`]), set by the first plan or query.
     pub(super) target: OnceLock<usize>,
+    /// Under `Oversize::Truncate`, the later pieces of the samples split (`truncate.rs`); the lengths
+    /// are then the planned entries' lengths.
+    pub(super) later: Option<Later>,
     pool: PrivatePool,
 }
 
 impl Planner {
     /// Validates `lengths` and `config` and prepares the buckets. `lengths` may be a `Vec<u32>`
     /// (stored as `u16` when every length fits) or [`Lengths`] built by a binding.
+    /// Under `Oversize::Truncate` long samples are planned as pieces (see [`Planner::locate`]).
     pub fn new(lengths: impl Into<Lengths>, config: Config) -> Result<Self> {
-        let lengths = lengths.into();
         config.validate()?;
+        let (lengths, later) = cut_long(lengths.into(), &config)?;
         memory::reserve(
             "preparing the planner",
             lengths.len() as u64 * memory::PREPARE_BYTES_PER_SAMPLE,
@@ -102,6 +107,7 @@ impl Planner {
             general_only: false,
             by_bucket,
             target: OnceLock::new(),
+            later,
             pool: PrivatePool::new(threads),
         })
     }
@@ -158,7 +164,8 @@ impl Planner {
         &self.config
     }
 
-    /// The sample lengths.
+    /// The lengths of the planned entries: the samples' (under `Oversize::Truncate`, every row's
+    /// first piece, then the later pieces; [`Planner::dataset_lengths`] gives the rows').
     pub fn lengths(&self) -> &Lengths {
         &self.lengths
     }

@@ -123,7 +123,8 @@ fn admission<L: Length>(lengths: &[L], config: &Config) -> Result<u32> {
             .into());
         }
     }
-    if config.oversize == Oversize::Error {
+    // Truncated pieces fit by construction; what does not fit otherwise is an error.
+    if config.oversize != Oversize::Skip {
         if let Some(row) = lengths.iter().position(|&l| !fits(l.into())) {
             let length = config.padded(lengths[row].into());
             return Err(ErrorKind::Oversize {

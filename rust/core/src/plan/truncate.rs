@@ -8,6 +8,43 @@
 use crate::error::{ErrorKind, Result};
 use crate::lengths::{with_lengths, Length, Lengths};
 use crate::memory;
+use crate::plan::config::{Batching, Config, Oversize};
+
+/// What a planner keeps of [`Pieces`]: the later pieces (their lengths are planned entries).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Later {
+    /// The row of each later piece (entry `n + k` is piece `rows[k]`).
+    pub rows: Vec<u32>,
+    /// The first token of each later piece in its row.
+    pub starts: Vec<u32>,
+    /// Rows that were split.
+    pub split: u64,
+}
+
+/// The lengths a planner plans under `config`: `lengths` itself, or under `Oversize::Truncate`
+/// with samples longer than the row capacity, every entry's length and the later pieces.
+pub(crate) fn cut_long(lengths: Lengths, config: &Config) -> Result<(Lengths, Option<Later>)> {
+    let capacity = match (config.oversize, config.batching) {
+        (Oversize::Truncate, Batching::Tokens(capacity)) => capacity,
+        _ => return Ok((lengths, None)),
+    };
+    Ok(match split(&lengths, capacity)? {
+        None => (lengths, None),
+        Some(Pieces {
+            planned,
+            rows,
+            starts,
+            split,
+        }) => (
+            planned.into(),
+            Some(Later {
+                rows,
+                starts,
+                split,
+            }),
+        ),
+    })
+}
 
 /// Long samples cut into pieces.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,10 +118,10 @@ pub(crate) fn split_long<L: Length>(lengths: &[L], capacity: u64) -> Result<Opti
 /// dataset rows: `(rows, starts, lengths)`, entry `s` being tokens `starts[s] .. starts[s] +
 /// lengths[s]` of row `rows[s]`. `later`: the rows and starts of the later pieces ([`Pieces`]);
 /// without them every entry is a whole row.
-pub fn locate(
+pub fn locate<L: Length>(
     entries: &[i64],
     samples: usize,
-    planned: &[u32],
+    planned: &[L],
     later: Option<(&[u32], &[u32])>,
 ) -> Result<(Vec<u32>, Vec<u32>, Vec<u32>)> {
     let count = planned.len();
@@ -102,7 +139,7 @@ pub fn locate(
     let mut lengths = memory::vec_with_capacity(WHAT, entries.len())?;
     for &e in entries {
         let e = index(e).unwrap_or(0);
-        lengths.push(planned[e]);
+        lengths.push(planned[e].into());
         match later {
             Some((piece_rows, piece_starts)) if e >= samples => {
                 rows.push(piece_rows.get(e - samples).copied().unwrap_or(0));
@@ -122,6 +159,7 @@ pub fn locate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::planner::Planner;
     use proptest::prelude::*;
 
     #[test]
@@ -133,8 +171,13 @@ mod tests {
         assert_eq!(p.rows, [1, 1, 1, 1, 3, 3]);
         assert_eq!(p.starts, [64, 128, 192, 256, 64, 128]);
         assert_eq!(p.split, 2);
-        let (rows, starts, lengths) =
-            locate(&[0, 8, 10, 1], 5, &p.planned, Some((&p.rows, &p.starts))).unwrap();
+        let (rows, starts, lengths) = locate(
+            &[0, 8, 10, 1],
+            5,
+            &p.planned[..],
+            Some((&p.rows, &p.starts)),
+        )
+        .unwrap();
         assert_eq!(
             (rows, starts, lengths),
             (vec![0, 1, 3, 1], vec![0, 256, 128, 0], vec![50, 44, 1, 64])
@@ -157,7 +200,7 @@ mod tests {
             ),
             "{err}"
         );
-        let err = locate(&[3], 3, &[5, 64, 6], None).unwrap_err();
+        let err = locate(&[3], 3, &[5u32, 64, 6][..], None).unwrap_err();
         assert!(matches!(
             err.kind(),
             ErrorKind::EntryOutOfRange {
@@ -165,7 +208,7 @@ mod tests {
                 entries: 3
             }
         ));
-        assert!(locate(&[-1], 3, &[5, 64, 6], None).is_err());
+        assert!(locate(&[-1], 3, &[5u32, 64, 6][..], None).is_err());
     }
 
     proptest! {
@@ -178,7 +221,7 @@ mod tests {
                 return Ok(());
             };
             let entries: Vec<i64> = (0..p.planned.len() as i64).collect();
-            let (rows, starts, lens) = locate(&entries, n, &p.planned, Some((&p.rows, &p.starts))).unwrap();
+            let (rows, starts, lens) = locate(&entries, n, &p.planned[..], Some((&p.rows, &p.starts))).unwrap();
             let mut covered = vec![0u64; n];
             for ((&r, &s), &l) in rows.iter().zip(&starts).zip(&lens) {
                 prop_assert!(u64::from(l) <= cap && l > 0);
@@ -187,5 +230,50 @@ mod tests {
             }
             prop_assert_eq!(covered, lengths.iter().map(|&l| u64::from(l)).collect::<Vec<_>>());
         }
+
+        /// A planner under `Oversize::Truncate` plans every piece once, locates each in its row,
+        /// and gives back the rows' lengths it was built from.
+        #[test]
+        fn a_truncating_planner_plans_every_piece_once(
+            lengths in prop::collection::vec(1u32..5000, 1..60),
+            cap in 64u64..700,
+        ) {
+            use crate::plan::config::Mode;
+            let config = Config {
+                oversize: Oversize::Truncate,
+                mode: Mode::Packed { bucketed: false },
+                ..Config::new(Batching::Tokens(cap))
+            };
+            let planner = Planner::new(lengths.clone(), config).unwrap();
+            prop_assert_eq!(planner.samples(), lengths.len());
+            prop_assert_eq!(planner.dataset_lengths().unwrap(), lengths.clone());
+            let long = lengths.iter().filter(|&&l| u64::from(l) > cap).count() as u64;
+            prop_assert_eq!(planner.truncated(), long);
+            let mut entries: Vec<i64> = planner.plan(0).unwrap().indices().iter().map(|&e| i64::from(e)).collect();
+            entries.sort_unstable();
+            prop_assert_eq!(entries.len(), planner.lengths().len());
+            let (rows, starts, lens) = planner.locate(&entries).unwrap();
+            let mut covered = vec![0u64; lengths.len()];
+            for ((&r, &s), &l) in rows.iter().zip(&starts).zip(&lens) {
+                prop_assert_eq!(u64::from(s), covered[r as usize]);
+                covered[r as usize] += u64::from(l);
+            }
+            prop_assert_eq!(covered, lengths.iter().map(|&l| u64::from(l)).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn truncating_padded_batches_is_refused_naming_the_fix() {
+        let config = Config {
+            oversize: Oversize::Truncate,
+            ..Config::new(Batching::Tokens(64))
+        };
+        let err = Planner::new(vec![5u32, 100], config).unwrap_err();
+        assert_eq!(err.kind().setting(), Some("oversize"));
+        assert!(
+            err.to_string()
+                .starts_with("oversize='truncate' splits long samples"),
+            "{err}"
+        );
     }
 }

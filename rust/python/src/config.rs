@@ -1,0 +1,287 @@
+//! `Config`: every planning setting of a `BucketSampler`, extracted and checked once, here, into the
+//! core's `Config`. Types are checked here, with a message naming the setting; ranges and the rules
+//! between settings are the core's (`Config::validate`), checked when the planner is built. The
+//! sampler holds one `Config`, pickles it as its keyword arguments, and records `settings()` in
+//! checkpoints.
+
+use dflash_batch_core::{Batching, Config as CoreConfig, Mode, Oversize};
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+
+use crate::errors::{invalid_setting, to_py};
+use crate::extract::{
+    boundaries_of, cost_of, count, flag, mode_of, number, optional_count, order_of, oversize_of,
+    seed_of, threads_of,
+};
+
+/// The keyword arguments, in the order `settings()` and checkpoints list them.
+const KEYS: [&str; 18] = [
+    "batch_size",
+    "max_tokens",
+    "boundaries",
+    "seed",
+    "shuffle",
+    "world_size",
+    "drop_last",
+    "oversize",
+    "pad_to_multiple_of",
+    "threads",
+    "accumulation",
+    "target_efficiency",
+    "order",
+    "cost",
+    "balance_tolerance",
+    "mode",
+    "bucketed",
+    "trim_steps",
+];
+
+/// A sampler's planning settings, checked (frozen: a changed setting is a new `Config`).
+#[pyclass(frozen, name = "Config", module = "dflash_batch._core")]
+pub(crate) struct Settings {
+    pub(crate) core: CoreConfig,
+    pub(crate) threads: Option<usize>,
+    /// The keyword arguments as checked, plain Python values: what pickling rebuilds from.
+    given: Py<PyDict>,
+}
+
+#[pymethods]
+impl Settings {
+    /// Keyword arguments only, each one `BucketSampler` takes (`KEYS`); one left out takes its
+    /// default, and `None` is a value (refused where the setting needs one).
+    #[new]
+    #[pyo3(signature = (**kwargs), text_signature = "(*, batch_size=None, max_tokens=None, \
+        boundaries='auto', seed=0, shuffle=True, world_size=1, drop_last=False, oversize='error', \
+        pad_to_multiple_of=1, threads=None, accumulation=None, target_efficiency=0.98, \
+        order='stratified', cost='tokens', balance_tolerance=None, mode='padded', bucketed=False, \
+        trim_steps=False)")]
+    fn new(py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let empty = PyDict::new(py);
+        let kwargs = kwargs.unwrap_or(&empty);
+        for key in kwargs.keys() {
+            let key = key.extract::<String>()?;
+            if !KEYS.contains(&key.as_str()) {
+                return Err(PyTypeError::new_err(format!(
+                    "Config() got an unexpected keyword argument '{key}'"
+                )));
+            }
+        }
+        let arg = |name: &str| kwargs.get_item(name).ok().flatten();
+        let (batch_size, max_tokens, boundaries, seed) = (
+            arg("batch_size"),
+            arg("max_tokens"),
+            arg("boundaries"),
+            arg("seed"),
+        );
+        let (shuffle, world_size, drop_last, oversize) = (
+            arg("shuffle"),
+            arg("world_size"),
+            arg("drop_last"),
+            arg("oversize"),
+        );
+        let (pad_to_multiple_of, threads, accumulation) = (
+            arg("pad_to_multiple_of"),
+            arg("threads"),
+            arg("accumulation"),
+        );
+        let (target_efficiency, order, cost, balance_tolerance) = (
+            arg("target_efficiency"),
+            arg("order"),
+            arg("cost"),
+            arg("balance_tolerance"),
+        );
+        let (mode, bucketed, trim_steps) = (arg("mode"), arg("bucketed"), arg("trim_steps"));
+        let (batch_size, max_tokens, boundaries, seed) = (
+            batch_size.as_ref(),
+            max_tokens.as_ref(),
+            boundaries.as_ref(),
+            seed.as_ref(),
+        );
+        let (shuffle, world_size, drop_last, oversize) = (
+            shuffle.as_ref(),
+            world_size.as_ref(),
+            drop_last.as_ref(),
+            oversize.as_ref(),
+        );
+        let (pad_to_multiple_of, threads, accumulation) = (
+            pad_to_multiple_of.as_ref(),
+            threads.as_ref(),
+            accumulation.as_ref(),
+        );
+        let (target_efficiency, order, cost, balance_tolerance) = (
+            target_efficiency.as_ref(),
+            order.as_ref(),
+            cost.as_ref(),
+            balance_tolerance.as_ref(),
+        );
+        let (mode, bucketed, trim_steps) = (mode.as_ref(), bucketed.as_ref(), trim_steps.as_ref());
+        let given = PyDict::new(py);
+        let batch_size = optional_count(&given, "batch_size", batch_size)?;
+        let max_tokens = optional_count(&given, "max_tokens", max_tokens)?;
+        let batching = Batching::from_options(batch_size, max_tokens).map_err(to_py)?;
+        let boundaries = boundaries_of(&given, boundaries)?;
+        let seed = seed_of(&given, seed)?;
+        let shuffle = flag(&given, "shuffle", shuffle, true)?;
+        let world_size = count(&given, "world_size", world_size, None)?;
+        let drop_last = flag(&given, "drop_last", drop_last, false)?;
+        let oversize = oversize_of(&given, oversize)?;
+        let pad_to_multiple_of = count(&given, "pad_to_multiple_of", pad_to_multiple_of, None)?;
+        let threads = threads_of(&given, threads)?;
+        // `None`: one micro-batch per step (the sampler tells a trainer's own value apart).
+        let accumulation = count(&given, "accumulation", accumulation, Some(1))?;
+        let target_efficiency = number(&given, "target_efficiency", target_efficiency, 0.98)?;
+        let order = order_of(&given, order)?;
+        let cost = cost_of(&given, cost)?;
+        let tolerance = match balance_tolerance.filter(|t| !t.is_none()) {
+            Some(t) => Some(number(&given, "balance_tolerance", Some(t), 0.0)?),
+            None => {
+                given.set_item("balance_tolerance", py.None())?;
+                None
+            }
+        };
+        let mode = mode_of(&given, mode, bucketed)?;
+        let trim_steps = flag(&given, "trim_steps", trim_steps, false)?;
+        let core = CoreConfig {
+            batching,
+            boundaries,
+            seed,
+            shuffle,
+            world_size,
+            drop_last,
+            oversize,
+            pad_to_multiple_of,
+            target_efficiency_ppm: CoreConfig::target_efficiency_ppm(target_efficiency)
+                .map_err(to_py)?,
+            order,
+            accumulation,
+            cost,
+            balance_tolerance_ppm: CoreConfig::balance_tolerance_ppm(tolerance).map_err(to_py)?,
+            mode,
+            trim_steps,
+        };
+        Ok(Self {
+            core,
+            threads,
+            given: given.unbind(),
+        })
+    }
+
+    /// The settings that shape a plan, as plain values (what a checkpoint records, JSON-ready):
+    /// every keyword argument but `threads`, `oversize` as `skip_oversize` and `truncate`,
+    /// `boundaries="auto"` as `None`, `cost`'s pair as a list.
+    fn settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let given = self.given.bind(py);
+        let out = PyDict::new(py);
+        for key in KEYS {
+            let value = given
+                .get_item(key)?
+                .unwrap_or_else(|| py.None().into_bound(py));
+            match key {
+                "threads" => {}
+                "oversize" => {
+                    out.set_item("skip_oversize", self.core.oversize == Oversize::Skip)?;
+                }
+                "boundaries" if value.is_instance_of::<PyString>() => {
+                    out.set_item(key, py.None())?;
+                }
+                "cost" if value.is_instance_of::<PyTuple>() => {
+                    out.set_item(key, PyList::new(py, value.cast::<PyTuple>()?.iter())?)?;
+                }
+                _ => out.set_item(key, value)?,
+            }
+        }
+        out.set_item("truncate", self.core.oversize == Oversize::Truncate)?;
+        Ok(out)
+    }
+
+    /// This configuration with some keyword arguments changed (checked again).
+    #[pyo3(signature = (**kwargs))]
+    fn replace<'py>(
+        &self,
+        py: Python<'py>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let merged = self.given.bind(py).copy()?;
+        if let Some(changes) = kwargs {
+            merged.update(changes.as_mapping())?;
+        }
+        py.get_type::<Self>().call((), Some(&merged))
+    }
+
+    /// Pickles as the keyword arguments it was built from.
+    fn __getnewargs_ex__<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
+        Ok((PyTuple::empty(py), self.given.bind(py).copy()?))
+    }
+
+    /// The keyword argument `name` as checked (`None` for one not given a value).
+    fn get<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+        if !KEYS.contains(&name) {
+            return Err(invalid_setting(
+                "name",
+                format!("'{name}' is not a setting; use one of {}", KEYS.join(", ")),
+            ));
+        }
+        Ok(self
+            .given
+            .bind(py)
+            .get_item(name)?
+            .unwrap_or_else(|| py.None().into_bound(py)))
+    }
+
+    #[getter]
+    fn world_size(&self) -> u32 {
+        self.core.world_size
+    }
+
+    #[getter]
+    fn accumulation(&self) -> u32 {
+        self.core.accumulation
+    }
+
+    #[getter]
+    fn seed(&self) -> u64 {
+        self.core.seed
+    }
+
+    /// The token budget per batch, or `None` with `batch_size`.
+    #[getter]
+    fn max_tokens(&self) -> Option<u64> {
+        match self.core.batching {
+            Batching::Tokens(t) => Some(t),
+            Batching::Rows(_) => None,
+        }
+    }
+
+    /// `"padded"` or `"packed"`.
+    #[getter]
+    fn mode(&self) -> &'static str {
+        match self.core.mode {
+            Mode::Padded => "padded",
+            Mode::Packed { .. } => "packed",
+        }
+    }
+
+    /// `"error"`, `"skip"` or `"truncate"`.
+    #[getter]
+    fn oversize(&self) -> &'static str {
+        match self.core.oversize {
+            Oversize::Error => "error",
+            Oversize::Skip => "skip",
+            Oversize::Truncate => "truncate",
+        }
+    }
+
+    /// The price of a row of padded length `L`, `(a, b)` for `a·L + b·L²` (`(1, 0)`: tokens).
+    #[getter]
+    fn price(&self) -> (f64, f64) {
+        (self.core.cost.linear, self.core.cost.quadratic)
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!("Config({})", self.given.bind(py).repr()?))
+    }
+}
