@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 EXTRAS ?= dev,torch
 export PYO3_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: demo test test-rust test-python fuzz lint bench build venv clean wheel wheel-test
+.PHONY: figures demo test test-rust test-python fuzz lint bench build venv clean wheel wheel-test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,18 @@ bench:
 	$(BIN)/python benchmarks/read.py
 	$(BIN)/python benchmarks/loader.py
 	$(BIN)/python benchmarks/mask.py
+
+# Reruns every benchmark the docs quote, records its figures in docs/figures.json, and writes them into
+# README.md and docs/*.md (tests/test_docs_figures.py checks the pages against the file).
+figures:
+	$(MAKE) build EXTRAS=dev,torch,bench
+	$(BIN)/python benchmarks/plan.py --json docs/figures.json
+	$(BIN)/python benchmarks/mixing.py --json docs/figures.json
+	$(BIN)/python benchmarks/packing.py --json docs/figures.json
+	$(BIN)/python benchmarks/read.py --rows 100000 --json docs/figures.json
+	$(BIN)/python benchmarks/loader.py --rows 100000 --json docs/figures.json
+	$(BIN)/python benchmarks/mask.py --json docs/figures.json
+	$(BIN)/python benchmarks/_figures.py
 
 # An abi3 wheel (one for every CPython >= 3.10, tagged manylinux when maturin's audit passes) and a
 # source distribution, in dist/.

@@ -37,6 +37,7 @@ import dflash_batch as db
 import mask
 import numpy as np
 import torch
+from _figures import write
 from read import dataset_dir
 
 MAX_TOKENS = 16384
@@ -91,6 +92,7 @@ def main() -> None:
     parser.add_argument(
         "--ab-rounds", type=int, default=21, help="rounds of own tensors against the recycled ring (median ratio)"
     )
+    parser.add_argument("--json", metavar="FILE", help="record the figures under 'loader' of FILE")
     args = parser.parse_args()
 
     import datasets
@@ -275,6 +277,14 @@ def main() -> None:
     worst = max(mask_ratios.values())
     print(f"  mask ≤ 1.3× the time without:       {worst:.2f}× (the slower of padded and packed)  "
           f"{'met' if worst <= mask.TARGET else 'MISSED'}")  # fmt: skip
+    figures = {
+        "rows": args.rows, "collate": collate_rate, "of_memcpy": of_memcpy, "loader_fresh": loader_cold,
+        "loader_mapped": loader_rate, "batched_fresh": batched_cold, "batched_mapped": batched_rate,
+        "per_sample_0": per_sample[0], "per_sample_2": per_sample[2], "fifty": fifty, "own_vs_ring": fresh,
+        "own_vs_ring_range": [fresh_ratios[0], fresh_ratios[-1]], "mask": mask_ratios,
+    }  # fmt: skip
+    command = "python benchmarks/loader.py" + ("" if args.rows == db.SEED_SAMPLES else f" --rows {args.rows}")
+    write(args.json, "loader", figures, command)
 
 
 if __name__ == "__main__":

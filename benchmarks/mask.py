@@ -25,6 +25,7 @@ from pathlib import Path
 import dflash_batch as db
 import numpy as np
 import pyarrow as pa
+from _figures import write
 
 MAX_TOKENS = 16384
 TARGET = 1.3
@@ -107,8 +108,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--json", metavar="FILE", help="record the ratios under 'mask' of FILE")
     args = parser.parse_args()
-    compare(args.rows, args.batches, args.rounds)
+    ratios = compare(args.rows, args.batches, args.rounds)
+    write(args.json, "mask", ratios, "python benchmarks/mask.py")
 
 
 if __name__ == "__main__":

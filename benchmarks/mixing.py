@@ -2,6 +2,7 @@
 
     python benchmarks/mixing.py               # 902,087 lengths, max_tokens=16384, 8 ranks × 4 micro-batches
     python benchmarks/mixing.py --samples 50000 --repeats 3   # a quick look
+    python benchmarks/mixing.py --json docs/figures.json      # also records the figures the docs quote
 
 Part 1 scores the default sampler against the issue's targets (efficiency ≥ 0.98, window_tv ≤ 0.075,
 churn ≤ 0.002, planning ≤ 15 ms per epoch, p99 rank imbalance ≤ 1.10), next to HF-style mega-batch
@@ -21,6 +22,7 @@ import os
 
 import dflash_batch as db
 import numpy as np
+from _figures import write
 from _timing import timings
 from dflash_batch import baselines, metrics
 
@@ -94,7 +96,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=db.SEED_SAMPLES)
     parser.add_argument("--repeats", type=int, default=21)
+    parser.add_argument("--json", metavar="FILE", help="record the figures under 'mixing' of FILE")
     args = parser.parse_args()
+    figures = collect(args.samples, args.repeats)
+    write(
+        args.json,
+        "mixing",
+        figures,
+        "python benchmarks/mixing.py" + ("" if args.samples == db.SEED_SAMPLES else f" --samples {args.samples}"),
+    )
+
+
+def collect(samples: int, repeats: int) -> dict:
+    """Every figure this benchmark prints, printed as it goes; planning times are the keys ending in
+    ``_ms`` (the rest is the same in every run)."""
+    args = argparse.Namespace(samples=samples, repeats=repeats)
 
     lengths = db.seed_workload(args.samples, seed=0)
     window = WORLD * ACCUMULATION
@@ -107,10 +123,12 @@ def main() -> None:
     rule = {"max_tokens": MAX_TOKENS}
     megabatch = [baselines.cut(lengths, baselines.megabatch_sorted(lengths, 8, seed=s), **rule) for s in (0, 1)]
     seed_buckets = [baselines.seed_bucketed(lengths, **rule, seed=s) for s in (0, 1)]
+    shuffled = [baselines.cut(lengths, np.random.default_rng(s).permutation(len(lengths)), **rule) for s in (0, 1)]
     rows = [
         ("dflash_batch (defaults)", default),
         ("HF mega-batch sorting", baseline(lengths, megabatch)),
         ("seed's 6 buckets", baseline(lengths, seed_buckets)),
+        ("full shuffle", baseline(lengths, shuffled)),
     ]
     head = f"{'strategy':<26} {'efficiency':>10} {'window_tv':>10} {'churn':>8} {'p99 imbalance':>14}"
     print(f"\n{head} {'sync/micro':>10} {'sync/step':>10}")
@@ -142,24 +160,42 @@ def main() -> None:
         f"{'balance_tolerance':>18} {'window_tv':>10} {'p50':>7} {'p99':>7} {'sync/micro':>10} {'sync/step':>10} "
         f"{'median ms':>10} {'best ms':>8}"
     )
+    frontier = {}
     for tolerance in TOLERANCES:
         r = default if tolerance is None else scored(lengths, tolerance, max(3, args.repeats // 3))
+        frontier["none" if tolerance is None else f"{tolerance:g}".replace(".", "_")] = r
         name = "None (default)" if tolerance is None else f"{tolerance:g}"
         print(
             f"{name:>18} {r['window_tv']:>10.4f} {r['p50']:>7.3f} {r['p99']:>7.3f} {r['sync']:>10.4f} "
             f"{r['sync_step']:>10.4f} {r['median_ms']:>10.1f} {r['best_ms']:>8.1f}"
         )
-    synchronous(lengths)
+    random_order = db.BucketSampler(
+        lengths, max_tokens=MAX_TOKENS, world_size=WORLD, rank=0, accumulation=ACCUMULATION, order="random"
+    )
+    predicted = random_order.predicted_efficiency
+    random_tv = random_order.plan(0).stats()["window_tv"]
+    print(f"\norder='random': window_tv {random_tv:.4f}; predicted efficiency {predicted:.4f}")
+    return {
+        "samples": len(lengths),
+        "random_order": {"window_tv": random_tv},
+        "predicted_efficiency": predicted,
+        "default": default,
+        "megabatch": rows[1][1],
+        "seed_buckets": rows[2][1],
+        "full_shuffle": rows[3][1],
+        "frontier": frontier,
+        "sync": synchronous(lengths),
+    }
 
 
-def synchronous(lengths: np.ndarray) -> None:
+def synchronous(lengths: np.ndarray) -> dict:
     """Part 3: synchronous efficiency of the configurations people run, against the targets."""
     print(f"\nsynchronous efficiency, {WORLD} ranks (sorted static batches ≈ 1 by construction)")
     print(
         f"{'plan':<52} {'efficiency':>10} {'window_tv':>10} {'sync/micro':>10} {'sync/step':>10} "
         f"{'batches':>8} {'plan ms':>9}"
     )
-    got = {}
+    got, figures = {}, {}
 
     def row(key: str, name: str, price=None, **settings) -> None:
         sampler = db.BucketSampler(lengths, max_tokens=MAX_TOKENS, world_size=WORLD, rank=0, **settings)
@@ -171,11 +207,14 @@ def synchronous(lengths: np.ndarray) -> None:
             accumulation = settings.get("accumulation", 1)
             sync = metrics.sync_efficiency(lengths, plan.indices, plan.offsets, WORLD, accumulation, cost=price)
         got[key] = (stats["efficiency"], stats["window_tv"], *sync, len(plan))
+        figures[key] = dict(zip(("efficiency", "window_tv", "micro", "step", "batches"), got[key], strict=True))
         more = ""
         if settings.get("trim_steps"):  # against the same settings untrimmed, the row above
             untrimmed = got[key.removesuffix("+trim")][4]
             median, _ = timings(lambda i: sampler.plan(i + 1), 3)
             more = f" {len(plan) / untrimmed - 1:>+8.1%} {median * 1e3:>9.1f}"
+            figures[key]["added"] = len(plan) / untrimmed - 1
+            figures[key]["plan_ms"] = median * 1e3
         print(
             f"{name:<52} {stats['efficiency']:>10.4f} {stats['window_tv']:>10.4f} {sync[0]:>10.4f} {sync[1]:>10.4f}"
             + more
@@ -198,6 +237,8 @@ def synchronous(lengths: np.ndarray) -> None:
     efficiency = baselines.efficiency(lengths, *sorted_static)
     name = "sorted static batches (the reference)"
     print(f"{name:<52} {efficiency:>10.4f} {'':>10} {micro:>10.4f} {step:>10.4f}")
+    tv = metrics.window_tv(lengths, *sorted_static, WORLD * ACCUMULATION)
+    figures["sorted"] = {"efficiency": efficiency, "window_tv": tv, "micro": micro, "step": step}
 
     targets = [
         (f"per micro-batch ≥ 0.965 (accumulation {ACCUMULATION})", "a4", 2, 0.965),
@@ -224,6 +265,7 @@ def synchronous(lengths: np.ndarray) -> None:
         " whole windows (accumulation 4 under an attention price: see the trimmed row's window_tv). Packed"
         " rows are filled by tokens, not priced cost; no construction for them yet."
     )
+    return figures
 
 
 def verdict(row: tuple, column: int, target: float, windows: bool) -> str:

@@ -24,6 +24,7 @@ import time
 
 import dflash_batch as db
 import numpy as np
+from _figures import write
 from _timing import timings
 
 CAPACITY = 16384
@@ -142,18 +143,24 @@ def dflash_packed(lengths: np.ndarray) -> tuple[float, float, float]:
     return plan.stats()["utilization"], plan_s, time.perf_counter() - start
 
 
-def grain_table(lengths: np.ndarray, samples: int) -> None:
+def grain_table(lengths: np.ndarray, samples: int) -> dict:
     part = lengths[:samples]
     scale = db.SEED_SAMPLES / len(part)
     print(f"\nGrain's packers against dflash_batch on the first {len(part):,} samples (times scaled ×{scale:.1f})")
     print(f"{'packer':<44} {'utilization':>11} {'s / 902K epoch':>15}")
     util, plan_s, collated_s = dflash_packed(part)
+    figures = {
+        "samples": len(part),
+        "dflash": {"utilization": util, "plan": plan_s * scale, "collated": collated_s * scale},
+    }
     print(f"{'dflash_batch packed: plan':<44} {util:>11.4f} {plan_s * scale:>15.2f}")
     print(f"{'dflash_batch packed: plan + collate every row':<44} {util:>11.4f} {collated_s * scale:>15.2f}")
     for packer in ("FirstFitPackIterDataset", "BestFitPackIterDataset"):
         for bins in (64, 512):
             util, seconds = grain_packed(part, packer, bins)
             print(f"{'grain ' + packer + f', {bins} bins':<44} {util:>11.4f} {seconds * scale:>15.1f}")
+            figures[f"{packer}_{bins}"] = {"utilization": util, "seconds": seconds * scale}
+    return figures
 
 
 def main() -> None:
@@ -161,6 +168,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=db.SEED_SAMPLES)
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--grain-samples", type=int, default=50_000, help="0 skips Grain")
+    parser.add_argument("--json", metavar="FILE", help="record the figures under 'packing' of FILE")
     args = parser.parse_args()
 
     lengths = db.seed_workload(args.samples, seed=0)
@@ -199,8 +207,13 @@ def main() -> None:
     )
     print(f"  ≥ 50× Python first-fit:      {ratio:.0f}×  {ok(ratio >= 50)}")
     print(f"  p99 rank imbalance ≤ 1.05:   {plain['p99']:.3f}  {ok(plain['p99'] <= 1.05)}")
+    figures = {
+        "samples": len(lengths), "plain": plain, "bucketed": bucketed, "ratio": ratio,
+        "python": {"utilization": python_util, "seconds": python_s, "rows": len(rows)},
+    }  # fmt: skip
     if args.grain_samples:
-        grain_table(lengths, args.grain_samples)
+        figures["grain"] = grain_table(lengths, args.grain_samples)
+    write(args.json, "packing", figures, "python benchmarks/packing.py")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import time
 
 import dflash_batch as db
 import numpy as np
+from _figures import write
 from _timing import timings
 from dflash_batch import baselines
 
@@ -129,7 +130,9 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=100_000_000, help="lengths for the memory run")
     parser.add_argument("--no-big", action="store_true")
     parser.add_argument("--lhotse-samples", type=int, default=50_000, help="0 skips lhotse")
+    parser.add_argument("--json", metavar="FILE", help="record the figures under 'plan' of FILE")
     args = parser.parse_args()
+    figures: dict = {"samples": args.samples}
 
     lengths = db.seed_workload(args.samples, seed=0)
     print(
@@ -153,6 +156,12 @@ def main() -> None:
     for name, eff, (median, best) in rows:
         print(f"{name:<36} {eff:>10.3f} {median * 1e3:>10.1f} {best * 1e3:>9.1f} {median / six[0]:>9.1f}")
     print(f"(planner construction, once per sampler: {six_build * 1e3:.1f} ms; × dflash uses medians)")
+    keys = ("six", "auto", "seed_numpy", "hf")
+    for key, (_, eff, (median, best)) in zip(keys, rows, strict=False):
+        figures[key] = {"median": median, "best": best, "efficiency": eff, "ratio": median / six[0]}
+    figures["six"]["build"] = six_build
+    if "hf" in figures:
+        figures["hf"]["ratio_auto"] = figures["hf"]["median"] / auto[0]
     part = lengths[: args.lhotse_samples]
     lhotse = lhotse_bucketing(part) if len(part) else None
     if lhotse is not None:
@@ -162,6 +171,7 @@ def main() -> None:
             f"{lhotse[1]:.3f}, {seconds:.1f} s per {len(lengths):,}-sample epoch "
             f"(scaled; {seconds / six[0]:,.0f}× dflash)"
         )
+        figures["lhotse"] = {"samples": len(part), "seconds": seconds, "efficiency": lhotse[1]}
 
     print("\ntargets (median; best in brackets)")
     ok = lambda met: "MET" if met else "MISSED"  # noqa: E731
@@ -175,20 +185,23 @@ def main() -> None:
         sampler = db.BucketSampler(lengths, max_tokens=MAX_TOKENS, world_size=world, rank=world - 1)
         median, best = timings(lambda i, s=sampler: s.plan(i + 1), max(3, args.repeats // 3))
         print(f"{world:>10} {median * 1e3:>10.1f} {best * 1e3:>8.1f} {sampler.plan(0).steps:>15,}")
-    same_steps(lengths)
+        figures.setdefault("world", {})[str(world)] = {"median": median, "best": best}
+    figures["steps"] = same_steps(lengths)
     if not args.no_big:
         limit = 2**30 / 2**20  # 1 GiB
         print(f"\n{args.big:,} lengths, a fresh process each (targets: ≤ 2 s an epoch, ≤ 1 GiB peak RSS)")
         for mode, lengths_kind in (("padded", "seed"), ("packed", "seed"), ("padded", "uniform 1-4096 uint32")):
             big = big_run(args.big, mode, lengths_kind.split()[0])
             seconds, rss = big["seconds"], big["peak_rss_mib"]
+            figures.setdefault("big", {"samples": args.big})[f"{mode}_{lengths_kind.split()[0]}"] = big
             print(
                 f"  {mode}, default settings, {lengths_kind} lengths: {seconds:.2f} s "
                 f"{'MET' if seconds <= 2 else 'MISSED'}, peak RSS {rss:.0f} MiB {'MET' if rss <= limit else 'MISSED'}"
             )
+    write(args.json, "plan", figures, "python benchmarks/plan.py")
 
 
-def same_steps(lengths: np.ndarray, epochs: int = 10) -> None:
+def same_steps(lengths: np.ndarray, epochs: int = 10) -> dict:
     """What one step count for every epoch costs: batches split to reach it, extra forming passes."""
     print(f"\nevery epoch the same steps ({epochs} epochs, {WORLD} ranks)")
     print(
@@ -196,10 +209,11 @@ def same_steps(lengths: np.ndarray, epochs: int = 10) -> None:
         f"{'efficiency':>11} {'drawn again':>12}"
     )
     six = [0, 770, 1216, 1728, 2432, 3296, 8192]
-    for name, kwargs in (
-        ("default, accumulation 4", {"accumulation": 4}),
-        ("packed rows", {"mode": "packed"}),
-        ("the seed's 6 buckets", {"boundaries": six}),
+    figures = {}
+    for key, name, kwargs in (
+        ("default", "default, accumulation 4", {"accumulation": 4}),
+        ("packed", "packed rows", {"mode": "packed"}),
+        ("seed", "the seed's 6 buckets", {"boundaries": six}),
     ):
         sampler = db.BucketSampler(lengths, max_tokens=MAX_TOKENS, world_size=WORLD, rank=0, **kwargs)
         stats = [sampler.plan(e).stats() for e in range(epochs)]
@@ -213,6 +227,11 @@ def same_steps(lengths: np.ndarray, epochs: int = 10) -> None:
             f"{name:<34} {batches:>9,} {f'{split[0]}/{int(np.median(split))}/{split[-1]}':>18} {extra:>12.3%} "
             f"{eff:>11.3f} {f'{again} of {epochs}':>12}"
         )
+        figures[key] = {
+            "batches": batches, "split_min": split[0], "split_median": int(np.median(split)), "split_max": split[-1],
+            "extra": extra, "efficiency": eff, "again": again, "epochs": epochs,
+        }  # fmt: skip
+    return figures
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ import warnings
 import dflash_batch as db
 import numpy as np
 import pyarrow as pa
+from _figures import write
 from _timing import timings
 
 BATCH_ROWS = 1000  # what datasets writes
@@ -187,6 +188,7 @@ def main() -> None:
     parser.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "dflash_batch", "bench"))
     parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--batches", type=int, default=300, help="16K-token batches gathered per reader")
+    parser.add_argument("--json", metavar="FILE", help="record the figures under 'read' of FILE")
     args = parser.parse_args()
 
     import datasets
@@ -309,6 +311,39 @@ def main() -> None:
         f"  megatron gather ≤ Arrow gather:   {megatron[0] / arrow[0]:.2f}× first pass, "
         f"{megatron[1] / arrow[1]:.2f}× second  {'met' if faster else 'MISSED'}"
     )
+    figures = {
+        "rows": args.rows,
+        "gigabytes": size / 1e9,
+        "batch_tokens": tokens_per_batch,
+        "lengths": {
+            key: {"median": m, "best": b}
+            for key, (m, b) in zip(
+                (
+                    "seq_len",
+                    "offsets",
+                    "datasets",
+                    "pyarrow",
+                    "megatron",
+                    "megatron_core",
+                    "megatron_sparse",
+                    "megatron_core_sparse",
+                ),
+                rows.values(),
+                strict=True,
+            )
+        },
+        "gather": {
+            key: {"first": f, "second": s}
+            for key, (f, s) in zip(
+                ("dflash", "dflash_megatron", "megatron_core", "datasets", "datasets_numpy"),
+                batch_rows.values(),
+                strict=True,
+            )
+        },
+        "one": {"store": one[0], "datasets": hf_one[0]},
+    }
+    command = "python benchmarks/read.py" + ("" if args.rows == db.SEED_SAMPLES else f" --rows {args.rows}")
+    write(args.json, "read", figures, command)
 
 
 if __name__ == "__main__":

@@ -155,3 +155,20 @@ def test_any_settings_build_or_raise_a_documented_error(kwargs):
     copy = pickle.loads(pickle.dumps(sampler))
     assert copy._config.settings() == sampler._config.settings()
     assert copy._fingerprint() == sampler._fingerprint()
+
+
+def test_truncation_in_the_core_keeps_the_fingerprints_checkpoints_hold_and_pickles():
+    """Before ``oversize="truncate"`` joined the core, the sampler cut the pieces itself and planned them with
+    ``oversize="error"``: checkpoints hold that fingerprint, so the core's must equal it."""
+    lengths = np.array([50, 300, 7, 129, 64, 1000, 12] * 20)
+    sampler = db.BucketSampler(lengths, max_tokens=64, mode="packed", oversize="truncate", seed=3)
+    planned = sampler._planner.lengths()
+    before = db.BucketSampler(planned, max_tokens=64, mode="packed", seed=3)
+    assert sampler._fingerprint() == before._fingerprint()
+    assert np.array_equal(sampler.plan(2).indices, before.plan(2).indices)
+    assert (sampler.num_samples, sampler.truncated, len(planned)) == (140, 60, 140 + 20 * (4 + 2 + 15))
+    assert np.array_equal(sampler._planner.dataset_lengths(), lengths)
+    copy = pickle.loads(pickle.dumps(sampler))
+    assert copy._fingerprint() == sampler._fingerprint() and copy.truncated == sampler.truncated
+    batch = sampler.plan(0)[0]
+    assert all(np.array_equal(a, b) for a, b in zip(copy.pieces(batch), sampler.pieces(batch), strict=True))

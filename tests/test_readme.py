@@ -1,4 +1,4 @@
-"""Every Python block of the README runs as written, and prints what it promises."""
+"""Every Python block of the README and the docs pages runs as written, and prints what it promises."""
 
 from __future__ import annotations
 
@@ -7,8 +7,12 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+#: The pages with runnable blocks, in the order of EXPECTED below.
+PAGES = [README, *(ROOT / "docs" / f"{name}.md" for name in ("trainers", "reading", "packing", "ranks"))]
+SOURCES = [(page, block) for page in PAGES for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.S)]
+BLOCKS = [block for _, block in SOURCES]
 
 # The last line each block prints, checked by a predicate; every block must be listed here.
 EXPECTED = {
@@ -29,7 +33,9 @@ EXPECTED = {
 
 
 def test_every_block_is_checked():
-    assert len(BLOCKS) == len(EXPECTED), f"README has {len(BLOCKS)} python blocks, the test knows {len(EXPECTED)}"
+    assert len(BLOCKS) == len(EXPECTED), f"the pages have {len(BLOCKS)} python blocks, the test knows {len(EXPECTED)}"
+    others = sorted(set((ROOT / "docs").glob("*.md")) - set(PAGES))
+    assert not [p for p in others if "```python" in p.read_text()], "a page with python blocks is not in PAGES"
 
 
 @pytest.mark.parametrize(("index", "name"), list(enumerate(EXPECTED)))
@@ -45,7 +51,8 @@ def test_readme_block_runs(index, name, capsys, tmp_path, monkeypatch):
     if name == "Lightning":
         pytest.importorskip("lightning")
     monkeypatch.chdir(tmp_path)
-    exec(compile(BLOCKS[index], f"{README}:{name}", "exec"), {"__name__": "readme"})
+    page, block = SOURCES[index]
+    exec(compile(block, f"{page}:{name}", "exec"), {"__name__": "readme"})
     out = capsys.readouterr().out.strip().splitlines()[-1]
     assert EXPECTED[name](out), f"{name}: {out!r}"
 
@@ -53,3 +60,23 @@ def test_readme_block_runs(index, name, capsys, tmp_path, monkeypatch):
 def test_readme_keeps_the_two_commands():
     text = README.read_text()
     assert "make demo" in text and "make test" in text
+
+
+def test_readme_is_short_and_every_link_resolves():
+    """The README is read in five minutes and sends the rest to docs/: every docs page is linked from it,
+    and every relative link of the README and the pages (anchors included) lands on something."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= 150
+    docs = sorted((ROOT / "docs").glob("*.md"))
+    assert docs and all(f"docs/{page.name}" in text for page in docs), "a docs page the README does not link"
+    for page in [README, *docs]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if target.startswith(("http://", "https://")):
+                continue
+            path, _, anchor = target.partition("#")
+            landing = (page.parent / path).resolve() if path else page
+            assert landing.exists(), f"{page.name}: link {target} lands nowhere"
+            if anchor and landing.suffix == ".md":
+                headings = re.findall(r"^#+ (.+)$", landing.read_text(), flags=re.M)
+                slugs = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+                assert anchor in slugs, f"{page.name}: link {target} names no heading of {landing.name}"
