@@ -71,6 +71,8 @@ def scored(lengths: np.ndarray, tolerance: float | None, repeats: int) -> dict:
         "buckets": stats["buckets"],
         "sync": stats["sync_efficiency"],
         "sync_step": stats["sync_efficiency_step"],
+        "end_to_end": stats["end_to_end_efficiency"],
+        "end_to_end_step": stats["end_to_end_efficiency_step"],
     }
 
 
@@ -89,6 +91,13 @@ def baseline(lengths: np.ndarray, epochs: list[tuple[np.ndarray, np.ndarray]]) -
                 strict=True,
             )
         ),
+        **dict(
+            zip(
+                ("end_to_end", "end_to_end_step"),
+                metrics.end_to_end(lengths, order, offsets, WORLD, ACCUMULATION),
+                strict=True,
+            )
+        ),
     }
 
 
@@ -97,8 +106,9 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=db.SEED_SAMPLES)
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--json", metavar="FILE", help="record the figures under 'mixing' of FILE")
+    parser.add_argument("--no-peers", action="store_true", help="skip HF's BatchRebalanceSampler (slow: seconds)")
     args = parser.parse_args()
-    figures = collect(args.samples, args.repeats)
+    figures = collect(args.samples, args.repeats, not args.no_peers)
     write(
         args.json,
         "mixing",
@@ -107,7 +117,7 @@ def main() -> None:
     )
 
 
-def collect(samples: int, repeats: int) -> dict:
+def collect(samples: int, repeats: int, peers: bool = True) -> dict:
     """Every figure this benchmark prints, printed as it goes; planning times are the keys ending in
     ``_ms`` (the rest is the same in every run)."""
     args = argparse.Namespace(samples=samples, repeats=repeats)
@@ -185,6 +195,7 @@ def collect(samples: int, repeats: int) -> dict:
         "full_shuffle": rows[3][1],
         "frontier": frontier,
         "sync": synchronous(lengths),
+        **({"peers": peer_table(lengths)} if peers else {}),
     }
 
 
@@ -203,11 +214,14 @@ def synchronous(lengths: np.ndarray) -> dict:
         check_all(lengths, plan)
         stats = plan.stats()
         sync = (stats["sync_efficiency"], stats["sync_efficiency_step"])
+        end = (stats["end_to_end_efficiency"], stats["end_to_end_efficiency_step"])
         if price is not None:  # the plan's own cost model is not the price it is scored at
             accumulation = settings.get("accumulation", 1)
             sync = metrics.sync_efficiency(lengths, plan.indices, plan.offsets, WORLD, accumulation, cost=price)
+            end = metrics.end_to_end(lengths, plan.indices, plan.offsets, WORLD, accumulation, cost=price)
         got[key] = (stats["efficiency"], stats["window_tv"], *sync, len(plan))
         figures[key] = dict(zip(("efficiency", "window_tv", "micro", "step", "batches"), got[key], strict=True))
+        figures[key].update(end_to_end=end[0], end_to_end_step=end[1])
         more = ""
         if settings.get("trim_steps"):  # against the same settings untrimmed, the row above
             untrimmed = got[key.removesuffix("+trim")][4]
@@ -238,7 +252,11 @@ def synchronous(lengths: np.ndarray) -> dict:
     name = "sorted static batches (the reference)"
     print(f"{name:<52} {efficiency:>10.4f} {'':>10} {micro:>10.4f} {step:>10.4f}")
     tv = metrics.window_tv(lengths, *sorted_static, WORLD * ACCUMULATION)
-    figures["sorted"] = {"efficiency": efficiency, "window_tv": tv, "micro": micro, "step": step}
+    end = metrics.end_to_end(lengths, *sorted_static, WORLD, ACCUMULATION)
+    figures["sorted"] = {
+        "efficiency": efficiency, "window_tv": tv, "micro": micro, "step": step, "end_to_end": end[0],
+        "end_to_end_step": end[1],
+    }  # fmt: skip
 
     targets = [
         (f"per micro-batch ≥ 0.965 (accumulation {ACCUMULATION})", "a4", 2, 0.965),
@@ -266,6 +284,72 @@ def synchronous(lengths: np.ndarray) -> dict:
         " rows are filled by tokens, not priced cost; no construction for them yet."
     )
     return figures
+
+
+def peer_table(lengths: np.ndarray) -> dict:
+    """Part 4: the peers that balance ranks, scored at the attention price in the same run: HF's
+    ``BatchRebalanceSampler`` (transformers ≥ 5.24; at its default coefficient and at the same price) and
+    ``LengthGroupedSampler``'s mega-batches, beside dflash_batch padded and packed."""
+    b = ATTENTION[1]
+    print(f"\npeers at the attention price a·L + b·L² (b = {b:.3g}), {WORLD} ranks × {ACCUMULATION} micro-batches")
+    print(
+        f"{'plan':<48} {'efficiency':>10} {'window_tv':>9} {'sync/micro':>10} {'sync/step':>9} {'e2e/micro':>9} "
+        f"{'e2e/step':>8} {'largest':>8} {'plan ms':>8}"
+    )
+    rows = {}
+
+    def add(key, name, order, offsets, seconds: float | None, capacity=None, sync=None) -> None:
+        if sync is None:  # padded batches at the price (a packed plan's own stats balance its rows' Σ a·l + b·l²)
+            sync = metrics.sync_efficiency(lengths, order, offsets, WORLD, ACCUMULATION, cost=ATTENTION)
+        end = metrics.end_to_end(lengths, order, offsets, WORLD, ACCUMULATION, cost=ATTENTION, capacity=capacity)
+        sizes = np.diff(offsets)
+        longest = np.maximum.reduceat(lengths[order], offsets[:-1].astype(np.int64))
+        largest = int(capacity if capacity else (sizes * longest.astype(np.int64)).max())
+        efficiency = (
+            lengths.sum() / (len(sizes) * capacity) if capacity else baselines.efficiency(lengths, order, offsets)
+        )
+        rows[key] = {
+            "efficiency": efficiency, "window_tv": metrics.window_tv(lengths, order, offsets, WORLD * ACCUMULATION),
+            "micro": sync[0], "step": sync[1], "end_to_end": end[0], "end_to_end_step": end[1],
+            "largest": largest, "plan_ms": None if seconds is None else seconds * 1e3,
+        }  # fmt: skip
+        r = rows[key]
+        print(
+            f"{name:<48} {r['efficiency']:>10.4f} {r['window_tv']:>9.4f} {r['micro']:>10.4f} {r['step']:>9.4f} "
+            f"{r['end_to_end']:>9.4f} {r['end_to_end_step']:>8.4f} {largest:>8,} "
+            + ("       —" if seconds is None else f"{r['plan_ms']:>8.0f}")
+        )
+
+    for key, name, settings in (
+        ("padded", "dflash_batch padded, cost='tokens'", {}),
+        ("padded_cost", "dflash_batch padded, cost=(a, b)", {"cost": ATTENTION}),
+        ("packed_cost", "dflash_batch packed rows, cost=(a, b)", {"cost": ATTENTION, "mode": "packed"}),
+    ):
+        sampler = db.BucketSampler(
+            lengths, max_tokens=MAX_TOKENS, world_size=WORLD, rank=0, accumulation=ACCUMULATION, **settings
+        )
+        plan = sampler.plan(0)
+        median, _ = timings(lambda i, s=sampler: s.plan(i + 1), 3)
+        packed = settings.get("mode") == "packed"
+        stats = plan.stats()
+        own = (stats["sync_efficiency"], stats["sync_efficiency_step"]) if packed else None
+        add(key, name, np.asarray(plan.indices), np.asarray(plan.offsets), median, MAX_TOKENS if packed else None, own)
+    # Its order in numpy (benchmarks/plan.py times the real one), cut under the same budget.
+    order = baselines.megabatch_sorted(lengths, 8, seed=0)
+    megabatch = baselines.cut(lengths, order, max_tokens=MAX_TOKENS)
+    add("megabatch", "HF LengthGroupedSampler (mega-batches), 16K budget", *megabatch, None)
+    for key, name, coefficient in (
+        ("rebalance_default", "HF BatchRebalanceSampler, its default price", None),
+        ("rebalance_price", "HF BatchRebalanceSampler, the same price", b),
+    ):
+        got = baselines.batch_rebalance(
+            lengths, world_size=WORLD, accumulation=ACCUMULATION, max_tokens=MAX_TOKENS, coefficient=coefficient
+        )
+        if got is None:
+            print("  (transformers without BatchRebalanceSampler: pip install 'transformers>=5.24')")
+            break
+        add(key, name, *got)
+    return rows
 
 
 def verdict(row: tuple, column: int, target: float, windows: bool) -> str:

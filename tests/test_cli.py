@@ -75,9 +75,13 @@ def test_analyze_json_and_plot(tmp_path, capsys):
         "rank_imbalance_p99",
         "sync_efficiency",
         "sync_efficiency_step",
+        "end_to_end_efficiency",
+        "end_to_end_efficiency_step",
         "steps",
     }
     assert result["strategies"]["sorted static"]["churn"] == 1.0
+    for row in result["strategies"].values():  # end to end = balance × the useful share, so never above either
+        assert 0 < row["end_to_end_efficiency"] <= min(row["sync_efficiency"], row["efficiency"]) + 1e-9
     sync = {name: row["sync_efficiency"] for name, row in result["strategies"].items()}
     assert sync["sorted static"] > 0.99 and all(0 < v <= 1 for v in sync.values())
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"

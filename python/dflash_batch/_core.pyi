@@ -122,7 +122,9 @@ class Plan:
         """Figures of the plan: batches, steps, samples, real and padded tokens, efficiency, skipped,
         dropped and split batches, buckets, rows per batch, its mixing (window_tv) and rank balance
         (rank_imbalance_p50/p99/max, and sync_efficiency / sync_efficiency_step: the share of GPU time
-        that does work when ranks wait for the slowest every micro-batch / every optimizer step)."""
+        that does work when ranks wait for the slowest every micro-batch / every optimizer step), and
+        end_to_end_efficiency / end_to_end_efficiency_step: the share that trains real tokens (useful
+        work over what the ranks spend, padding and waiting included)."""
     def largest_padded(self, start: int, rank: int, pad_to_multiple_of: int) -> int:
         """Elements of the largest padded batch ``rank`` runs from step ``start`` on: rows × longest
         length rounded up to ``pad_to_multiple_of``; 1 when it runs none. Raises ValueError for a rank
@@ -338,6 +340,22 @@ def efficiency(
     """Real over padded tokens of any CSR batching (each batch's rows × its longest length rounded up to
     ``pad_to_multiple_of``); None without tokens. Raises PlanError for offsets that are not a CSR over
     ``indices``, an index past ``lengths``, or ``pad_to_multiple_of`` 0."""
+
+def end_to_end(
+    offsets: npt.NDArray[np.uint64],
+    indices: npt.NDArray[np.uint32],
+    lengths: npt.NDArray[np.uint32],
+    world_size: int,
+    accumulation: int = 1,
+    pad_to_multiple_of: int = 1,
+    cost: tuple[float, float] = (1.0, 0.0),
+    capacity: int | None = None,
+) -> tuple[float, float] | None:
+    """``(per micro-batch, per optimizer step)`` end-to-end efficiency of any CSR batching: every
+    sample's ``a·l + b·l²`` over ``world_size ×`` the time the ranks take waiting for the slowest,
+    padding included (padded batches take ``rows × (a·L + b·L²)``; with ``capacity``, packed rows take
+    ``a·capacity + b·Σl²``). None without a step. Raises PlanError for a batching that is not a CSR over
+    ``lengths``, a packed row over ``capacity``, a zero count, or an invalid cost."""
 
 def sync_efficiency(
     offsets: npt.NDArray[np.uint64],

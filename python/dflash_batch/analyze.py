@@ -18,7 +18,10 @@ import numpy as np
 from . import baselines, metrics
 from .sampler import BucketSampler
 
-COLUMNS = ("efficiency", "window_tv", "churn", "rank_imbalance_p99", "sync_efficiency", "sync_efficiency_step", "steps")
+COLUMNS = (
+    "efficiency", "window_tv", "churn", "rank_imbalance_p99", "sync_efficiency", "sync_efficiency_step",
+    "end_to_end_efficiency", "end_to_end_efficiency_step", "steps",
+)  # fmt: skip
 
 
 def histogram(lengths: np.ndarray, bins: int = 12) -> list[dict[str, Any]]:
@@ -32,8 +35,12 @@ def histogram(lengths: np.ndarray, bins: int = 12) -> list[dict[str, Any]]:
     ]
 
 
-def strategies(lengths: np.ndarray, *, sampler: BucketSampler, rule: dict[str, int], window: int) -> dict:
-    """Every strategy's figures: two epochs each (seeds 0 and 1) for churn; steps per rank."""
+def strategies(
+    lengths: np.ndarray, *, sampler: BucketSampler, rule: dict[str, int], window: int, peers: bool = True
+) -> dict:
+    """Every strategy's figures: two epochs each (seeds 0 and 1) for churn; steps per rank. ``peers``: HF's
+    ``BatchRebalanceSampler`` too, at its own price and at the sampler's (needs ``max_tokens`` and
+    transformers ≥ 5.24; a few seconds per million samples)."""
     world = sampler.world_size
     price = sampler._config.price
 
@@ -41,6 +48,7 @@ def strategies(lengths: np.ndarray, *, sampler: BucketSampler, rule: dict[str, i
         order, offsets = epochs[0]
         imbalance = metrics.rank_imbalance(lengths, order, offsets, world)
         sync = metrics.sync_efficiency(lengths, order, offsets, world, window // world, cost=price)
+        end = metrics.end_to_end(lengths, order, offsets, world, window // world, cost=price)
         return {
             "efficiency": baselines.efficiency(lengths, order, offsets),
             "window_tv": metrics.window_tv(lengths, order, offsets, window),
@@ -48,6 +56,8 @@ def strategies(lengths: np.ndarray, *, sampler: BucketSampler, rule: dict[str, i
             "rank_imbalance_p99": None if imbalance is None else imbalance[1],
             "sync_efficiency": None if sync is None else sync[0],
             "sync_efficiency_step": None if sync is None else sync[1],
+            "end_to_end_efficiency": None if end is None else end[0],
+            "end_to_end_efficiency_step": None if end is None else end[1],
             "steps": (len(offsets) - 1) // world,
         }
 
@@ -60,6 +70,18 @@ def strategies(lengths: np.ndarray, *, sampler: BucketSampler, rule: dict[str, i
         "seed's 6 buckets": scored([baselines.seed_bucketed(lengths, **rule, seed=s) for s in (0, 1)]),
         "HF mega-batch sorting": scored([cut(baselines.megabatch_sorted(lengths, 8, seed=s)) for s in (0, 1)]),
     }
+    if peers and "max_tokens" in rule:
+        for name, coefficient in (("HF batch rebalance", None), ("HF batch rebalance, same price", price[1])):
+            epochs = [
+                baselines.batch_rebalance(
+                    lengths, world_size=world, accumulation=window // world, max_tokens=rule["max_tokens"],
+                    coefficient=coefficient, seed=s,
+                )
+                for s in (0, 1)
+            ]  # fmt: skip
+            if epochs[0] is None:
+                break
+            rows[name] = scored([e[:2] for e in epochs])
     rows["dflash_batch"] = planned(sampler)
     config = sampler._config
     if world > 1 and config.max_tokens and config.mode == "padded" and config.get("balance_tolerance") is None:
@@ -81,11 +103,15 @@ def planned(sampler: BucketSampler) -> dict[str, Any]:
         "rank_imbalance_p99": stats["rank_imbalance_p99"],
         "sync_efficiency": stats["sync_efficiency"],
         "sync_efficiency_step": stats["sync_efficiency_step"],
+        "end_to_end_efficiency": stats["end_to_end_efficiency"],
+        "end_to_end_efficiency_step": stats["end_to_end_efficiency_step"],
         "steps": stats["steps"],
     }
 
 
-def report(lengths: np.ndarray, *, sampler: BucketSampler, rule: dict[str, int], accumulation: int) -> dict:
+def report(
+    lengths: np.ndarray, *, sampler: BucketSampler, rule: dict[str, int], accumulation: int, peers: bool = True
+) -> dict:
     """Everything ``analyze`` prints, as one JSON-ready dict."""
     window = accumulation * sampler.world_size
     return {
@@ -97,7 +123,7 @@ def report(lengths: np.ndarray, *, sampler: BucketSampler, rule: dict[str, int],
         "window": window,
         "world_size": sampler.world_size,
         "rule": rule,
-        "strategies": strategies(lengths, sampler=sampler, rule=rule, window=window),
+        "strategies": strategies(lengths, sampler=sampler, rule=rule, window=window, peers=peers),
     }
 
 
@@ -119,17 +145,20 @@ def print_report(result: dict) -> None:
     )
     rule = ", ".join(f"{k}={v}" for k, v in result["rule"].items())
     print(f"\n{rule}; world_size={result['world_size']}; mixing windows of {result['window']} batches")
-    print(f"{'strategy':<24}" + "".join(f"{_HEADS.get(c, c):>{len(_HEADS.get(c, c)) + 2}}" for c in COLUMNS))
+    print(f"{'strategy':<32}" + "".join(f"{_HEADS.get(c, c):>{len(_HEADS.get(c, c)) + 2}}" for c in COLUMNS))
     for name, row in result["strategies"].items():
-        print(f"{name:<24}" + "".join(f"{_figure(row[c]):>{len(_HEADS.get(c, c)) + 2}}" for c in COLUMNS))
+        print(f"{name:<32}" + "".join(f"{_figure(row[c]):>{len(_HEADS.get(c, c)) + 2}}" for c in COLUMNS))
     print(
         "(sync: the share of GPU time that does work when ranks wait for the slowest every micro-batch, or"
-        " every optimizer step under DDP's no_sync)"
+        " every optimizer step under DDP's no_sync; e2e: the share that trains real tokens, padding included)"
     )
 
 
 #: Short column heads, so the table fits a terminal.
-_HEADS = {"rank_imbalance_p99": "p99 imbalance", "sync_efficiency": "sync/micro", "sync_efficiency_step": "sync/step"}
+_HEADS = {
+    "rank_imbalance_p99": "p99 imbalance", "sync_efficiency": "sync/micro", "sync_efficiency_step": "sync/step",
+    "end_to_end_efficiency": "e2e/micro", "end_to_end_efficiency_step": "e2e/step",
+}  # fmt: skip
 
 
 def plot(result: dict, path: str) -> None:

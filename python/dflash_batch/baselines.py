@@ -91,3 +91,47 @@ def megabatch_sorted(lengths: np.ndarray, batch_size: int = 8, seed: int = 0) ->
     lengths = np.asarray(lengths)
     parts = [m[np.argsort(-lengths[m], kind="stable")] for m in np.split(order, np.arange(size, len(order), size))]
     return np.concatenate(parts)
+
+
+def batch_rebalance(
+    lengths: np.ndarray,
+    *,
+    world_size: int,
+    accumulation: int,
+    max_tokens: int,
+    coefficient: float | None = None,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """HF transformers' ``BatchRebalanceSampler`` (≥ 5.24; ``train_sampling_strategy="batch_rebalance"``):
+    every rank's micro-batches of one epoch in plan layout (batch ``step × world_size + rank``) and the
+    seconds a rank takes to plan its epoch; ``None`` without it. It has no token cap: its samples per
+    optimizer step are set so that a micro-batch holds ``max_tokens`` tokens on average. ``coefficient``
+    replaces its attention weight (``QUADRATIC_COST_COEF``, 0.001 by default). Every rank runs the same
+    assignment of each step's samples and keeps its own; this runs it once and keeps them all, as its
+    ``__iter__`` does (``tests/test_end_to_end.py`` checks rank 0 against the sampler's own iteration)."""
+    try:
+        import torch
+        from transformers.trainer_pt_utils import BatchRebalanceSampler
+    except ImportError:
+        return None
+    lengths = np.asarray(lengths)
+    per_micro = max(1, round(max_tokens / float(lengths.mean())))
+    effective = per_micro * world_size * accumulation
+    sampler = BatchRebalanceSampler(lengths.tolist(), effective, world_size, accumulation, seed=seed, rank=0)
+    if coefficient is not None:
+        sampler.QUADRATIC_COST_COEF = coefficient
+    import time
+
+    start = time.perf_counter()
+    generator = torch.Generator()
+    generator.manual_seed(sampler.seed + sampler.epoch)
+    order = torch.randperm(len(lengths), generator=generator).tolist()
+    batches = []
+    for step in range(sampler.num_global_batches):
+        members = order[step * effective : (step + 1) * effective]
+        groups = sampler._assign(members, [int(lengths[i]) for i in members])
+        batches.extend(groups[rank][slot] for slot in range(accumulation) for rank in range(world_size))
+    seconds = time.perf_counter() - start
+    offsets = np.zeros(len(batches) + 1, dtype=np.uint64)
+    np.cumsum([len(b) for b in batches], out=offsets[1:])
+    return np.concatenate([np.asarray(b, dtype=np.uint32) for b in batches]), offsets, seconds

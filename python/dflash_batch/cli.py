@@ -66,7 +66,9 @@ def demo(args: argparse.Namespace) -> int:
     if stats["sync_efficiency"] is not None:
         print(
             f"  ranks in sync: {stats['sync_efficiency']:.3f} of the GPUs' time works when they meet every "
-            f"micro-batch, {stats['sync_efficiency_step']:.3f} every optimizer step"
+            f"micro-batch, {stats['sync_efficiency_step']:.3f} every optimizer step; end to end (padding "
+            f"included) {stats['end_to_end_efficiency']:.3f} / {stats['end_to_end_efficiency_step']:.3f} trains "
+            "real tokens"
         )
     first = sampler.plan(0)[0]
     print(f"  epoch 0, step 0, rank 0: {len(first)} samples of lengths {sorted(lengths[first].tolist())}")
@@ -166,7 +168,7 @@ def analyze(args: argparse.Namespace) -> int:
     if args.oversize == "skip":  # baselines must see what the plan sees
         limit = args.max_tokens if not args.batch_size else np.iinfo(np.int64).max
         lengths = lengths[lengths <= limit]
-    result = report.report(lengths, sampler=sampler, rule=rule, accumulation=args.accumulation)
+    result = report.report(lengths, sampler=sampler, rule=rule, accumulation=args.accumulation, peers=not args.no_peers)
     result["plan_ms"] = _plan_ms(sampler, 5)
     if args.json:
         print(report.to_json(result))
@@ -248,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--world-size", type=int, default=8)
     a.add_argument("--accumulation", type=int, default=4)
     a.add_argument("--oversize", choices=["error", "skip"], default="error")
+    a.add_argument(
+        "--no-peers", action="store_true", help="leave out HF's BatchRebalanceSampler (seconds per million samples)"
+    )
     a.add_argument("--json", action="store_true", help="print the report as JSON")
     a.add_argument("--plot", metavar="FILE.png", help="draw the histogram, edges and strategies (matplotlib)")
     a.set_defaults(run=analyze)

@@ -57,3 +57,24 @@ def sync_efficiency(
     offsets, order = _csr(order, offsets)
     lengths = np.ascontiguousarray(lengths, dtype=np.uint32)
     return _core.sync_efficiency(offsets, order, lengths, world_size, accumulation, pad_to_multiple_of, cost)
+
+
+def end_to_end(
+    lengths: Any,
+    order: Any,
+    offsets: Any,
+    world_size: int,
+    accumulation: int = 1,
+    *,
+    pad_to_multiple_of: int = 1,
+    cost: tuple[float, float] = (1.0, 0.0),
+    capacity: int | None = None,
+) -> tuple[float, float] | None:
+    """``(per micro-batch, per optimizer step)`` end-to-end efficiency: every sample's own ``a·l + b·l²``
+    over ``world_size ×`` the time the ranks take, waiting for the slowest and padding included — the
+    share of the GPUs' time that trains real tokens (synchronous efficiency × the useful share of the
+    work). Padded batches take ``rows × (a·L + b·L²)``; with ``capacity``, packed rows take
+    ``a·capacity + b·Σl²``."""
+    offsets, order = _csr(order, offsets)
+    lengths = np.ascontiguousarray(lengths, dtype=np.uint32)
+    return _core.end_to_end(offsets, order, lengths, world_size, accumulation, pad_to_multiple_of, cost, capacity)

@@ -323,76 +323,10 @@ fn batch_of((offsets, indices): (&[u64], &[u32]), samples: usize) -> Vec<u32> {
     batch
 }
 
+mod report;
+pub use report::{end_to_end, report, Report};
+
 #[cfg(test)]
 mod tests;
 
 pub mod score;
-
-/// The mixing and balance figures of one of `planner`'s plans, given as CSR.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Report {
-    /// [`window_tv`] over windows of the given size; `None` without a complete window.
-    pub window_tv: Option<f64>,
-    /// [`rank_imbalance`] in padded tokens; `None` for an empty plan.
-    pub imbalance: Option<Imbalance>,
-    /// [`synchronous`] efficiency under the configuration's cost model.
-    pub synchronous: Option<Synchronous>,
-}
-
-/// [`window_tv`] and [`rank_imbalance`] of a plan made by `planner` (whose lengths `deciles` were built
-/// from), for windows of `window` batches.
-/// `deciles` are the lengths' (built here on first use, and kept). [`ErrorKind::OutOfMemory`] when
-/// its working memory (a cost per batch, the deciles' tables) cannot be allocated.
-///
-/// [`ErrorKind::OutOfMemory`]: crate::error::ErrorKind::OutOfMemory
-pub fn report(
-    planner: &crate::plan::planner::Planner,
-    deciles: &std::sync::OnceLock<Deciles>,
-    (offsets, indices): (&[u64], &[u32]),
-    window: usize,
-) -> crate::error::Result<Report> {
-    // A batch's cost, and a step's ratio.
-    let mut bytes = offsets.len() as u64 * 16;
-    if deciles.get().is_none() {
-        bytes += Deciles::bytes(planner.lengths());
-    }
-    crate::memory::reserve("computing a plan's stats", bytes)?;
-    let deciles = deciles.get_or_init(|| Deciles::of_lengths(planner.lengths()));
-    Ok(
-        with_lengths!(planner.lengths(), lengths => report_with(planner.config(), lengths, deciles, (offsets, indices), window)),
-    )
-}
-
-fn report_with<L: Length>(
-    config: &crate::plan::config::Config,
-    lengths: &[L],
-    deciles: &Deciles,
-    (offsets, indices): (&[u64], &[u32]),
-    window: usize,
-) -> Report {
-    let packed = matches!(config.mode, crate::plan::config::Mode::Packed { .. });
-    let cost = |members: &[u32]| {
-        if packed {
-            // A packed row computes on its samples: Σ a·l + b·l².
-            return members
-                .iter()
-                .map(|&r| config.cost.row(u64::from(lengths[r as usize].into())))
-                .sum();
-        }
-        let longest: u32 = members
-            .iter()
-            .map(|&r| lengths[r as usize].into())
-            .max()
-            .unwrap_or(0);
-        config.batch_cost(members.len() as u64, longest)
-    };
-    let (costs, world) = (
-        batch_costs(offsets, indices, cost),
-        config.world_size as usize,
-    );
-    Report {
-        window_tv: window_tv(offsets, indices, lengths, deciles, window),
-        imbalance: rank_imbalance(&costs, world),
-        synchronous: synchronous(&costs, world, config.accumulation as usize),
-    }
-}

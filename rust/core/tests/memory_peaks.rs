@@ -197,7 +197,7 @@ fn stats_peak_within_their_reservation() {
         let planner = Planner::new(v, config).unwrap();
         let plan = planner.plan(0).unwrap();
         let deciles = std::sync::OnceLock::new();
-        let reserved = Deciles::bytes(planner.lengths()) + plan.offsets().len() as u64 * 16;
+        let reserved = Deciles::bytes(planner.lengths()) + plan.offsets().len() as u64 * 24;
         PROBE.store((reserved + memory::SLACK_BYTES) as usize, Ordering::Relaxed);
         let (report, peak) = peak_of(|| {
             metrics::report(&planner, &deciles, (plan.offsets(), plan.indices()), 8).unwrap()

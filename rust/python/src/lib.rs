@@ -50,6 +50,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(metrics::rank_imbalance, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::churn, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::sync_efficiency, m)?)?;
+    m.add_function(wrap_pyfunction!(metrics::end_to_end, m)?)?;
     m.add("Error", m.py().get_type::<Error>())?;
     // Every error of the module answers `kind`, `row`, `setting` and `path` (those raised from Python
     // too): class defaults, which an instance raised from a core error overrides.

@@ -88,6 +88,39 @@ pub(crate) fn sync_efficiency(
     Ok(got.map(|s| (s.per_micro_batch, s.per_optimizer_step)))
 }
 
+/// `(per micro-batch, per optimizer step)` end-to-end efficiency of any batching: every sample's
+/// `a·l + b·l²` over what `world_size` ranks spend, waiting for the slowest and padding included —
+/// padded batches, or with `capacity`, packed rows of that many tokens (a row takes
+/// `a·capacity + b·Σl²`).
+#[pyfunction]
+#[pyo3(signature = (offsets, indices, lengths, world_size, accumulation=1, pad_to_multiple_of=1, cost=(1.0, 0.0), capacity=None))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn end_to_end(
+    py: Python<'_>,
+    offsets: PyReadonlyArray1<'_, u64>,
+    indices: PyReadonlyArray1<'_, u32>,
+    lengths: PyReadonlyArray1<'_, u32>,
+    world_size: usize,
+    accumulation: usize,
+    pad_to_multiple_of: u64,
+    cost: (f64, f64),
+    capacity: Option<u64>,
+) -> PyResult<Option<(f64, f64)>> {
+    let csr = (offsets.as_slice()?, indices.as_slice()?);
+    let lengths = lengths.as_slice()?;
+    let cost = CostModel {
+        linear: cost.0,
+        quadratic: cost.1,
+    };
+    let ranks = (world_size, accumulation);
+    let got = py
+        .detach(|| {
+            score::score_end_to_end(csr, lengths, ranks, (pad_to_multiple_of, capacity), cost)
+        })
+        .map_err(to_py)?;
+    Ok(got.map(|s| (s.per_micro_batch, s.per_optimizer_step)))
+}
+
 /// Share of sample pairs batched together in `a` that are batched together again in `b`.
 #[pyfunction]
 pub(crate) fn churn(

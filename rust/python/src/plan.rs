@@ -154,7 +154,8 @@ impl Plan {
     /// step count), buckets, min_rows, max_rows; and, computed on each
     /// call (O(samples), GIL released), window, window_tv, rank_imbalance_p50/p99/max and
     /// sync_efficiency (per micro-batch) / sync_efficiency_step (per optimizer step), on the
-    /// configuration's cost.
+    /// configuration's cost, and end_to_end_efficiency / end_to_end_efficiency_step: useful work over
+    /// what the ranks spend, padding and waiting included.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let offsets = self.offsets.bind(py).readonly();
         let indices = self.indices.bind(py).readonly();
@@ -204,6 +205,12 @@ impl Plan {
         let sync = report.synchronous;
         d.set_item("sync_efficiency", sync.map(|s| s.per_micro_batch))?;
         d.set_item("sync_efficiency_step", sync.map(|s| s.per_optimizer_step))?;
+        let end = report.end_to_end;
+        d.set_item("end_to_end_efficiency", end.map(|s| s.per_micro_batch))?;
+        d.set_item(
+            "end_to_end_efficiency_step",
+            end.map(|s| s.per_optimizer_step),
+        )?;
         Ok(d)
     }
 

@@ -5,7 +5,8 @@
 use crate::error::{ErrorKind, Result};
 use crate::lengths::to_usize;
 use crate::metrics::{
-    batch_costs, churn, rank_imbalance, synchronous, window_tv, Deciles, Imbalance, Synchronous,
+    batch_costs, churn, end_to_end, rank_imbalance, synchronous, window_tv, Deciles, Imbalance,
+    Synchronous,
 };
 use crate::plan::config::{Batching, Config, CostModel};
 
@@ -119,6 +120,63 @@ pub fn score_synchronous(
     Ok(synchronous(&costs, world_size, accumulation))
 }
 
+/// [`end_to_end`] efficiency of any batching on `world_size` ranks with `accumulation` micro-batches
+/// per optimizer step, under `cost`: padded batches (a batch takes its rows × `cost.row(L)`, `L` its
+/// longest length rounded up to `multiple`), or with `capacity`, packed rows of that many tokens (a
+/// row takes `a·capacity + b·Σl²`). The useful work is every sample's `a·l + b·l²`.
+pub fn score_end_to_end(
+    (offsets, indices): (&[u64], &[u32]),
+    lengths: &[u32],
+    (world_size, accumulation): (usize, usize),
+    (multiple, capacity): (u64, Option<u64>),
+    cost: CostModel,
+) -> Result<Option<Synchronous>> {
+    check_csr(offsets, indices, lengths.len())?;
+    at_least_one("world_size", world_size as u64, "≥ 1")?;
+    at_least_one("accumulation", accumulation as u64, "≥ 1")?;
+    at_least_one("pad_to_multiple_of", multiple, "≥ 1")?;
+    let mut config = Config::new(Batching::Tokens(u64::MAX));
+    config.cost = cost;
+    config.validate_cost()?;
+    let timed = match capacity {
+        Some(capacity) => {
+            if (0..offsets.len().saturating_sub(1)).any(|b| {
+                let members = &indices[to_usize(offsets[b])..to_usize(offsets[b + 1])];
+                members
+                    .iter()
+                    .map(|&r| u64::from(lengths[r as usize]))
+                    .sum::<u64>()
+                    > capacity
+            }) {
+                return Err(ErrorKind::BadBatching {
+                    problem: "a packed row holds more tokens than capacity",
+                }
+                .into());
+            }
+            // Capacities and lengths stay far below 2^53.
+            #[allow(clippy::cast_precision_loss)]
+            batch_costs(offsets, indices, |members: &[u32]| {
+                cost.linear * capacity as f64
+                    + members
+                        .iter()
+                        .map(|&r| {
+                            let l = f64::from(lengths[r as usize]);
+                            cost.quadratic * l * l
+                        })
+                        .sum::<f64>()
+            })
+        }
+        None => padded_costs((offsets, indices), lengths, multiple, cost),
+    };
+    let useful = batch_costs(offsets, indices, |members: &[u32]| {
+        members
+            .iter()
+            .map(|&r| cost.row(u64::from(lengths[r as usize])))
+            .sum()
+    });
+    Ok(end_to_end(&timed, &useful, world_size, accumulation))
+}
+
 /// Each batch's rows × `cost.row(L)`, `L` its longest length rounded up to `multiple` (exact padded
 /// tokens under [`CostModel::TOKENS`]: counts stay far below 2^53).
 fn padded_costs(
@@ -153,6 +211,35 @@ pub fn score_churn(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn end_to_end_is_useful_work_over_what_the_ranks_spend() {
+        let lengths = [3, 5, 8, 13];
+        let good: (&[u64], &[u32]) = (&[0, 2, 4], &[0, 1, 2, 3]);
+        let tokens = CostModel::TOKENS;
+        // Padded: batches take 2 × 5 and 2 × 13; the step waits for 26 on both ranks.
+        let padded = score_end_to_end(good, &lengths, (2, 1), (1, None), tokens)
+            .unwrap()
+            .unwrap();
+        assert!((padded.per_micro_batch - 29.0 / 52.0).abs() < 1e-12);
+        // Packed rows of 21 tokens: each row takes 21, the ranks never wait.
+        let packed = score_end_to_end(good, &lengths, (2, 1), (1, Some(21)), tokens)
+            .unwrap()
+            .unwrap();
+        assert!((packed.per_micro_batch - 29.0 / 42.0).abs() < 1e-12);
+        assert!(score_end_to_end(good, &lengths, (2, 1), (1, Some(20)), tokens).is_err());
+        // Attention: a·C + b·Σl² per row, useful Σ a·l + b·l².
+        let price = CostModel {
+            linear: 1.0,
+            quadratic: 0.5,
+        };
+        let got = score_end_to_end(good, &lengths, (2, 1), (1, Some(21)), price)
+            .unwrap()
+            .unwrap();
+        let rows = [21.0 + 0.5 * (9.0 + 25.0), 21.0 + 0.5 * (64.0 + 169.0)];
+        let useful = 29.0 + 0.5 * (9.0 + 25.0 + 64.0 + 169.0);
+        assert!((got.per_micro_batch - useful / (2.0 * rows[1])).abs() < 1e-12);
+    }
 
     #[test]
     fn bad_csr_and_settings_are_errors_and_good_ones_scores() {
