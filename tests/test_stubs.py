@@ -38,17 +38,23 @@ def stub_classes(tree: ast.Module) -> dict[str, ast.ClassDef]:
     return {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
 
 
-def native_names() -> tuple[set[str], set[str]]:
+def native_names() -> tuple[set[str], set[str], set[str]]:
     public = [n for n in dir(_core) if not n.startswith("_")]
     classes = {n for n in public if inspect.isclass(getattr(_core, n))}
-    return set(public) - classes, classes
+    constants = {n for n in public if not callable(getattr(_core, n))}
+    return set(public) - classes - constants, classes, constants
+
+
+def stub_constants(tree: ast.Module) -> set[str]:
+    return {n.target.id for n in tree.body if isinstance(n, ast.AnnAssign) and not n.target.id.startswith("_")}
 
 
 def test_every_native_function_and_class_is_in_the_stub_and_nothing_else():
     tree = stub_tree()
-    functions, classes = native_names()
+    functions, classes, constants = native_names()
     assert set(stub_functions(tree)) == functions
     assert set(stub_classes(tree)) == classes
+    assert stub_constants(tree) == constants
 
 
 def test_functions_have_the_native_parameters_and_a_docstring():

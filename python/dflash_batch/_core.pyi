@@ -9,6 +9,8 @@ import numpy as np
 import numpy.typing as npt
 
 __version__: str
+#: The revision of the planning rules (checkpoints record it; see rust/core/src/plan/revision.rs).
+PLAN_REVISION: int
 
 class Error(ValueError):
     """The base of dflash_batch's own errors: ``kind`` names what went wrong (snake case, stable), and
@@ -226,6 +228,10 @@ class Planner:
         """The planned entries' lengths, as a new array (with pieces: every row's first, then the later)."""
     def dataset_lengths(self) -> npt.NDArray[np.uint32]:
         """The dataset rows' lengths, as a new array: what the planner was built from."""
+    def plans_changed_since(self, revision: int, world_size: int) -> bool:
+        """Whether this configuration's plans on ``world_size`` ranks differ between planning rules
+        ``revision`` and ``PLAN_REVISION`` (a checkpoint written under ``revision`` cannot resume). Raises
+        OverflowError for a negative or too large number."""
     @property
     def num_samples(self) -> int:
         """Rows of the dataset (entries less the later pieces of split samples)."""

@@ -14,7 +14,7 @@ import warnings
 from typing import Any
 
 from ._arguments import _epoch, _int, _is_hex, _state_count
-from ._core import PlanError
+from ._core import PLAN_REVISION, PlanError
 from .position import Position
 
 VERSION = 1
@@ -42,6 +42,8 @@ def state_of(sampler: Any, step: int | None) -> dict[str, Any]:
         "num_samples": sampler.num_samples,
         "fingerprint": sampler._fingerprint(),
         "fingerprint_any_ranks": sampler._planner.fingerprint_any_ranks,
+        # The planning rules the epoch was planned under (see rust/core/src/plan/revision.rs).
+        "revision": PLAN_REVISION,
         # Plain values (lists, not tuples), so a mismatched resume can name the setting that differs.
         "settings": settings(sampler),
     }
@@ -85,6 +87,7 @@ def _checked(sampler: Any, state: dict[str, Any]) -> tuple[int, int, dict[str, A
             )
         _state_count("elastic world_size", elastic["world_size"], 1)
         _state_count("elastic step", elastic["step"], 0)
+    _check_revision(sampler, state)
     epoch, step = _epoch(state["epoch"]), operator.index(state["step"])
     if state.get("world_size") != sampler.world_size and elastic is None:
         if state.get("fingerprint_any_ranks") == sampler._planner.fingerprint_any_ranks:
@@ -158,6 +161,28 @@ def carried_plan(sampler: Any, epoch: int) -> Any:
     if elastic is None or epoch != elastic["epoch"] + 1 or not len(elastic["carried"]):
         return None
     return sampler._planner.plan_carrying(epoch, elastic["carried"])
+
+
+def _check_revision(sampler: Any, state: dict[str, Any]) -> None:
+    """A checkpoint planned under older rules resumes only where its plans did not change since (else its
+    epoch would be replayed differently from how it was trained)."""
+    revision = state.get("revision", 0)  # written since revision 1
+    _state_count("revision", revision, 0)
+    same = state["fingerprint"] == sampler._fingerprint()
+    if not same and state.get("fingerprint_any_ranks") != sampler._planner.fingerprint_any_ranks:
+        return  # other data or settings: refused below, naming what differs
+    if state["step"] == 0 and not state.get("elastic"):
+        return  # nothing of the epoch was trained: any plan of it is the rest
+    worlds = {state["world_size"], *([state["elastic"]["world_size"]] if state.get("elastic") else [])}
+    changed = [w for w in sorted(worlds) if sampler._planner.plans_changed_since(revision, w)]
+    if changed:
+        raise PlanError(
+            f"this checkpoint was planned under planning rules {revision}, and this dflash_batch (rules "
+            f"{PLAN_REVISION}) plans its epoch differently on {changed[0]} ranks with accumulation "
+            f"{sampler.accumulation}: resuming mid-epoch would train some samples twice and skip others. "
+            "Finish the epoch with the dflash_batch release that wrote the checkpoint, or resume at the next "
+            f"epoch: load_state_dict({{**state, 'epoch': {state['epoch']} + 1, 'step': 0}})"
+        )
 
 
 def settings(sampler: Any) -> dict[str, Any]:

@@ -68,5 +68,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PlanError", m.py().get_type::<PlanError>())?;
     m.add("DataError", m.py().get_type::<DataError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("PLAN_REVISION", dflash_batch_core::PLAN_REVISION)?;
     Ok(())
 }

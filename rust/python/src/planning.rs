@@ -187,6 +187,14 @@ impl Planner {
         Ok(PyArray1::from_vec(py, lengths))
     }
 
+    /// Whether plans of this configuration on `world_size` ranks changed since planning rules
+    /// `revision` (a checkpoint written under it cannot resume: see `PLAN_REVISION`).
+    fn plans_changed_since(&self, revision: u32, world_size: u32) -> bool {
+        self.inner
+            .config()
+            .plans_changed_since(revision, world_size)
+    }
+
     /// Rows of the dataset (the planned entries less the later pieces of split samples).
     #[getter]
     fn num_samples(&self) -> usize {

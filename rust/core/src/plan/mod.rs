@@ -16,6 +16,7 @@ pub(crate) mod planner;
 pub(crate) mod predict;
 pub(crate) mod prepare;
 pub(crate) mod resume;
+pub(crate) mod revision;
 pub(crate) mod rules;
 pub(crate) mod split;
 pub(crate) mod steps;

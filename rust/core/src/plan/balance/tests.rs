@@ -124,4 +124,37 @@ proptest::proptest! {
         let spread = sums.iter().max().unwrap() - sums.iter().min().unwrap();
         proptest::prop_assert!(spread <= u64::from(*costs.last().unwrap()));
     }
+
+    /// The swaps after the longest-first pass never raise the costliest rank's sum, keep every step
+    /// one batch per rank.
+    #[test]
+    fn swaps_never_raise_the_costliest_rank(
+        mut costs in proptest::collection::vec(1u32..10_000, 8..200),
+        world in 2usize..9,
+        squared in proptest::bool::ANY,
+    ) {
+        let steps = costs.len() / world;
+        proptest::prop_assume!(steps >= 2);
+        costs.truncate(steps * world);
+        costs.sort_unstable();
+        let price = |i: usize| {
+            let c = f64::from(costs[i]);
+            if squared { c + c * c / 3000.0 } else { c }
+        };
+        let (first, _) = longest_first(&price, steps, world);
+        let swapped = rank_order(price, steps, world);
+        let heaviest = |ranks: &[u32]| {
+            let mut sums = vec![0.0f64; world];
+            for (i, &r) in ranks.iter().enumerate() {
+                sums[r as usize] += price(i);
+            }
+            sums.into_iter().fold(0.0, f64::max)
+        };
+        proptest::prop_assert!(heaviest(&swapped) <= heaviest(&first) * (1.0 + 1e-12));
+        for step in swapped.chunks_exact(world) {
+            let mut seen = step.to_vec();
+            seen.sort_unstable();
+            proptest::prop_assert_eq!(seen, (0..world as u32).collect::<Vec<_>>());
+        }
+    }
 }

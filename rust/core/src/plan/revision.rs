@@ -1,0 +1,40 @@
+//! Revisions of the planning rules. A checkpoint names the step its epoch reached, and resuming it
+//! replays that epoch's plan: if the rules changed in between for the checkpoint's configuration, the
+//! plan replayed is not the one trained, and the rest of the epoch would repeat some samples and skip
+//! others without a word. Checkpoints record the revision they were planned under; a configuration whose
+//! plans changed since refuses them instead. Fingerprints stay as they are: they identify data and
+//! settings, which did not change.
+//!
+//! * Revision 0: plans as first released.
+//! * Revision 1: on two ranks or more with accumulation above 1, each optimizer window's ranks are
+//!   evened out by pairwise swaps after the longest-first assignment (`balance.rs`).
+
+use crate::plan::config::Config;
+
+/// The revision of the planning rules this crate implements.
+pub const PLAN_REVISION: u32 = 1;
+
+impl Config {
+    /// Whether this configuration's plans on `world_size` ranks differ between rules `revision` and
+    /// [`PLAN_REVISION`] (a checkpoint written under `revision` cannot resume here).
+    pub fn plans_changed_since(&self, revision: u32, world_size: u32) -> bool {
+        revision < 1 && world_size >= 2 && self.accumulation >= 2
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::plan::config::{Batching, Config};
+
+    #[test]
+    fn only_windows_of_several_steps_on_several_ranks_changed_in_revision_1() {
+        let config = |accumulation| Config {
+            accumulation,
+            ..Config::new(Batching::Tokens(64))
+        };
+        assert!(config(4).plans_changed_since(0, 8));
+        assert!(!config(1).plans_changed_since(0, 8));
+        assert!(!config(4).plans_changed_since(0, 1));
+        assert!(!config(4).plans_changed_since(1, 8));
+    }
+}

@@ -1,0 +1,71 @@
+"""Checkpoints planned under older planning rules (issue 31 changed how a window's ranks are evened out on
+several ranks with accumulation): a state names the rules it was planned under, and a configuration whose
+plans changed since refuses to resume it mid-epoch — replaying a different plan would train some samples
+twice and skip others without a word — while the next epoch, and configurations whose plans did not change,
+resume as before."""
+
+from __future__ import annotations
+
+import dflash_batch as db
+import pytest
+from dflash_batch import _core
+
+LENGTHS = db.seed_workload(20_000, seed=5)
+
+
+def sampler(**settings) -> db.BucketSampler:
+    return db.BucketSampler(LENGTHS, max_tokens=16384, world_size=8, rank=0, seed=1, **settings)
+
+
+def trained(s: db.BucketSampler, steps: int) -> dict:
+    it = iter(s)
+    for _ in range(steps):
+        next(it)
+    return s.state_dict()
+
+
+def test_a_state_records_the_rules_and_resumes_under_them():
+    state = trained(sampler(accumulation=4), 5)
+    assert state["revision"] == _core.PLAN_REVISION == 1
+    s = sampler(accumulation=4)
+    s.load_state_dict(state)
+    assert [b.tolist() for b in s] == [s.plan(0)[i * 8].tolist() for i in range(5, s.plan(0).steps)]
+
+
+def test_an_older_state_mid_epoch_is_refused_where_the_plans_changed():
+    state = trained(sampler(accumulation=4), 5)
+    del state["revision"]  # as every release before revision 1 wrote it
+    s = sampler(accumulation=4)
+    with pytest.raises(db.PlanError, match=r"planned under planning rules 0.*on 8 ranks with accumulation 4") as caught:
+        s.load_state_dict(state)
+    assert "load_state_dict({**state, 'epoch': 0 + 1, 'step': 0})" in str(caught.value)
+    assert s.position.epoch == 0 and s.position.step == 0  # a refused state changes nothing
+    # What the message offers: the next epoch, whole.
+    s.load_state_dict({**state, "epoch": 1, "step": 0})
+    assert s.epoch == 1 and len(list(s)) == s.plan(1).steps
+
+
+@pytest.mark.parametrize("settings", [{"accumulation": 1}, {"accumulation": 4, "world_size": 1}])
+def test_an_older_state_resumes_where_the_plans_did_not_change(settings):
+    world = settings.pop("world_size", 8)
+    make = lambda: db.BucketSampler(LENGTHS, max_tokens=16384, world_size=world, rank=0, seed=1, **settings)  # noqa: E731
+    state = trained(make(), 3)
+    del state["revision"]
+    s = make()
+    s.load_state_dict(state)
+    assert s.position.step == 3
+
+
+def test_an_older_state_on_other_data_is_refused_for_the_data():
+    state = trained(sampler(accumulation=4), 5)
+    del state["revision"]
+    other = db.BucketSampler(LENGTHS[:-1], max_tokens=16384, world_size=8, rank=0, seed=1, accumulation=4)
+    with pytest.raises(db.PlanError, match="num_samples"):
+        other.load_state_dict(state)
+
+
+@pytest.mark.parametrize(("value", "error"), [("1", TypeError), (-1, db.PlanError), (True, TypeError)])
+def test_a_bad_revision_is_refused(value, error):
+    state = trained(sampler(accumulation=4), 2)
+    with pytest.raises(error, match="state revision"):
+        sampler(accumulation=4).load_state_dict({**state, "revision": value})
