@@ -9,11 +9,9 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
+use crate::choices::{cost_of, mode_of, order_of, oversize_of};
 use crate::errors::{invalid_setting, to_py};
-use crate::extract::{
-    boundaries_of, cost_of, count, flag, mode_of, number, optional_count, order_of, oversize_of,
-    seed_of, threads_of,
-};
+use crate::extract::{boundaries_of, count, flag, number, optional_count, seed_of, threads_of};
 
 /// The keyword arguments, in the order `settings()` and checkpoints list them.
 const KEYS: [&str; 18] = [
