@@ -8,6 +8,8 @@ shuffle, written as a user would in numpy.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from . import metrics
@@ -120,8 +122,6 @@ def batch_rebalance(
     sampler = BatchRebalanceSampler(lengths.tolist(), effective, world_size, accumulation, seed=seed, rank=0)
     if coefficient is not None:
         sampler.QUADRATIC_COST_COEF = coefficient
-    import time
-
     start = time.perf_counter()
     generator = torch.Generator()
     generator.manual_seed(sampler.seed + sampler.epoch)

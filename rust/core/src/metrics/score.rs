@@ -109,13 +109,13 @@ pub fn score_synchronous(
     multiple: u64,
     cost: CostModel,
 ) -> Result<Option<Synchronous>> {
-    check_csr(offsets, indices, lengths.len())?;
-    at_least_one("world_size", world_size as u64, "≥ 1")?;
-    at_least_one("accumulation", accumulation as u64, "≥ 1")?;
-    at_least_one("pad_to_multiple_of", multiple, "≥ 1")?;
-    let mut config = Config::new(Batching::Tokens(u64::MAX));
-    config.cost = cost;
-    config.validate_cost()?;
+    check_timing(
+        (offsets, indices),
+        lengths,
+        (world_size, accumulation),
+        multiple,
+        cost,
+    )?;
     let costs = padded_costs((offsets, indices), lengths, multiple, cost);
     Ok(synchronous(&costs, world_size, accumulation))
 }
@@ -131,13 +131,13 @@ pub fn score_end_to_end(
     (multiple, capacity): (u64, Option<u64>),
     cost: CostModel,
 ) -> Result<Option<Synchronous>> {
-    check_csr(offsets, indices, lengths.len())?;
-    at_least_one("world_size", world_size as u64, "≥ 1")?;
-    at_least_one("accumulation", accumulation as u64, "≥ 1")?;
-    at_least_one("pad_to_multiple_of", multiple, "≥ 1")?;
-    let mut config = Config::new(Batching::Tokens(u64::MAX));
-    config.cost = cost;
-    config.validate_cost()?;
+    check_timing(
+        (offsets, indices),
+        lengths,
+        (world_size, accumulation),
+        multiple,
+        cost,
+    )?;
     let timed = match capacity {
         Some(capacity) => {
             if (0..offsets.len().saturating_sub(1)).any(|b| {
@@ -175,6 +175,24 @@ pub fn score_end_to_end(
             .sum()
     });
     Ok(end_to_end(&timed, &useful, world_size, accumulation))
+}
+
+/// What scoring the ranks' time takes, checked: a CSR over `lengths`, counts of at least one, and a
+/// cost the planner would accept.
+fn check_timing(
+    (offsets, indices): (&[u64], &[u32]),
+    lengths: &[u32],
+    (world_size, accumulation): (usize, usize),
+    multiple: u64,
+    cost: CostModel,
+) -> Result<()> {
+    check_csr(offsets, indices, lengths.len())?;
+    at_least_one("world_size", world_size as u64, "≥ 1")?;
+    at_least_one("accumulation", accumulation as u64, "≥ 1")?;
+    at_least_one("pad_to_multiple_of", multiple, "≥ 1")?;
+    let mut config = Config::new(Batching::Tokens(u64::MAX));
+    config.cost = cost;
+    config.validate_cost()
 }
 
 /// Each batch's rows × `cost.row(L)`, `L` its longest length rounded up to `multiple` (exact padded
