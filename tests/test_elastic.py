@@ -226,7 +226,13 @@ def test_the_loader_runs_an_epoch_that_was_carried(tmp_path):
     n=st.integers(8, 160),
     seed=st.integers(0, 2**16),
     size=st.sampled_from(
-        [{"max_tokens": 2048}, {"max_tokens": 700}, {"batch_size": 3}, {"max_tokens": 1024, "mode": "packed"}]
+        [
+            {"max_tokens": 2048},
+            {"max_tokens": 700},
+            {"batch_size": 3},
+            {"max_tokens": 1024, "mode": "packed"},
+            {"max_tokens": 1024, "mode": "packed", "cost": (1.0, 1e-3)},  # rows composed by cost
+        ]
     ),
     accumulation=st.sampled_from([None, 2]),
     before=st.integers(1, 5),

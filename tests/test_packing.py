@@ -31,8 +31,12 @@ def rows_of(plan: db.Plan) -> list[np.ndarray]:
     world=st.integers(1, 4),
     seed=st.integers(0, 2**32),
     shuffle=st.booleans(),
+    cost=st.sampled_from(["tokens", (1.0, 1e-3)]),  # an attention price composes unbucketed rows by cost
+    threads=st.sampled_from([None, 1, 3]),
 )
-def test_packed_plans_hold_every_sample_once_within_capacity(lengths, capacity, bucketed, world, seed, shuffle):
+def test_packed_plans_hold_every_sample_once_within_capacity(
+    lengths, capacity, bucketed, world, seed, shuffle, cost, threads
+):
     lengths = np.array(lengths)
     s = db.BucketSampler(
         lengths,
@@ -43,6 +47,8 @@ def test_packed_plans_hold_every_sample_once_within_capacity(lengths, capacity, 
         rank=0,
         seed=seed,
         shuffle=shuffle,
+        cost=cost,
+        threads=threads,
     )
     try:
         plan = s.plan(1)
@@ -60,6 +66,11 @@ def test_packed_plans_hold_every_sample_once_within_capacity(lengths, capacity, 
             buckets = np.searchsorted(edges, lengths[r], side="left")
             assert len(set(buckets.tolist())) == 1
     assert np.array_equal(plan.indices, s.plan(1).indices)
+    one = db.BucketSampler(
+        lengths, max_tokens=capacity, mode="packed", bucketed=bucketed, world_size=world, rank=0, seed=seed,
+        shuffle=shuffle, cost=cost, threads=1,
+    )  # fmt: skip
+    assert np.array_equal(plan.indices, one.plan(1).indices) and np.array_equal(plan.offsets, one.plan(1).offsets)
 
 
 def test_packed_rows_are_nearly_full_and_mix_lengths():

@@ -173,15 +173,23 @@ def _check_revision(sampler: Any, state: dict[str, Any]) -> None:
         return  # other data or settings: refused below, naming what differs
     if state["step"] == 0 and not state.get("elastic"):
         return  # nothing of the epoch was trained: any plan of it is the rest
+    resume_next = f"load_state_dict({{**state, 'epoch': {state['epoch']} + 1, 'step': 0}})"
+    if revision > PLAN_REVISION:
+        raise PlanError(
+            f"this checkpoint was planned under planning rules {revision}, newer than this dflash_batch's "
+            f"({PLAN_REVISION}), which may plan its epoch differently: resuming mid-epoch could train some "
+            "samples twice and skip others. Upgrade dflash_batch to the release that wrote the checkpoint, or "
+            f"resume at the next epoch: {resume_next}"
+        )
     worlds = {state["world_size"], *([state["elastic"]["world_size"]] if state.get("elastic") else [])}
     changed = [w for w in sorted(worlds) if sampler._planner.plans_changed_since(revision, w)]
     if changed:
         raise PlanError(
             f"this checkpoint was planned under planning rules {revision}, and this dflash_batch (rules "
-            f"{PLAN_REVISION}) plans its epoch differently on {changed[0]} ranks with accumulation "
-            f"{sampler.accumulation}: resuming mid-epoch would train some samples twice and skip others. "
-            "Finish the epoch with the dflash_batch release that wrote the checkpoint, or resume at the next "
-            f"epoch: load_state_dict({{**state, 'epoch': {state['epoch']} + 1, 'step': 0}})"
+            f"{PLAN_REVISION}) plans its epoch differently for these settings (mode {sampler._config.mode!r}, "
+            f"{changed[0]} ranks, accumulation {sampler.accumulation}): resuming mid-epoch would train some "
+            "samples twice and skip others. Finish the epoch with the dflash_batch release that wrote the "
+            f"checkpoint, or resume at the next epoch: {resume_next}"
         )
 
 

@@ -1,11 +1,12 @@
 //! Times planning of the seed workload:
 //! `cargo run --release --example time_plan -- THREADS EPOCHS [BUCKETS|auto|packed] [ACCUMULATION] [TOLERANCE_PPM]`
 //! (defaults: 1 thread, 41 epochs, 6 buckets, accumulation 1, no tolerance; `packed`: packed rows;
-//! `stream`: auto buckets formed by the streaming loop larger epochs use; `sorted`: unshuffled;
+//! `packed-cost`: packed rows under the
+//! attention price `cost=(1, 1/30720)`; `stream`: auto buckets formed by the streaming loop larger epochs use; `sorted`: unshuffled;
 //! `rows`: batches of 8 rows; `trim`: auto buckets with `trim_steps`).
 #![allow(clippy::expect_used, missing_docs, clippy::print_stdout)]
 use dflash_batch_core::workload::{seed_lengths, SEED_SAMPLES};
-use dflash_batch_core::{Batching, Boundaries, Config, Mode, Planner};
+use dflash_batch_core::{Batching, Boundaries, Config, CostModel, Mode, Planner};
 use std::time::Instant;
 
 fn main() {
@@ -20,7 +21,7 @@ fn main() {
     let arg = |i: usize| std::env::args().nth(i);
     let (boundaries, mode) = match arg(3).as_deref() {
         Some("auto" | "stream" | "sorted" | "rows" | "trim") => (Boundaries::Auto, Mode::Padded),
-        Some("packed") => (Boundaries::Auto, Mode::Packed { bucketed: false }),
+        Some("packed" | "packed-cost") => (Boundaries::Auto, Mode::Packed { bucketed: false }),
         other => (
             Boundaries::Count(other.and_then(|a| a.parse().ok()).unwrap_or(6)),
             Mode::Padded,
@@ -37,6 +38,14 @@ fn main() {
         mode,
         world_size: 8,
         trim_steps: shape == "trim",
+        cost: if shape == "packed-cost" {
+            CostModel {
+                linear: 1.0,
+                quadratic: 1.0 / 30_720.0,
+            }
+        } else {
+            CostModel::TOKENS
+        },
         ..Config::new(if shape == "rows" {
             Batching::Rows(8)
         } else {

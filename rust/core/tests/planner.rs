@@ -600,6 +600,8 @@ fn arb_packed() -> impl Strategy<Value = (Vec<u32>, Config)> {
         // Scaled by 1 the rows fit one-token room classes; by 40 (rows up to 120K tokens) the
         // packer's classes are 2^5 tokens wide.
         prop_oneof![Just(1u32), Just(40u32)],
+        // An attention price composes unbucketed rows by cost (`compose.rs`).
+        any::<bool>(),
     )
         .prop_map(
             |(
@@ -613,6 +615,7 @@ fn arb_packed() -> impl Strategy<Value = (Vec<u32>, Config)> {
                 accumulation,
                 tol,
                 scale,
+                attention,
             )| {
                 let lengths: Vec<u32> = lengths.into_iter().map(|l| l * scale).collect();
                 let capacity = capacity * u64::from(scale);
@@ -625,6 +628,14 @@ fn arb_packed() -> impl Strategy<Value = (Vec<u32>, Config)> {
                     balance_tolerance_ppm: tol,
                     oversize: Oversize::Skip,
                     mode: Mode::Packed { bucketed },
+                    cost: if attention {
+                        CostModel {
+                            linear: 1.0,
+                            quadratic: 1.0 / 3_000.0,
+                        }
+                    } else {
+                        CostModel::TOKENS
+                    },
                     ..Config::new(Batching::Tokens(capacity))
                 };
                 (lengths, cfg)

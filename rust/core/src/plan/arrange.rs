@@ -92,7 +92,7 @@ fn interleave(keys: &[u32], rng: &mut Pcg64) -> Vec<u32> {
 
 /// Ids `0..keys.len()` sorted by `(key, id)`: a counting sort when the keys are dense enough (mean
 /// lengths of a group's batches: up to the longest sample), else a comparison sort.
-fn rank_by_key(keys: &[u32]) -> Vec<u32> {
+pub(crate) fn rank_by_key(keys: &[u32]) -> Vec<u32> {
     let m = keys.len();
     let most = keys.iter().copied().max().unwrap_or(0) as usize;
     // Ids fit in u32 (see `arrange`).

@@ -249,6 +249,11 @@ fn longest_first(cost: &impl Fn(usize) -> f64, steps: usize, world: usize) -> (V
 /// ranks' sums, the swap that lowers it most is made. Each step keeps its batches (a micro-batch's ranks
 /// stay matched) and the window its steps; every swap lowers the sum of squared rank sums, so the loop
 /// ends, and ties go to the earlier step and the lower rank, so the result is the same on every machine.
+///
+/// How far a window's ranks can be evened with its steps kept (seed workload, 8 × 4, `cost=(1, 1/30720)`,
+/// per-step synchronous efficiency on 300 windows): these swaps 0.9938; a largest-differencing merge of
+/// the steps then these swaps 0.9939; a local search over every swap of two ranks in a step, 20 random
+/// restarts, 0.9945 — still short of the 0.9951 that end to end 0.975 per step would need (numpy).
 fn even_out(
     ranks: &mut [u32],
     cost: &impl Fn(usize) -> f64,

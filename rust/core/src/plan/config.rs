@@ -183,6 +183,14 @@ pub struct Config {
 }
 
 impl Config {
+    /// Whether shuffled epochs compose their rows by cost (`form/compose.rs`): unbucketed packed
+    /// rows under a token capacity, priced with an attention term.
+    pub(crate) fn composes_rows_by_cost(&self) -> bool {
+        matches!(self.mode, Mode::Packed { bucketed: false })
+            && matches!(self.batching, Batching::Tokens(_))
+            && self.cost.quadratic > 0.0
+    }
+
     /// A training configuration with the library defaults around `batching`.
     pub fn new(batching: Batching) -> Self {
         Self {

@@ -4,7 +4,9 @@
 //!
 //! * `rule.rs` — the rule (when a padded batch closes) and the pass over a stream of samples,
 //!   written once; `open.rs` and `tight.rs` keep a stream's open batches, `cut.rs` a shuffled
-//!   bucket's, `pack.rs` (with `window.rs`) is the packed rule.
+//!   bucket's, `pack.rs` (with `window.rs`) is the packed rule; `compose.rs` composes a group's
+//!   packed rows by attention cost instead, under a cost model that prices it (`classes.rs` keeps
+//!   the open rows of both by class).
 //! * `trim.rs` — steps trimmed to a common cost after ordering (`Config::trim_steps`).
 //! * `by_bucket.rs` — shuffled padded epochs up to [`ARRANGE_MAX_SAMPLES`] samples: each bucket
 //!   shuffled and cut front to back, with a third of the stream's work (6.4 against 16.5 ms an
@@ -14,6 +16,8 @@
 
 mod batches;
 mod by_bucket;
+mod classes;
+mod compose;
 mod cut;
 mod open;
 mod pack;

@@ -15,7 +15,8 @@
 //! Closed rows are written back into the stream's own buffer behind the read cursor (every row
 //! written was read already), as `form/stream.rs` does for padded batches, so packing needs no extra
 //! epoch-sized memory. The rows are then ordered and rank-balanced like padded batches (by mean
-//! sample length; cost `a·Σl + b·Σl²`).
+//! sample length). Under a cost model with an attention term, shuffled unbucketed epochs compose
+//! their rows by cost instead (`compose.rs`); sorted epochs and bucketed rows are packed here.
 //!
 //! `bucketed`: each bucket has its own window, so a row holds samples of one length range and its
 //! longest sample — the attention kernel's `max_seqlen` — is bounded by the bucket's top.

@@ -13,6 +13,7 @@ use crate::plan::arrange::arrange;
 use crate::plan::balance::{balance_windows, Unit};
 use crate::plan::config::{Batching, Config, Mode};
 use crate::plan::form::batches::{Epoch, Formed};
+use crate::plan::form::compose::compose;
 use crate::plan::form::open::PerBucket;
 use crate::plan::form::pack::Packer;
 use crate::plan::form::rule::{flush, for_each_sample, take, Filling, OpenBatches, Written};
@@ -119,10 +120,26 @@ impl<L: Length> Former<'_, L> {
             let group = g as u32;
             // Batches closed full; the partial ones flushed after them stay at the group's end.
             let end = End::Group(epoch, group);
-            let complete = self.stream(piece, values.as_deref(), &mut formed, end);
+            let composed = self.composed_capacity();
+            let complete = match composed {
+                Some(capacity) => {
+                    let (config, values) = ((self.config, capacity), values.as_deref());
+                    compose(
+                        piece,
+                        values,
+                        self.lengths,
+                        config,
+                        (epoch, group),
+                        &mut formed,
+                    );
+                    formed.offsets.len() - 1
+                }
+                None => self.stream(piece, values.as_deref(), &mut formed, end),
+            };
             formed.main = formed.offsets.len() - 1;
             if n <= ARRANGE_MAX_SAMPLES {
-                self.arrange_and_balance(piece, &mut formed, complete, epoch, group);
+                let arranged = composed.is_some();
+                self.arrange_and_balance(piece, &mut formed, complete, (epoch, group), arranged);
             }
             formed
         });
@@ -146,27 +163,28 @@ impl<L: Length> Former<'_, L> {
         (order, total)
     }
 
-    /// Puts a formed group's batches in training order (`arrange.rs`), matches its main batches'
-    /// ranks window by window (`balance.rs`), and moves the rows once, while they are in cache.
+    /// Puts a formed group's batches in training order (`arrange.rs`, unless `arranged`: rows
+    /// composed by cost come in their order), matches its main batches' ranks window by window
+    /// (`balance.rs`), and moves the rows once, while they are in cache.
     fn arrange_and_balance(
         &self,
         piece: &mut [u32],
         formed: &mut Formed,
         complete: usize,
-        epoch: u64,
-        group: u32,
+        (epoch, group): (u64, u32),
+        arranged: bool,
     ) {
         let config = self.config;
         let batches = formed.offsets.len() - 1;
-        let mut sequence = arrange(
-            &formed.mean,
-            batches,
-            complete,
-            config.order,
-            config.seed,
-            epoch,
-            group,
-        );
+        let mut sequence = if arranged {
+            // Batch counts fit in u32 (one batch per sample at most).
+            #[allow(clippy::cast_possible_truncation)]
+            let sequence = (0..batches as u32).collect();
+            sequence
+        } else {
+            let (order, seed) = (config.order, config.seed);
+            arrange(&formed.mean, batches, complete, order, seed, epoch, group)
+        };
         formed.main = sequence.len() / config.window() * config.window();
         // Cost classes regroup the whole epoch later and need the stratified order as it is: any
         // stretch of it mixes well, where a window matched here mixes well only as a whole.
@@ -285,6 +303,17 @@ impl<L: Length> Former<'_, L> {
         let buckets = self.bucket_capacity.len();
         flush(open, out, self.config.seed, buckets, flush_stream);
         complete
+    }
+
+    /// The row capacity of epochs whose groups are composed by attention cost (`compose.rs`):
+    /// unbucketed packed rows under a cost model with an attention term.
+    fn composed_capacity(&self) -> Option<u32> {
+        match self.config.batching {
+            Batching::Tokens(t) if self.config.composes_rows_by_cost() => {
+                Some(u32::try_from(t).unwrap_or(u32::MAX))
+            }
+            _ => None,
+        }
     }
 
     /// The packer of packed epochs (`pack.rs`), `None` for padded ones.

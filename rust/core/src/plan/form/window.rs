@@ -1,6 +1,8 @@
 //! The open rows of one packing window, indexed by free room (see [`Window`]): what makes a best-fit
 //! placement cost the same for any window, tens of instructions.
 
+use crate::plan::form::classes::{Bitmap, CLASSES};
+
 /// Open rows per bucket (one less than a byte's values: see [`Slot`]). Rows are indexed by their
 /// free room, so a placement costs the same for any window (tens of instructions); the window only
 /// trades fill for the rows left open at the
@@ -26,18 +28,10 @@ pub(crate) struct Row {
     pub(crate) squares: f64,
 }
 
-/// Room classes: a row with `room` free tokens is in class `room >> shift`, at most this many (for
+/// Room classes: a row with `room` free tokens is in class `room >> shift`, at most [`CLASSES`] (for
 /// rows of up to 16,384 tokens, classes of 4 tokens). A class of 2^shift tokens keeps the bitmap at
 /// two levels; its price is that a sample takes a row of the lowest class whose *every* row fits,
 /// so it may pass over a row of its own class with up to 2^shift − 1 tokens less room.
-const CLASSES: usize = 4096;
-
-/// Words of the class bitmap.
-const WORDS: usize = CLASSES / 64;
-
-// `Window::summary` has a bit per word of the class bitmap.
-const _: () = assert!(WORDS <= 64);
-
 /// No slot (end of a class's stack, or an empty class).
 const NONE: Slot = Slot::MAX;
 
@@ -61,10 +55,7 @@ pub(crate) struct Window {
     next: [Slot; SLOTS],
     /// The class of each slot in a stack; `NO_CLASS` for a free slot (or the one being filled).
     class_of: [u16; SLOTS],
-    nonempty: [u64; WORDS],
-    /// Bit `w` set when word `w` of `nonempty` is: finding the next class takes two bit scans, where
-    /// walking the words was a quarter of a placement (measured).
-    summary: u64,
+    nonempty: Bitmap,
     pub(crate) free: Vec<Slot>,
     shift: u32,
     /// `(1 << shift) - 1`: a length rounded up by it to a class fits every row of that class.
@@ -88,8 +79,7 @@ impl Window {
             head: [NONE; CLASSES],
             next: [NONE; SLOTS],
             class_of: [NO_CLASS; SLOTS],
-            nonempty: [0; WORDS],
-            summary: 0,
+            nonempty: Bitmap::EMPTY,
             // The lowest slot is taken first.
             free: (0..NONE).rev().collect(),
             shift,
@@ -100,18 +90,7 @@ impl Window {
     /// The first nonempty class at or above `from`.
     #[inline]
     fn next_class(&self, from: usize) -> Option<usize> {
-        let word = from / 64;
-        let bits = self.nonempty.get(word)? & (u64::MAX << (from % 64));
-        if bits != 0 {
-            return Some(word * 64 + bits.trailing_zeros() as usize);
-        }
-        // Words above `word` that hold a class (`word` < WORDS ≤ 64, so both shifts are in range).
-        let later = self.summary & ((u64::MAX << word) << 1);
-        if later == 0 {
-            return None;
-        }
-        let word = later.trailing_zeros() as usize;
-        Some(word * 64 + self.nonempty[word].trailing_zeros() as usize)
+        self.nonempty.next(from)
     }
 
     /// The best fit to within a class: the class of the rows with the least room of those whose
@@ -144,11 +123,7 @@ impl Window {
         let rest = self.next[usize::from(slot)];
         self.head[class] = rest;
         if rest == NONE {
-            let word = class / 64;
-            self.nonempty[word] &= !(1 << (class % 64));
-            if self.nonempty[word] == 0 {
-                self.summary &= !(1 << word);
-            }
+            self.nonempty.clear(class);
         }
         self.class_of[usize::from(slot)] = NO_CLASS;
         slot
@@ -167,9 +142,7 @@ impl Window {
         {
             self.class_of[usize::from(slot)] = class as u16;
         }
-        let word = class / 64;
-        self.nonempty[word] |= 1 << (class % 64);
-        self.summary |= 1 << word;
+        self.nonempty.set(class);
     }
 }
 
