@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 EXTRAS ?= dev,torch
 export PYO3_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: figures demo test test-rust test-python fuzz lint bench build venv clean wheel wheel-test
+.PHONY: convergence figures demo test test-rust test-python fuzz lint bench build venv clean wheel wheel-test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,13 @@ bench:
 	$(BIN)/python benchmarks/read.py
 	$(BIN)/python benchmarks/loader.py
 	$(BIN)/python benchmarks/mask.py
+
+# The convergence benchmark's quick run (≤ 10 min on 2 cores), recorded into docs/convergence/ and
+# docs/figures.json, then written into the docs (docs/convergence.md).
+convergence:
+	$(MAKE) build EXTRAS=dev,torch,bench
+	$(BIN)/python benchmarks/convergence.py --quick --out docs/convergence --json docs/figures.json
+	$(BIN)/python benchmarks/_figures.py
 
 # Reruns every benchmark the docs quote, records its figures in docs/figures.json, and writes them into
 # README.md and docs/*.md (tests/test_docs_figures.py checks the pages against the file).
