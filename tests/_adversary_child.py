@@ -70,7 +70,7 @@ def sampler_invariants(lengths, kwargs, world) -> None:
             if kwargs.get("oversize") != "truncate":
                 expected = sampler.num_samples - stats["skipped"] - stats["dropped"]
                 check(len(indices) == expected, f"{len(indices)} samples planned, {expected} expected")
-            values = np.asarray(sampler._planner.lengths(), dtype=np.int64)
+            values = np.asarray(sampler.schedule.lengths(), dtype=np.int64)
             check_budgets(plan, values, kwargs)
             one = db.BucketSampler(lengths, world_size=world, rank=rank, **{**kwargs, "threads": 1})
             p1 = one.plan(0)

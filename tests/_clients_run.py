@@ -6,19 +6,20 @@ steps done before it and its dataset rows.
 
 Scenarios (``--scenario``):
 
-* ``accelerate-registered``: ``prepare(DataLoader(ds, batch_sampler=sampler))``,
-  ``register_for_checkpointing(sampler)``, ``save_state``/``load_state``;
-* ``accelerate-skip``: the same loader, the sampler not registered: the resume skips the micro-batches
-  the checkpoint had trained with ``accelerator.skip_first_batches``;
-* ``accelerate-loader``: ``prepare(db.Loader(...))`` under ``accelerator.accumulate``,
-  ``register_for_checkpointing(loader)``;
+* ``accelerate-stateful``: ``prepare(DataLoader(ds, batch_sampler=batch_sampler(sampler)))`` with
+  ``use_stateful_dataloader=True``: ``save_state``/``load_state`` save and restore the loader's position;
+* ``accelerate-skip``: the same loader, stateless: the resume skips the micro-batches the checkpoint had
+  trained with ``accelerator.skip_first_batches``;
+* ``accelerate-loader``: ``dflash_batch.adapters.accelerate.loader(db.Loader(...))`` under
+  ``accelerator.accumulate``, ``register_for_checkpointing(loader)``;
 * ``lightning-loader``: a ``db.Loader`` as the train dataloader (Lightning saves it as a stateful loader);
-* ``lightning-sampler``: ``DataLoader(ds, batch_sampler=sampler)``, the sampler's state in the
-  LightningModule's checkpoint hooks;
+* ``lightning-sampler``: ``DataLoader(ds, batch_sampler=sampler)`` with the ``SamplerCheckpoint`` callback;
 * ``torch-loader``: plain DDP (``no_sync`` between optimizer steps) over a ``db.Loader``, its state in a
   ``torch.save`` checkpoint;
-* ``torch-workers``: plain DDP over ``DataLoader(ds, batch_sampler=sampler, num_workers=2)``, whose workers
-  fetch ahead, the sampler's ``state_dict()`` in the checkpoint.
+* ``torch-workers``: plain DDP over torchdata's ``StatefulDataLoader(ds, batch_sampler=sampler,
+  num_workers=2)``, whose workers fetch ahead, the loader's ``state_dict()`` in the checkpoint;
+* ``torch-workers-step``: the same over a plain torch ``DataLoader``: ``sampler.state_dict(step=...)`` with
+  the micro-batches the loop counted.
 
     python -m torch.distributed.run --standalone --nproc_per_node=2 tests/_clients_run.py DATA OUT RECORD \
         --scenario S [--save-at N] [--kill-at N] [--resume]
@@ -82,9 +83,14 @@ def kill() -> None:
 
 def run_accelerate(options: argparse.Namespace) -> None:
     from accelerate import Accelerator
+    from accelerate.utils import DataLoaderConfiguration
+    from dflash_batch.adapters.accelerate import batch_sampler
+    from dflash_batch.adapters.accelerate import loader as accelerated
     from torch.utils.data import DataLoader
 
-    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=ACCUMULATION)
+    stateful = options.scenario == "accelerate-stateful"
+    config = DataLoaderConfiguration(use_stateful_dataloader=stateful)
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=ACCUMULATION, dataloader_config=config)
     record = Record(options.record, accelerator.process_index)
     store = db.TokenStore(options.data)
     sampler = sampler_of(store)
@@ -92,16 +98,14 @@ def run_accelerate(options: argparse.Namespace) -> None:
     model = Tiny()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     if options.scenario == "accelerate-loader":
-        loader = db.Loader(store, sampler)
+        loader = accelerated(db.Loader(store, sampler))
     else:
         hf = datasets.load_from_disk(options.data)
-        loader = DataLoader(hf, batch_sampler=sampler, collate_fn=db.Collator())
+        loader = DataLoader(hf, batch_sampler=batch_sampler(sampler), collate_fn=db.Collator())
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     progress = Progress()
     accelerator.register_for_checkpointing(progress)
-    if options.scenario == "accelerate-registered":
-        accelerator.register_for_checkpointing(sampler)
-    elif options.scenario == "accelerate-loader":
+    if options.scenario == "accelerate-loader":
         accelerator.register_for_checkpointing(loader)
     if options.resume:
         accelerator.load_state(options.out)
@@ -141,11 +145,15 @@ def run_lightning(options: argparse.Namespace) -> None:
     store = db.TokenStore(options.data)
     # Lightning starts torch.distributed inside fit(): the ranks are passed, not found.
     sampler = sampler_of(store, world_size=world, rank=rank)
+    callbacks = []
     if options.scenario == "lightning-loader":
-        dataloader, hooked = db.Loader(store, sampler), None
+        dataloader = db.Loader(store, sampler)
     else:
+        from dflash_batch.adapters.lightning import SamplerCheckpoint
+
         hf = datasets.load_from_disk(options.data)
-        dataloader, hooked = DataLoader(hf, batch_sampler=sampler, collate_fn=db.Collator()), sampler
+        dataloader = DataLoader(hf, batch_sampler=sampler, collate_fn=db.Collator())
+        callbacks.append(SamplerCheckpoint(sampler))
 
     class Module(L.LightningModule):
         def __init__(self) -> None:
@@ -163,14 +171,6 @@ def run_lightning(options: argparse.Namespace) -> None:
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
-        def on_save_checkpoint(self, checkpoint):
-            if hooked is not None:
-                checkpoint["dflash_batch"] = hooked.state_dict()
-
-        def on_load_checkpoint(self, checkpoint):
-            if hooked is not None:
-                hooked.load_state_dict(checkpoint["dflash_batch"])
-
     class Kill(Callback):
         def on_train_batch_start(self, trainer, *args):
             if trainer.global_step == options.kill_at:
@@ -184,7 +184,7 @@ def run_lightning(options: argparse.Namespace) -> None:
         strategy="ddp" if world > 1 else "auto",
         max_epochs=EPOCHS,
         accumulate_grad_batches=ACCUMULATION,
-        callbacks=[saving, Kill()],
+        callbacks=[saving, Kill(), *callbacks],
         use_distributed_sampler=False,
         logger=False,
         enable_progress_bar=False,
@@ -212,12 +212,16 @@ def run_torch(options: argparse.Namespace) -> None:
     sampler = sampler_of(store)
     # The dataset's own mask column (read apart from the store), to check every micro-batch's labels.
     masks = datasets.load_from_disk(options.data)[store.mask] if store.mask else None
+    hf = datasets.load_from_disk(options.data)
     if options.scenario == "torch-loader":
         loader = saved = db.Loader(store, sampler)
-    else:
-        hf = datasets.load_from_disk(options.data)
+    elif options.scenario == "torch-workers":
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        loader = saved = StatefulDataLoader(hf, batch_sampler=sampler, collate_fn=db.Collator(), num_workers=2)
+    else:  # a plain DataLoader: the loop says how many micro-batches it trained
         loader = DataLoader(hf, batch_sampler=sampler, collate_fn=db.Collator(), num_workers=2)
-        saved = sampler
+        saved = None
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(Tiny())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -228,8 +232,9 @@ def run_torch(options: argparse.Namespace) -> None:
         model.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         progress.load_state_dict(checkpoint["progress"])
-        saved.load_state_dict(checkpoint["data"])
-    for epoch in range(sampler.epoch, EPOCHS):
+        (saved or sampler).load_state_dict(checkpoint["data"])
+    for epoch in range(progress.epoch, EPOCHS):  # the loop's own count (a StatefulDataLoader restores lazily)
+        progress.epoch = epoch
         sampler.set_epoch(epoch)
         steps = len(sampler)
         for batch in loader:
@@ -246,7 +251,8 @@ def run_torch(options: argparse.Namespace) -> None:
                 if progress.optimizer_steps == options.save_at and rank == 0:
                     os.makedirs(options.out, exist_ok=True)
                     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
-                    torch.save({**state, "progress": progress.state_dict(), "data": saved.state_dict()}, path)
+                    data = saved.state_dict() if saved is not None else sampler.state_dict(step=progress.micro)
+                    torch.save({**state, "progress": progress.state_dict(), "data": data}, path)
                 if progress.optimizer_steps == options.kill_at:
                     dist.barrier()
                     kill()

@@ -117,7 +117,7 @@ def main() -> None:
         def training_step(self, model, inputs, num_items_in_batch=None):
             line = {
                 "rank": rank,
-                "epoch": self._train_loader.epoch,
+                "epoch": self.bucket_sampler.epoch,
                 "global_step": self.state.global_step,
                 "rows": row_ids(inputs),
                 "num_items": None if num_items_in_batch is None else int(num_items_in_batch),

@@ -1,6 +1,7 @@
 """accelerate with 2 processes (torchrun, gloo): ``accelerator.prepare`` on a ``DataLoader(batch_sampler=
-sampler)`` and on a ``db.Loader`` gives each rank exactly its share of every epoch's plan, the epoch
-advancing; a sampler planned for other ranks is refused with the fix. Checked on the rows trained."""
+batch_sampler(sampler))`` and a wrapped ``db.Loader`` gives each rank exactly its share of every epoch's
+plan, the epoch advancing; the bare sampler (which accelerate would shard again) and a sampler planned for
+other ranks are refused with the fix. Checked on the rows trained."""
 
 from __future__ import annotations
 
@@ -73,3 +74,9 @@ def test_prepared_loader_gives_each_rank_its_share(lines):
 def test_a_sampler_for_other_ranks_is_refused_naming_the_fix(lines):
     errors = [line["error"] for line in lines if line.get("kind") == "one_rank"]
     assert len(errors) == 2 and all("world_size=accelerator.num_processes" in (e or "") for e in errors)
+
+
+def test_the_bare_sampler_sharded_again_by_accelerate_is_refused_naming_the_adapter(lines):
+    """accelerate's shard would give each rank every 2nd batch of its own share: half the data, silently."""
+    errors = [line["error"] for line in lines if line.get("kind") == "bare"]
+    assert len(errors) == 2 and all("db.adapters.accelerate.batch_sampler(sampler)" in (e or "") for e in errors)

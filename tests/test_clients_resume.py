@@ -105,10 +105,10 @@ def killed_and_resumed(data: str, tmp: Path, scenario: str) -> None:
             assert windows.count(step) == (steps % ACCUMULATION if last else ACCUMULATION), f"window {step}"
 
 
-def test_case5_accelerate_registered_sampler_saves_only_what_was_trained(data, tmp_path):
-    """``register_for_checkpointing(sampler)`` beside a prepared ``DataLoader(batch_sampler=sampler)``,
-    which reads one batch ahead: the saved state is the batches trained, not one past them."""
-    killed_and_resumed(data, tmp_path, "accelerate-registered")
+def test_case5_accelerate_stateful_loader_saves_only_what_was_trained(data, tmp_path):
+    """A prepared ``DataLoader(batch_sampler=batch_sampler(sampler))`` reads one batch ahead; accelerate's
+    stateful loader saves the position of the batches trained, not one past them."""
+    killed_and_resumed(data, tmp_path, "accelerate-stateful")
 
 
 def test_accelerate_skip_first_batches_resumes_exactly(data, tmp_path):
@@ -141,6 +141,12 @@ def test_torchrun_ddp_with_the_loader_trains_a_masked_dataset_and_resumes_exactl
     killed_and_resumed(masked_data, tmp_path, "torch-loader")
 
 
-def test_torch_dataloader_with_workers_resumes_exactly_from_the_default_state(data, tmp_path):
-    """The workers fetch batches ahead of the loop; ``sampler.state_dict()`` does not count them."""
+def test_stateful_dataloader_with_workers_resumes_exactly_from_its_state(data, tmp_path):
+    """The workers fetch batches ahead of the loop; torchdata's ``StatefulDataLoader`` does not count them."""
     killed_and_resumed(data, tmp_path, "torch-workers")
+
+
+def test_plain_dataloader_with_workers_resumes_exactly_from_the_step_the_loop_says(data, tmp_path):
+    """A plain torch ``DataLoader`` publishes nothing about what it fetched ahead: the loop's count, passed
+    as ``state_dict(step=...)``, is the position."""
+    killed_and_resumed(data, tmp_path, "torch-workers-step")

@@ -44,7 +44,7 @@ def test_settings_are_the_plain_values_checkpoints_have_always_recorded():
 def test_the_sampler_records_what_its_config_says():
     sampler = db.BucketSampler(db.seed_workload(2000), max_tokens=8192, oversize="skip", cost=(1, 1e-4))
     state = sampler.state_dict()
-    assert state["settings"] == {k: v for k, v in sampler._config.settings().items() if k != "world_size"}
+    assert state["settings"] == {k: v for k, v in sampler.schedule.config.settings().items() if k != "world_size"}
     assert state["settings"]["skip_oversize"] is True and state["settings"]["cost"] == [1.0, 1e-4]
 
 
@@ -153,8 +153,8 @@ def test_any_settings_build_or_raise_a_documented_error(kwargs):
         assert error.kind not in ("error", "plan"), (kwargs, str(error))
         return
     copy = pickle.loads(pickle.dumps(sampler))
-    assert copy._config.settings() == sampler._config.settings()
-    assert copy._fingerprint() == sampler._fingerprint()
+    assert copy.schedule.config.settings() == sampler.schedule.config.settings()
+    assert copy.schedule.fingerprint == sampler.schedule.fingerprint
 
 
 def test_truncation_in_the_core_keeps_the_fingerprints_checkpoints_hold_and_pickles():
@@ -162,13 +162,13 @@ def test_truncation_in_the_core_keeps_the_fingerprints_checkpoints_hold_and_pick
     ``oversize="error"``: checkpoints hold that fingerprint, so the core's must equal it."""
     lengths = np.array([50, 300, 7, 129, 64, 1000, 12] * 20)
     sampler = db.BucketSampler(lengths, max_tokens=64, mode="packed", oversize="truncate", seed=3)
-    planned = sampler._planner.lengths()
+    planned = sampler.schedule.lengths()
     before = db.BucketSampler(planned, max_tokens=64, mode="packed", seed=3)
-    assert sampler._fingerprint() == before._fingerprint()
+    assert sampler.schedule.fingerprint == before.schedule.fingerprint
     assert np.array_equal(sampler.plan(2).indices, before.plan(2).indices)
     assert (sampler.num_samples, sampler.truncated, len(planned)) == (140, 60, 140 + 20 * (4 + 2 + 15))
-    assert np.array_equal(sampler._planner.dataset_lengths(), lengths)
+    assert np.array_equal(sampler.schedule.dataset_lengths(), lengths)
     copy = pickle.loads(pickle.dumps(sampler))
-    assert copy._fingerprint() == sampler._fingerprint() and copy.truncated == sampler.truncated
+    assert copy.schedule.fingerprint == sampler.schedule.fingerprint and copy.truncated == sampler.truncated
     batch = sampler.plan(0)[0]
     assert all(np.array_equal(a, b) for a, b in zip(copy.pieces(batch), sampler.pieces(batch), strict=True))

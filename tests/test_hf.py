@@ -87,19 +87,36 @@ def test_trainer_sets_the_samplers_accumulation_and_refuses_another(tmp_path):
         )
 
 
-def test_a_checkpoint_state_at_another_position_is_refused(tmp_path):
-    from dflash_batch.hf import _Resumed
+def test_a_checkpoint_state_at_another_position_is_refused_before_training(tmp_path):
+    """The checkpoint's dflash_batch position must be where the Trainer's own step count resumes (another
+    gradient_accumulation_steps, number of processes or sampler would skip or repeat samples)."""
+    import json
 
-    _, store, _ = _tiny(tmp_path)
-    loader = db.Loader(store, db.BucketSampler(store.lengths(), max_tokens=64))
-    loader.set_epoch(1)
-    loader.skip(2)
-    state = loader.state_dict()
-    with pytest.raises(db.PlanError, match="step 2 of epoch 1, but the Trainer resumes at step 4 of epoch 1"):
-        _Resumed(loader, 4, state).set_epoch(1)
-    resumed = _Resumed(loader, 2, state)
-    resumed.set_epoch(1)
-    assert len(list(resumed)) == len(loader) - 2
-    fresh = _Resumed(loader, 3, None)  # no saved state: the plan alone places the epoch
-    fresh.set_epoch(2)
-    assert len(list(fresh)) == len(loader) - 3 and loader.epoch == 2
+    from dflash_batch.hf import STATE_FILE, BucketTrainer
+
+    path, store, model = _tiny(tmp_path)
+    sampler = db.BucketSampler(store.lengths(), max_tokens=64)
+    trainer = BucketTrainer(
+        model=model,
+        args=_trainer_args(tmp_path),
+        train_dataset=datasets.load_from_disk(path),
+        sampler=sampler,
+        store=store,
+    )
+    folder = tmp_path / "out" / "checkpoint-3"
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 3}))
+    other = db.BucketSampler(store.lengths(), max_tokens=64)
+    other.position.skip(2)  # the Trainer would resume at step 3 of epoch 0
+    (folder / STATE_FILE).write_text(json.dumps(other.state_dict()))
+    with pytest.raises(db.PlanError, match=r"step 2 of epoch 0, but the Trainer resumes at step 3 of epoch 0"):
+        trainer.train(resume_from_checkpoint=str(folder))
+    two = db.BucketSampler(store.lengths(), max_tokens=64, world_size=2, rank=0)
+    (folder / STATE_FILE).write_text(json.dumps(two.state_dict()))
+    with pytest.raises(db.PlanError, match=r"written by 2 process\(es\) and this run has 1"):
+        trainer.train(resume_from_checkpoint=str(folder))
+    seeded = db.BucketSampler(store.lengths(), max_tokens=64, seed=9)
+    (folder / STATE_FILE).write_text(json.dumps({**seeded.state_dict(), "step": 3}))
+    with pytest.raises(db.PlanError, match="seed 9 vs 0"):
+        trainer.train(resume_from_checkpoint=str(folder))
+    assert trainer.state.global_step == 0, "nothing trained"

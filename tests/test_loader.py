@@ -22,8 +22,8 @@ def store(tmp_path_factory):
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
 def test_batches_equal_collate_of_the_sampler_batches(store, dtype):
-    sampler = sampler_for(store, world_size=2, rank=1)
-    loader = db.Loader(store, sampler, dtype=dtype, pad_to_multiple_of=8, prefetch=3)
+    sampler = sampler_for(store, world_size=2, rank=1, pad_to_multiple_of=8)
+    loader = db.Loader(store, sampler, dtype=dtype, prefetch=3)
     expected = [db.collate(store, b, pad_to_multiple_of=8, dtype=str(dtype)) for b in sampler]
     got = [as_numpy(b) for b in loader]
     assert len(got) == len(expected) == len(loader)
@@ -244,7 +244,7 @@ def test_bad_arguments(store):
         db.Loader(store, sampler, prefetch=0)
     with pytest.raises(ValueError, match=r"dtype=.* is invalid"):
         db.Loader(store, sampler, dtype=torch.float32)
-    with pytest.raises(ValueError, match="pad_to_multiple_of=0"):
+    with pytest.raises(ValueError, match="pad_to_multiple_of=0 differs from the sampler's pad_to_multiple_of=1"):
         db.Loader(store, sampler, pad_to_multiple_of=0)
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="needs CUDA"):
@@ -258,9 +258,10 @@ def test_in_memory_store_loads_the_same(store, dtype, multiple):
     """numpy collates an in-memory store into the same back-to-back slot layout as Rust does for files."""
     datasets = pytest.importorskip("datasets")
     memory = db.TokenStore(datasets.Dataset.from_dict({"input_ids": [r.tolist() for r in ROWS]}))
-    settings = {"dtype": dtype, "pad_to_multiple_of": multiple}
-    from_memory = [as_numpy(b) for b in db.Loader(memory, sampler_for(memory), **settings)]
-    from_files = [as_numpy(b) for b in db.Loader(store, sampler_for(store), **settings)]
+    settings = {"dtype": dtype}
+    planned = {"pad_to_multiple_of": multiple}
+    from_memory = [as_numpy(b) for b in db.Loader(memory, sampler_for(memory, **planned), **settings)]
+    from_files = [as_numpy(b) for b in db.Loader(store, sampler_for(store, **planned), **settings)]
     assert len(from_memory) == len(from_files)
     for a, b in zip(from_memory, from_files, strict=True):
         assert a["input_ids"].shape[1] % multiple == 0
@@ -270,22 +271,22 @@ def test_in_memory_store_loads_the_same(store, dtype, multiple):
 
 def test_slot_collation_checks_the_slot(store):
     good = np.full(4 * 512, 7, dtype=np.int64)
-    rows, width = db._core.collate_slot(store._inner, np.array([0, 1], dtype=np.uint32), good, 0, -100, 1)
+    rows, width = db._core.collate_slot(store.native, np.array([0, 1], dtype=np.uint32), good, 0, -100, 1)
     n = rows * width
     expected = db.collate(store, [0, 1])
     for k, key in enumerate(("input_ids", "attention_mask", "labels", "position_ids")):  # back to back
         np.testing.assert_array_equal(good[k * n : (k + 1) * n].reshape(rows, width), expected[key])
     assert (good[4 * n :] == 7).all()
     with pytest.raises(ValueError, match=r"slot must be 1-D \(4 × capacity elements\), got shape \[4, 512\]"):
-        db._core.collate_slot(store._inner, np.array([0]), np.zeros((4, 512), dtype=np.int64), 0, -100, 1)
+        db._core.collate_slot(store.native, np.array([0]), np.zeros((4, 512), dtype=np.int64), 0, -100, 1)
     with pytest.raises(ValueError, match="C-contiguous"):
-        db._core.collate_slot(store._inner, np.array([0]), np.zeros(4096, dtype=np.int64)[::2], 0, -100, 1)
+        db._core.collate_slot(store.native, np.array([0]), np.zeros(4096, dtype=np.int64)[::2], 0, -100, 1)
     with pytest.raises(TypeError, match="int64 or int32"):
-        db._core.collate_slot(store._inner, np.array([0]), np.zeros(2048), 0, -100, 1)
+        db._core.collate_slot(store.native, np.array([0]), np.zeros(2048), 0, -100, 1)
     length = int(store.lengths()[0])
     too_small = rf"buffer slot holds 3 elements but the batch needs {4 * length} \(4 arrays × rows"
     with pytest.raises(ValueError, match=too_small):
-        db._core.collate_slot(store._inner, np.array([0]), np.zeros(3, dtype=np.int64), 0, -100, 1)
+        db._core.collate_slot(store.native, np.array([0]), np.zeros(3, dtype=np.int64), 0, -100, 1)
 
 
 def test_batch_contents_are_identical_across_processes(store):

@@ -96,7 +96,7 @@ def test_packed_pieces_apply_their_part_of_the_mask_like_numpy(data, capacity, s
         at += len(piece)
     np.testing.assert_array_equal(batch["labels"][0], expected)
     # label_counts of windows: the labels the row keeps after each piece's first token
-    got = store._inner.label_counts(
+    got = store.native.label_counts(
         np.asarray(indices, dtype=np.uint64), np.asarray(starts, dtype=np.uint32), np.asarray(lengths, dtype=np.uint32)
     )
     assert int(got.sum()) == int((expected != -100).sum())

@@ -68,6 +68,8 @@ def test_pad_to_multiple_of_out_of_range_is_a_value_error(store, value):
     with pytest.raises(ValueError, match=f"pad_to_multiple_of={value} is invalid; pass an integer between 1 and"):
         db.collate(store, batch, pad_to_multiple_of=value)
     with pytest.raises(ValueError, match=f"pad_to_multiple_of={value} is invalid"):
+        db.BucketSampler(store.lengths(), max_tokens=256, pad_to_multiple_of=value)
+    with pytest.raises(ValueError, match=f"pad_to_multiple_of={value} differs from the sampler's"):
         db.Loader(store, db.BucketSampler(store.lengths(), max_tokens=256), pad_to_multiple_of=value)
 
 
@@ -196,8 +198,8 @@ def test_a_ring_too_large_because_of_pad_to_multiple_of_says_so(store, monkeypat
     from dflash_batch import loader as loader_module
 
     monkeypatch.setattr(loader_module, "_physical_memory", lambda: 10**8)
-    sampler_ = db.BucketSampler(store.lengths(), max_tokens=256)
-    loader = db.Loader(store, sampler_, pad_to_multiple_of=2**20)
+    sampler_ = db.BucketSampler(store.lengths(), batch_size=2, pad_to_multiple_of=2**20)
+    loader = db.Loader(store, sampler_)
     with pytest.raises(MemoryError, match=r"lower pad_to_multiple_of=1048576, which sets that width; lower prefetch"):
         next(iter(loader))
     loader.close()

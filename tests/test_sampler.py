@@ -294,7 +294,7 @@ def test_concurrent_plans_from_threads_agree():
     results = [None] * 4
 
     def run(i):
-        results[i] = sampler._planner.plan(5).indices
+        results[i] = sampler.schedule.plan(5).indices
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
     for t in threads:

@@ -31,28 +31,31 @@ def hf_path(tmp_path_factory):
 
 
 def test_dataloader_with_spawned_workers_resumes_exactly_despite_prefetch(hf_path):
-    from torch.utils.data import DataLoader
+    """torchdata's StatefulDataLoader saves the position of the last batch its loop received, whatever
+    its workers fetched ahead (the sampler's iterator is a torchdata Stateful)."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
 
     dataset = datasets.load_from_disk(hf_path)
 
     def loader(sampler):
-        return DataLoader(
+        return StatefulDataLoader(
             dataset, batch_sampler=sampler, collate_fn=db.Collator(), num_workers=2, multiprocessing_context="spawn"
         )
 
     sampler = db.BucketSampler(hf_path, column="input_ids", max_tokens=96, seed=1)
     plan = sampler.plan(0)
     trained = []
-    for step, batch in enumerate(loader(sampler)):
+    first = loader(sampler)
+    for step, batch in enumerate(first):
         trained.append(rows_of(batch))
         if step == 4:
             assert sampler.position.step > 5, "the workers fetch ahead of the loop"
-            state = sampler.state_dict()  # the batches this loop trained on: those ahead are not counted
-            assert state["step"] == 5 == sampler.state_dict(step=step + 1)["step"]
+            state = first.state_dict()  # the batches this loop trained on: those ahead are not counted
+            assert sampler.state_dict(step=step + 1)["step"] == 5  # or say it yourself
             break
-    resumed = db.BucketSampler(hf_path, column="input_ids", max_tokens=96, seed=1)
+    resumed = loader(db.BucketSampler(hf_path, column="input_ids", max_tokens=96, seed=1))
     resumed.load_state_dict(state)
-    trained += [rows_of(batch) for batch in loader(resumed)]
+    trained += [rows_of(batch) for batch in resumed]
     tokens = db.TokenStore(hf_path)
     expected = [sorted(int(tokens[i][0]) * 1000 + int(tokens[i][1]) for i in plan[s]) for s in range(plan.steps)]
     assert trained == expected

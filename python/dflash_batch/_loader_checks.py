@@ -25,7 +25,7 @@ def check_pair(store: Any, sampler: Any) -> None:
             "build both from the same dataset"
         )
     mine = store.lengths()
-    planned = np.asarray(sampler._planner.lengths())[: len(mine)]
+    planned = sampler.schedule.lengths()[: len(mine)]
     if sampler.truncated:  # a long sample's first piece is planned at the row capacity
         mine = np.minimum(mine, sampler.max_tokens)
     differs = np.flatnonzero(mine != planned)
@@ -35,6 +35,23 @@ def check_pair(store: Any, sampler: Any) -> None:
             f"the sampler was planned on other lengths than the store's ({len(differs)} rows differ; row {row}: "
             f"{int(planned[row])} planned, {int(mine[row])} in the store); build the sampler from store.lengths()"
         )
+
+
+def padding_of(sampler: Any, given: Any) -> int:
+    """The padding multiple a Loader pads with: the sampler's, whose budgets count it (``max_tokens`` holds
+    for the padded batch). Another value would break them, or pad short of what the plan assumed."""
+    planned = sampler.pad_to_multiple_of
+    if given is None or (not isinstance(given, bool) and isinstance(given, (int, np.integer)) and given == planned):
+        return planned
+    if isinstance(given, bool) or not isinstance(given, (int, np.integer)):
+        raise TypeError(f"pad_to_multiple_of must be an int or None, got {type(given).__name__} {given!r}")
+    budget = f"max_tokens={sampler.max_tokens} per batch" if sampler.max_tokens else "its batches"
+    raise invalid_setting(
+        "pad_to_multiple_of",
+        f"pad_to_multiple_of={given!r} differs from the sampler's pad_to_multiple_of={planned}, which planned "
+        f"{budget} with that padding; build the sampler with pad_to_multiple_of={given} (the Loader pads "
+        "as the sampler planned), or leave it unset here",
+    )
 
 
 def placement(device: Any, pin_memory: bool | None, reuse_buffers: Any) -> tuple[Any, bool]:

@@ -10,13 +10,13 @@ sorted static batches, a full shuffle, the seed's 6 hand-picked buckets, HF-styl
 from __future__ import annotations
 
 import json
-import pickle
 from typing import Any
 
 import numpy as np
 
 from . import baselines, metrics
 from .sampler import BucketSampler
+from .schedule import Schedule
 
 COLUMNS = (
     "efficiency", "window_tv", "churn", "rank_imbalance_p99", "sync_efficiency", "sync_efficiency_step",
@@ -42,7 +42,7 @@ def strategies(
     ``BatchRebalanceSampler`` too, at its own price and at the sampler's (needs ``max_tokens`` and
     transformers ≥ 5.24; a few seconds per million samples)."""
     world = sampler.world_size
-    price = sampler._config.price
+    price = sampler.schedule.config.price
 
     def scored(epochs: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
         order, offsets = epochs[0]
@@ -82,19 +82,18 @@ def strategies(
             if epochs[0] is None:
                 break
             rows[name] = scored([e[:2] for e in epochs])
-    rows["dflash_batch"] = planned(sampler)
-    config = sampler._config
+    schedule = sampler.schedule
+    rows["dflash_batch"] = planned(schedule)
+    config = schedule.config
     if world > 1 and config.max_tokens and config.mode == "padded" and config.get("balance_tolerance") is None:
-        if not config.get("trim_steps"):  # what trimming would gain here (see BucketSampler's trim_steps)
-            sampler = pickle.loads(pickle.dumps(sampler))
-            sampler._reconfigure(trim_steps=True)
-        rows["dflash_batch + trim"] = planned(sampler)
+        # What trimming would gain here (see BucketSampler's trim_steps).
+        rows["dflash_batch + trim"] = planned(schedule.replace(trim_steps=True))
     return rows
 
 
-def planned(sampler: BucketSampler) -> dict[str, Any]:
-    """A sampler's figures from its own plans of epochs 0 and 1."""
-    plans = [sampler.plan(epoch) for epoch in (0, 1)]
+def planned(schedule: Schedule) -> dict[str, Any]:
+    """A schedule's figures from its own plans of epochs 0 and 1."""
+    plans = [schedule.plan(epoch) for epoch in (0, 1)]
     stats = plans[0].stats()
     return {
         "efficiency": stats["efficiency"],

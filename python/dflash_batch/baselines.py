@@ -119,17 +119,18 @@ def batch_rebalance(
     lengths = np.asarray(lengths)
     per_micro = max(1, round(max_tokens / float(lengths.mean())))
     effective = per_micro * world_size * accumulation
-    sampler = BatchRebalanceSampler(lengths.tolist(), effective, world_size, accumulation, seed=seed, rank=0)
+    peer = BatchRebalanceSampler(lengths.tolist(), effective, world_size, accumulation, seed=seed, rank=0)
     if coefficient is not None:
-        sampler.QUADRATIC_COST_COEF = coefficient
+        peer.QUADRATIC_COST_COEF = coefficient
     start = time.perf_counter()
     generator = torch.Generator()
-    generator.manual_seed(sampler.seed + sampler.epoch)
+    generator.manual_seed(peer.seed + peer.epoch)
     order = torch.randperm(len(lengths), generator=generator).tolist()
     batches = []
-    for step in range(sampler.num_global_batches):
+    for step in range(peer.num_global_batches):
         members = order[step * effective : (step + 1) * effective]
-        groups = sampler._assign(members, [int(lengths[i]) for i in members])
+        # The peer's own assignment of one step (a benchmark baseline, not an integration).
+        groups = peer._assign(members, [int(lengths[i]) for i in members])
         batches.extend(groups[rank][slot] for slot in range(accumulation) for rank in range(world_size))
     seconds = time.perf_counter() - start
     offsets = np.zeros(len(batches) + 1, dtype=np.uint64)

@@ -1,77 +1,129 @@
-"""Checkpoints of a :class:`~dflash_batch.BucketSampler`: what ``state_dict`` records, how
-``load_state_dict`` checks a state and resumes it — on the same ranks, or on another number of ranks, where
-the samples the checkpointed steps did not reach are planned again — and how a mismatch is put in words.
+"""What a checkpoint of the training position says, and how a state is checked against a schedule.
 
-The functions take the sampler, read its position and commit a checked state to it in one call
-(:class:`~dflash_batch.position.Position`): this module is the sampler's checkpoint half (pickling too),
-split from it to keep one concept a file.
+Two pure functions over a :class:`~dflash_batch.schedule.Schedule`: :func:`encode` writes a position as the
+plain dict ``state_dict()`` returns (JSON-ready), :func:`decode` checks a dict and returns the position it
+resumes at — on the same ranks, or on another number of ranks, where the samples the checkpointed steps
+did not reach are planned again (an :class:`Origin`). Neither changes anything: the
+:class:`~dflash_batch.cursor.Cursor` commits a decoded position in one step, so a refused state leaves
+everything as it was.
 """
 
 from __future__ import annotations
 
 import operator
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ._arguments import _epoch, _int, _is_hex, _state_count
-from ._core import PLAN_REVISION, PlanError
-from .position import Position
+from ._core import PLAN_REVISION, Plan, PlanError
+from .schedule import Schedule
 
 VERSION = 1
+#: What a checkpoint holds besides the settings it names (``state_dict()``'s keys).
+REQUIRED = ("version", "epoch", "step", "fingerprint", "world_size")
 
 
-def state_of(sampler: Any, step: int | None) -> dict[str, Any]:
-    """``sampler.state_dict(step)``."""
-    position = sampler.position
-    epoch, trained, elastic = position.state()
-    if step is None:
-        step = trained
-    else:
-        step = _int("step", step)
-        if not 0 <= step <= position.step:
-            raise PlanError(
-                f"step={step} is invalid: this sampler has handed out {position.step} batches of epoch "
-                f"{epoch}; pass how many of them the training loop has trained on"
-            )
-    state = {
+@dataclass(frozen=True)
+class Origin:
+    """Where an epoch resumed on another number of ranks came from: ``step`` steps of ``epoch`` had run on
+    ``world_size`` ranks; ``plan`` is the rest planned on these ranks, ``carried`` the rows too few to fill
+    whole steps there, which the next epoch plans with all its samples."""
+
+    epoch: int
+    world_size: int
+    step: int
+    plan: Plan
+    carried: np.ndarray
+
+    def record(self, epoch: int) -> dict[str, Any] | None:
+        """What a checkpoint taken in ``epoch`` says about this origin (``None``: nothing left of it)."""
+        if epoch == self.epoch:
+            return {"world_size": self.world_size, "step": self.step}
+        if epoch == self.epoch + 1 and len(self.carried):
+            return {"world_size": self.world_size, "step": self.step, "carried_from": self.epoch}
+        return None
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A checked position: the next iteration starts at ``step`` of ``epoch`` (planned from ``origin`` when
+    that epoch was resumed on another number of ranks, or carries its rest)."""
+
+    epoch: int
+    step: int
+    origin: Origin | None
+
+
+def encode(schedule: Schedule, epoch: int, step: int, origin: Origin | None) -> dict[str, Any]:
+    """The state of a position: ``step`` steps of ``epoch`` trained, plus what identifies the plan."""
+    state: dict[str, Any] = {
         "version": VERSION,
         "epoch": epoch,
         "step": step,
-        "seed": sampler._config.seed,
-        "world_size": sampler.world_size,
-        "num_samples": sampler.num_samples,
-        "fingerprint": sampler._fingerprint(),
-        "fingerprint_any_ranks": sampler._planner.fingerprint_any_ranks,
+        "seed": schedule.config.seed,
+        "world_size": schedule.world_size,
+        "num_samples": schedule.num_samples,
+        "fingerprint": schedule.fingerprint,
+        "fingerprint_any_ranks": schedule.fingerprint_any_ranks,
         # The planning rules the epoch was planned under (see rust/core/src/plan/revision.rs).
         "revision": PLAN_REVISION,
         # Plain values (lists, not tuples), so a mismatched resume can name the setting that differs.
-        "settings": settings(sampler),
+        "settings": settings(schedule),
     }
-    if elastic is not None and elastic["epoch"] == epoch:
-        # This epoch's plan is the re-planned rest of an epoch begun on other ranks.
-        state["elastic"] = {"world_size": elastic["world_size"], "step": elastic["step"]}
-    elif elastic is not None and elastic["epoch"] + 1 == epoch and len(elastic["carried"]):
-        # This epoch's plan also holds the samples that rest carried (see replanned).
-        state["elastic"] = {
-            "world_size": elastic["world_size"],
-            "step": elastic["step"],
-            "carried_from": elastic["epoch"],
-        }
+    elastic = origin.record(epoch) if origin is not None else None
+    if elastic is not None:
+        state["elastic"] = elastic
     return state
 
 
-def load(sampler: Any, state: dict[str, Any]) -> None:
-    """``sampler.load_state_dict(state)``: everything is checked (and an elastic resume planned) before
-    the position changes, so a refused state leaves the sampler where it was."""
-    epoch, step, elastic = _checked(sampler, state)
-    sampler.position.restore(epoch, step, elastic)
+def decode(schedule: Schedule, state: Any, *, warn: bool = True) -> Resume:
+    """The position ``state`` resumes at on ``schedule``, or a :class:`PlanError` naming what is wrong."""
+    _check_shape(state)
+    _check_revision(schedule, state)
+    epoch, step, elastic = _epoch(state["epoch"]), operator.index(state["step"]), state.get("elastic")
+    world = operator.index(state["world_size"])
+    if elastic is not None and operator.index(elastic["world_size"]) == world:
+        raise PlanError(
+            f"state elastic world_size={elastic['world_size']} equals its own world_size={world}: an epoch "
+            "resumed elastically moved to another number of ranks; pass the checkpoint's state unedited"
+        )
+    if world != schedule.world_size and elastic is None:
+        if state.get("fingerprint_any_ranks") == schedule.fingerprint_any_ranks:
+            return Resume(epoch, 0, replanned(schedule, epoch, world, step, warn=warn))
+    if elastic is not None and state["fingerprint"] == schedule.fingerprint:
+        return _inside_elastic(schedule, epoch, step, elastic)
+    if elastic is not None:
+        if "carried_from" in elastic:
+            raise PlanError(
+                f"state was taken in epoch {state['epoch']}, which also trains samples epoch "
+                f"{elastic['carried_from']} left when it moved from world_size {elastic['world_size']} to "
+                f"{world}; finish epoch {state['epoch']} on world_size {world}, or resume from a checkpoint "
+                "taken at another point"
+            )
+        raise PlanError(
+            f"state was taken in epoch {state['epoch']} after it had moved from world_size "
+            f"{elastic['world_size']} to {world}; finish that epoch on world_size {world}, or resume from a "
+            "checkpoint taken at another point"
+        )
+    if state["fingerprint"] != schedule.fingerprint:
+        raise PlanError(
+            f"state was saved for a different dataset or configuration ({differences(schedule, state)}); "
+            "resume with the sampler settings and lengths of the checkpointed run"
+        )
+    steps = schedule.plan(epoch).steps
+    if not 0 <= step <= steps:
+        raise PlanError(f"step {step} is outside epoch {epoch}, which has {steps} steps")
+    return Resume(epoch, step, None)
 
 
-def _checked(sampler: Any, state: dict[str, Any]) -> tuple[int, int, dict[str, Any] | None]:
-    """The position ``state`` resumes at: ``(epoch, step, elastic origin)``, or a :class:`PlanError`."""
+def _check_shape(state: Any) -> None:
+    """The keys and types ``state_dict()`` writes, before any of them is believed."""
     if not isinstance(state, dict):
         raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
-    missing = {"version", "epoch", "step", "fingerprint", "world_size"} - state.keys()
+    missing = set(REQUIRED) - state.keys()
     if missing:
         raise PlanError(f"state is missing {sorted(missing)}; pass a dict from BucketSampler.state_dict()")
     if state["version"] != VERSION:
@@ -87,90 +139,57 @@ def _checked(sampler: Any, state: dict[str, Any]) -> tuple[int, int, dict[str, A
             )
         _state_count("elastic world_size", elastic["world_size"], 1)
         _state_count("elastic step", elastic["step"], 0)
-    _check_revision(sampler, state)
-    epoch, step = _epoch(state["epoch"]), operator.index(state["step"])
-    if state.get("world_size") != sampler.world_size and elastic is None:
-        if state.get("fingerprint_any_ranks") == sampler._planner.fingerprint_any_ranks:
-            return epoch, 0, replanned(sampler, epoch, state["world_size"], step)
-    if elastic is not None and state["fingerprint"] == sampler._fingerprint():
-        # A checkpoint inside an epoch already resumed elastically (or carrying its rest), on these ranks.
-        origin = _epoch(elastic.get("carried_from", epoch))
-        if origin not in (epoch, epoch - 1):
-            raise PlanError(
-                f"state elastic carried_from={origin!r} is not epoch {epoch} or the one before; pass the "
-                "checkpoint's state unedited"
-            )
-        record = replanned(sampler, origin, elastic["world_size"], operator.index(elastic["step"]))
-        if origin == epoch:
-            plan = record["plan"]
-        elif len(record["carried"]):
-            plan = sampler._planner.plan_carrying(epoch, record["carried"])
-        else:
-            raise PlanError(
-                f"state says epoch {epoch} carries samples of epoch {origin}, but that epoch's rest "
-                "fits these ranks; pass the checkpoint's state unedited"
-            )
-        if not 0 <= step <= plan.steps:
-            raise PlanError(f"step {step} is outside the resumed epoch {epoch}, which has {plan.steps} steps")
-        return epoch, step, record
-    if elastic is not None:
-        if "carried_from" in elastic:
-            raise PlanError(
-                f"state was taken in epoch {state['epoch']}, which also trains samples epoch "
-                f"{elastic['carried_from']} left when it moved from world_size {elastic['world_size']} to "
-                f"{state['world_size']}; finish epoch {state['epoch']} on world_size {state['world_size']}, or "
-                "resume from a checkpoint taken at another point"
-            )
-        raise PlanError(
-            f"state was taken in epoch {state['epoch']} after it had moved from world_size "
-            f"{elastic['world_size']} to {state['world_size']}; finish that epoch on world_size "
-            f"{state['world_size']}, or resume from a checkpoint taken at another point"
-        )
-    if state["fingerprint"] != sampler._fingerprint():
-        raise PlanError(
-            f"state was saved for a different dataset or configuration ({differences(sampler, state)}); "
-            "resume with the sampler settings and lengths of the checkpointed run"
-        )
-    steps = sampler._planner.plan(epoch).steps
-    if not 0 <= step <= steps:
-        raise PlanError(f"step {step} is outside epoch {epoch}, which has {steps} steps")
-    return epoch, step, None
 
 
-def replanned(sampler: Any, epoch: int, old_world: int, step: int, *, warn: bool = True) -> dict[str, Any]:
-    """The record of ``epoch`` resumed after ``step`` steps on ``old_world`` ranks: the Rust core plans
-    the samples those steps did not reach across the sampler's ranks (same seed and epoch, so every rank
-    computes the same plan), or, when they are too few to give every rank whole steps, carries them into
-    the next epoch's plan (see ``resume.rs``). Later epochs are planned as usual."""
-    plan, carried = sampler._planner.plan_resumed(epoch, old_world, step)
+def _inside_elastic(schedule: Schedule, epoch: int, step: int, elastic: dict[str, Any]) -> Resume:
+    """A checkpoint inside an epoch already resumed elastically (or carrying its rest), on these ranks."""
+    origin_epoch = _epoch(elastic.get("carried_from", epoch))
+    if origin_epoch not in (epoch, epoch - 1):
+        raise PlanError(
+            f"state elastic carried_from={origin_epoch!r} is not epoch {epoch} or the one before; pass the "
+            "checkpoint's state unedited"
+        )
+    # The core refuses an origin step past that epoch's steps on its ranks.
+    origin = replanned(schedule, origin_epoch, operator.index(elastic["world_size"]), operator.index(elastic["step"]))
+    if origin_epoch == epoch:
+        plan = origin.plan
+    elif len(origin.carried):
+        plan = schedule.plan_carrying(epoch, origin.carried)
+    else:
+        raise PlanError(
+            f"state says epoch {epoch} carries samples of epoch {origin_epoch}, but that epoch's rest fits "
+            "these ranks; pass the checkpoint's state unedited"
+        )
+    if not 0 <= step <= plan.steps:
+        raise PlanError(f"step {step} is outside the resumed epoch {epoch}, which has {plan.steps} steps")
+    return Resume(epoch, step, origin)
+
+
+def replanned(schedule: Schedule, epoch: int, old_world: int, step: int, *, warn: bool = True) -> Origin:
+    """``epoch`` resumed after ``step`` steps on ``old_world`` ranks: the Rust core plans the samples those
+    steps did not reach across the schedule's ranks (same seed and epoch, so every rank computes the same
+    plan), or, when they are too few to give every rank whole steps, carries them into the next epoch's plan
+    (see ``resume.rs``). Later epochs are planned as usual."""
+    plan, carried = schedule.plan_resumed(epoch, old_world, step)
     if len(carried) and warn:
         warnings.warn(
             f"the {len(carried)} sample(s) left in epoch {epoch} after step {step} on world_size {old_world} "
-            f"cannot give each of world_size {sampler.world_size} ranks a batch in whole steps; epoch {epoch} "
+            f"cannot give each of world_size {schedule.world_size} ranks a batch in whole steps; epoch {epoch} "
             f"ends here and they are carried into epoch {epoch + 1}, which plans them with all its samples "
             f"(they are trained twice there; if the run ends with epoch {epoch}, they are not trained)",
             stacklevel=5,
         )
-    return {"epoch": epoch, "plan": plan, "world_size": old_world, "step": step, "carried": carried}
+    return Origin(epoch, old_world, step, plan, carried)
 
 
-def carried_plan(sampler: Any, epoch: int) -> Any:
-    """Epoch ``epoch``'s plan when it carries the rest of an elastically resumed epoch before it,
-    else None."""
-    elastic = sampler.position.elastic
-    if elastic is None or epoch != elastic["epoch"] + 1 or not len(elastic["carried"]):
-        return None
-    return sampler._planner.plan_carrying(epoch, elastic["carried"])
-
-
-def _check_revision(sampler: Any, state: dict[str, Any]) -> None:
+def _check_revision(schedule: Schedule, state: dict[str, Any]) -> None:
     """A checkpoint planned under older rules resumes only where its plans did not change since (else its
     epoch would be replayed differently from how it was trained)."""
     revision = state.get("revision", 0)  # written since revision 1
     _state_count("revision", revision, 0)
-    same = state["fingerprint"] == sampler._fingerprint()
-    if not same and state.get("fingerprint_any_ranks") != sampler._planner.fingerprint_any_ranks:
-        return  # other data or settings: refused below, naming what differs
+    same = state["fingerprint"] == schedule.fingerprint
+    if not same and state.get("fingerprint_any_ranks") != schedule.fingerprint_any_ranks:
+        return  # other data or settings: refused later, naming what differs
     if state["step"] == 0 and not state.get("elastic"):
         return  # nothing of the epoch was trained: any plan of it is the rest
     resume_next = f"load_state_dict({{**state, 'epoch': {state['epoch']} + 1, 'step': 0}})"
@@ -182,25 +201,25 @@ def _check_revision(sampler: Any, state: dict[str, Any]) -> None:
             f"resume at the next epoch: {resume_next}"
         )
     worlds = {state["world_size"], *([state["elastic"]["world_size"]] if state.get("elastic") else [])}
-    changed = [w for w in sorted(worlds) if sampler._planner.plans_changed_since(revision, w)]
+    changed = [w for w in sorted(worlds) if schedule.plans_changed_since(revision, w)]
     if changed:
         raise PlanError(
             f"this checkpoint was planned under planning rules {revision}, and this dflash_batch (rules "
-            f"{PLAN_REVISION}) plans its epoch differently for these settings (mode {sampler._config.mode!r}, "
-            f"{changed[0]} ranks, accumulation {sampler.accumulation}): resuming mid-epoch would train some "
+            f"{PLAN_REVISION}) plans its epoch differently for these settings (mode {schedule.mode!r}, "
+            f"{changed[0]} ranks, accumulation {schedule.accumulation}): resuming mid-epoch would train some "
             "samples twice and skip others. Finish the epoch with the dflash_batch release that wrote the "
             f"checkpoint, or resume at the next epoch: {resume_next}"
         )
 
 
-def settings(sampler: Any) -> dict[str, Any]:
+def settings(schedule: Schedule) -> dict[str, Any]:
     """The configuration that shapes the plan, as plain values (a checkpoint may go through JSON)."""
-    return {key: value for key, value in sampler._config.settings().items() if key != "world_size"}
+    return {key: value for key, value in schedule.settings().items() if key != "world_size"}
 
 
-def differences(sampler: Any, state: dict[str, Any]) -> str:
-    """What differs between a checkpoint's plan and the sampler's, in words."""
-    mine = {"num_samples": sampler.num_samples, "world_size": sampler.world_size, **settings(sampler)}
+def differences(schedule: Schedule, state: dict[str, Any]) -> str:
+    """What differs between a checkpoint's plan and the schedule's, in words."""
+    mine = {"num_samples": schedule.num_samples, "world_size": schedule.world_size, **settings(schedule)}
     theirs = {"num_samples": state.get("num_samples"), "world_size": state.get("world_size")}
     theirs.update(state.get("settings") or {})
     differing = [
@@ -209,33 +228,23 @@ def differences(sampler: Any, state: dict[str, Any]) -> str:
     if differing:
         return "checkpoint vs this sampler: " + ", ".join(differing)
     if "settings" not in state:
-        return f"num_samples {sampler.num_samples}, seed and world_size match; the rest is not recorded in this state"
-    written = sampler._fingerprint()
+        return f"num_samples {schedule.num_samples}, seed and world_size match; the rest is not recorded in this state"
+    written = schedule.fingerprint
     fingerprint = state.get("fingerprint")
     if not (isinstance(fingerprint, str) and len(fingerprint) == len(written) and _is_hex(fingerprint)):
         return f"its fingerprint {fingerprint!r} is not one this library writes: a corrupted or edited checkpoint"
     return (
-        f"the same {sampler.num_samples} samples and settings, but different lengths: another dataset, "
+        f"the same {schedule.num_samples} samples and settings, but different lengths: another dataset, "
         "or the same one tokenized differently"
     )
 
 
-def pickled(sampler: Any) -> dict[str, Any]:
-    """``sampler.__getstate__``: configuration, position and lengths, never Rust memory. A re-planned
-    epoch travels as where it came from and is planned again on arrival."""
-    state = sampler.__dict__.copy()
-    del state["_planner"], state["_plan"], state["_plan_key"], state["_fingerprint_cache"]
-    state["_position"] = sampler.position.snapshot()
-    state["_lengths"] = sampler._planner.dataset_lengths()
-    return state
-
-
-def unpickled_position(sampler: Any, snapshot: dict[str, Any]) -> Position:
-    """The position a pickled sampler travelled with, for ``sampler.__setstate__`` (its planner rebuilt):
-    an elastic origin is planned again."""
-    origin = snapshot["elastic"]
-    # The original warned once about carried samples; its copies (workers) do not repeat it.
-    elastic = None
-    if origin is not None:
-        elastic = replanned(sampler, origin["epoch"], origin["world_size"], origin["step"], warn=False)
-    return Position.from_snapshot(snapshot, elastic)
+def trained_step(value: Any, handed_out: int, epoch: int) -> int:
+    """A user's ``state_dict(step=...)``: how many of the ``handed_out`` batches of ``epoch`` were trained."""
+    step = _int("step", value)
+    if not 0 <= step <= handed_out:
+        raise PlanError(
+            f"step={step} is invalid: this sampler has handed out {handed_out} batches of epoch "
+            f"{epoch}; pass how many of them the training loop has trained on"
+        )
+    return step

@@ -15,7 +15,7 @@ import numpy as np
 import dflash_batch._core as _core
 
 from ._errors import invalid_setting
-from .reading import _INDEX_DTYPES, MASK_COLUMNS, TokenStore, _index_array
+from .reading import INDEX_DTYPES, MASK_COLUMNS, TokenStore, index_array
 
 KEYS = ("input_ids", "attention_mask", "labels", "position_ids")
 
@@ -53,13 +53,17 @@ def collate(
     """
     if not isinstance(store, TokenStore):
         raise TypeError(f"store must be a dflash_batch.TokenStore, got {type(store).__name__}")
-    if not (isinstance(indices, np.ndarray) and indices.dtype in _INDEX_DTYPES and indices.ndim == 1):
-        indices = _index_array(indices)
-    return _collate(store._inner, indices, pad_id, label_pad_id, pad_to_multiple_of, dtype, out)
+    if not (isinstance(indices, np.ndarray) and indices.dtype in INDEX_DTYPES and indices.ndim == 1):
+        indices = index_array(indices)
+    return _collate(store.native, indices, pad_id, label_pad_id, pad_to_multiple_of, dtype, out)
 
 
 def _collate(inner, indices, pad_id, label_pad_id, pad_to_multiple_of, dtype, out) -> dict[str, np.ndarray]:
-    settings = (_token("pad_id", pad_id), _token("label_pad_id", label_pad_id), _multiple(pad_to_multiple_of))
+    settings = (
+        check_token("pad_id", pad_id),
+        check_token("label_pad_id", label_pad_id),
+        check_multiple(pad_to_multiple_of),
+    )
     if out is None:
         *arrays, (rows, width) = _core.collate_new(inner, indices, *settings, output_dtype(dtype))
         return {key: array.reshape(rows, width) for key, array in zip(KEYS, arrays, strict=True)}
@@ -68,7 +72,7 @@ def _collate(inner, indices, pad_id, label_pad_id, pad_to_multiple_of, dtype, ou
     return {key: _front(buffer, rows, width) for key, buffer in zip(KEYS, buffers, strict=True)}
 
 
-def _multiple(value: Any) -> int:
+def check_multiple(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"pad_to_multiple_of must be an int, got {type(value).__name__} {value!r}")
     if not 1 <= value <= 2**32 - 1:
@@ -78,7 +82,7 @@ def _multiple(value: Any) -> int:
     return int(value)
 
 
-def _token(name: str, value: Any) -> int:
+def check_token(name: str, value: Any) -> int:
     """A pad value as an int64 (the output dtype may narrow it further: checked where it is written)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
@@ -132,18 +136,18 @@ def collate_packed(
         raise invalid_setting(
             "capacity", f"capacity={capacity!r} is invalid; pass the row length in tokens (max_tokens of the plan)"
         )
-    if not (isinstance(indices, np.ndarray) and indices.dtype in _INDEX_DTYPES and indices.ndim == 1):
-        indices = _index_array(indices)
+    if not (isinstance(indices, np.ndarray) and indices.dtype in INDEX_DTYPES and indices.ndim == 1):
+        indices = index_array(indices)
     windows = _windows(starts, lengths, len(indices))
     slot = np.empty((len(PACKED_KEYS), int(capacity)), dtype=output_dtype(dtype))
     cu_seqlens = np.empty(len(indices) + 1, dtype=np.int32)
-    samples, _, max_seqlen = _pack_into(
+    samples, _, max_seqlen = pack_into(
         store,
         indices,
         slot,
         cu_seqlens,
-        _token("pad_id", pad_id),
-        _token("label_pad_id", label_pad_id),
+        check_token("pad_id", pad_id),
+        check_token("label_pad_id", label_pad_id),
         windows=windows,
     )
     result: dict[str, Any] = {key: slot[k : k + 1] for k, key in enumerate(PACKED_KEYS)}
@@ -169,13 +173,11 @@ def _windows(starts: Any, lengths: Any, entries: int) -> tuple[np.ndarray, np.nd
     return arrays[0], arrays[1]
 
 
-def _pack_into(
-    store: TokenStore, indices, slot, cu_seqlens, pad_id, label_pad_id, windows=None
-) -> tuple[int, int, int]:
+def pack_into(store: TokenStore, indices, slot, cu_seqlens, pad_id, label_pad_id, windows=None) -> tuple[int, int, int]:
     """Packs into a ``[4, capacity]`` slot and ``cu_seqlens``, in Rust.
     ``windows``: ``(starts, lengths)`` of every entry within its sample (see :func:`collate_packed`)."""
     starts, lengths = windows if windows is not None else (None, None)
-    return _core.collate_packed_slot(store._inner, indices, slot, cu_seqlens, pad_id, label_pad_id, starts, lengths)
+    return _core.collate_packed_slot(store.native, indices, slot, cu_seqlens, pad_id, label_pad_id, starts, lengths)
 
 
 class Collator:
@@ -202,7 +204,7 @@ class Collator:
         dtype: Any = "int64",
     ) -> None:
         self.column, self.mask, self.pad_id, self.label_pad_id = column, mask, int(pad_id), int(label_pad_id)
-        self.pad_to_multiple_of, self.dtype = _multiple(pad_to_multiple_of), output_dtype(dtype)
+        self.pad_to_multiple_of, self.dtype = check_multiple(pad_to_multiple_of), output_dtype(dtype)
 
     def __call__(self, examples: list[Any]) -> dict[str, Any]:
         import torch

@@ -44,16 +44,10 @@ def check_ranks_agree(identity: dict[str, Any]) -> None:
     )
 
 
-def agree(sampler: Any) -> bool:
-    """When a process group of the sampler's ``world_size`` ranks exists, the ranks agree on the current
-    epoch's plan (a collective); returns whether they were asked. The sampler asks once per epoch."""
-    if process_group_size() != sampler.world_size:
+def agree(schedule: Any, epoch: int) -> bool:
+    """When a process group of the schedule's ``world_size`` ranks exists, the ranks agree on ``epoch``'s plan
+    (a collective); returns whether they were asked. The sampler asks once per epoch."""
+    if process_group_size() != schedule.world_size:
         return False
-    identity = {
-        "fingerprint": sampler._fingerprint(),
-        "num_samples": sampler.num_samples,
-        "epoch": sampler.epoch,
-        **sampler._config.settings(),
-    }
-    check_ranks_agree(identity)
+    check_ranks_agree(schedule.identity(epoch))
     return True

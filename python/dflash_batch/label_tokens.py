@@ -16,15 +16,15 @@ from typing import Any
 import numpy as np
 
 
-def per_entry(sampler: Any, store: Any = None) -> np.ndarray:
-    """Label tokens of every entry the sampler plans (rows, then the pieces of long samples), int64."""
-    lengths = np.asarray(sampler._planner.lengths(), dtype=np.int64)
+def per_entry(schedule: Any, store: Any = None) -> np.ndarray:
+    """Label tokens of every entry the schedule plans (rows, then the pieces of long samples), int64."""
+    lengths = np.asarray(schedule.lengths(), dtype=np.int64)
     if store is None or store.mask is None:
         return np.maximum(lengths - 1, 0)
-    if not sampler.truncated:
+    if not schedule.truncated:
         return store.label_counts().astype(np.int64)
-    rows, starts, windows = sampler.pieces(np.arange(len(lengths), dtype=np.uint32))
-    return store._inner.label_counts(rows.astype(np.uint64), starts, windows).astype(np.int64)
+    rows, starts, windows = schedule.locate(np.arange(len(lengths), dtype=np.int64))
+    return store.label_counts(rows, starts, windows).astype(np.int64)
 
 
 def per_batch(plan, counts: np.ndarray) -> np.ndarray:

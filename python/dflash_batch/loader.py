@@ -32,7 +32,9 @@ anything is allocated.
 ``state_dict()`` is the sampler's: its position counts batches handed to the trainer, never those
 merely prefetched, so a resume replays nothing and skips nothing. One iteration at a time: a new one
 supersedes the previous (same thread), and one started while another thread's is running raises
-``RuntimeError``. Under ``accelerator.accumulate`` the Loader tells accelerate where its epoch ends.
+``RuntimeError``. ``set_epoch``, ``skip`` and ``load_state_dict`` — on the Loader or on its sampler —
+move the position at once; a loop that was running then raises ``RuntimeError`` at its next batch
+instead of ending early, and a refused ``load_state_dict`` changes nothing (the loop goes on).
 Errors in the worker are raised in the trainer's thread with their original type and traceback.
 Breaking out of the loop, ``close()``, leaving a ``with`` block, garbage collection and interpreter
 exit all stop the worker and wait for it.
@@ -49,11 +51,11 @@ import numpy as np
 
 import dflash_batch._core as _core
 
-from ._accelerate import gradient_state
 from ._errors import invalid_setting
-from ._loader_checks import check_pair, placement
-from .collate import KEYS, PACKED_KEYS, _multiple, _pack_into, _token, collate, output_dtype
-from .pipeline import _CudaTransfer, _HostTransfer, _Pipeline
+from ._loader_checks import check_pair, padding_of, placement
+from .collate import KEYS, PACKED_KEYS, check_token, collate, collate_packed, output_dtype, pack_into
+from .cursor import Run
+from .pipeline import CudaTransfer, HostTransfer, Pipeline
 from .reading import TokenStore
 from .sampler import BucketSampler
 
@@ -74,7 +76,9 @@ class Loader:
     Args:
         store: the :class:`TokenStore` with the token column.
         sampler: the :class:`BucketSampler` that plans the epochs (its lengths must be the store's).
-        pad_id, label_pad_id, pad_to_multiple_of: as for :func:`collate`.
+        pad_id, label_pad_id: as for :func:`collate`.
+        pad_to_multiple_of: the sampler's (its budgets count the padding, so it owns the value); passing
+            another one is refused.
         dtype: ``torch.int64`` (default) or ``torch.int32``.
         prefetch: batches collated ahead of the trainer (≥ 1; more than the epoch's steps buys nothing).
         device: where tensors go: ``None`` or ``"cpu"`` keeps them on the host; a CUDA device copies
@@ -101,7 +105,7 @@ class Loader:
         *,
         pad_id: int = 0,
         label_pad_id: int = -100,
-        pad_to_multiple_of: int = 1,
+        pad_to_multiple_of: int | None = None,
         dtype: Any = None,
         prefetch: int = 2,
         device: Any = None,
@@ -117,17 +121,11 @@ class Loader:
             raise invalid_setting("prefetch", f"prefetch={prefetch!r} is invalid; pass an integer ≥ 1")
         self.store, self.sampler, self.prefetch = store, sampler, prefetch
         self._packed = sampler.mode == "packed"
-        if self._packed and pad_to_multiple_of != 1:
-            raise invalid_setting(
-                "pad_to_multiple_of",
-                f"pad_to_multiple_of={pad_to_multiple_of!r} is invalid for packed rows, which pad no rows, so "
-                "pad_to_multiple_of must be 1 (the row is max_tokens long): leave it unset",
-            )
         self._dtype = output_dtype(dtype if dtype is not None else torch.int64)
         self._settings = {
-            "pad_id": _token("pad_id", pad_id),
-            "label_pad_id": _token("label_pad_id", label_pad_id),
-            "pad_to_multiple_of": _multiple(pad_to_multiple_of),
+            "pad_id": check_token("pad_id", pad_id),
+            "label_pad_id": check_token("label_pad_id", label_pad_id),
+            "pad_to_multiple_of": padding_of(sampler, pad_to_multiple_of),
         }
         collate(store, np.zeros(0, dtype=np.int64), **self._settings)  # validates the settings now
         self.device, self.pin_memory = placement(device, pin_memory, reuse_buffers)
@@ -136,7 +134,7 @@ class Loader:
         if not isinstance(num_items_in_batch, bool):
             raise TypeError(f"num_items_in_batch must be a bool, got {type(num_items_in_batch).__name__}")
         self._num_items = num_items_in_batch
-        self._transfer = _transfer or (_CudaTransfer(self.device) if cuda else _HostTransfer())
+        self._transfer = _transfer or (CudaTransfer(self.device) if cuda else HostTransfer())
         # Fresh host blocks per batch unless the transfer copies out of a ring (CUDA) or the user
         # opted into recycled views.
         self._fresh = not (cuda or reuse_buffers or getattr(self._transfer, "needs_ring", False))
@@ -146,10 +144,8 @@ class Loader:
         self._capacity_now, self._int32 = 0, torch.int32
         self._keys = PACKED_KEYS if self._packed else KEYS
         self._lengths = store.lengths()
-        self._pipeline: _Pipeline | None = None
-        self._token: int | None = None  # this Loader's live iteration in the sampler's position
-        # accelerate's GradientState reads these off the active loader (see _run).
-        self.end_of_dataloader, self.remainder = False, -1
+        self._pipeline: Pipeline | None = None
+        self._run: Run | None = None  # this Loader's iteration of the sampler's position
         self._slot_bytes = 0
         _live.add(self)
 
@@ -160,20 +156,17 @@ class Loader:
         return len(self.sampler)
 
     def set_epoch(self, epoch: int) -> None:
-        """Selects the epoch the next iteration runs (passed through to the sampler)."""
-        self.close()
+        """Selects the epoch the next iteration runs (the sampler's ``set_epoch``: another epoch than the
+        current one supersedes a running loop, whose next batch raises ``RuntimeError``)."""
         self.sampler.set_epoch(epoch)
+        self._stop_if_superseded()
 
     def skip(self, steps: int) -> None:
         """Starts the next iteration of the current epoch at step ``steps``, as a resume would (the plan
-        is a function of the seed and epoch, so the batches before it are known without reading them)."""
-        self.close()
-        total = self.sampler.plan().steps
-        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or not 0 <= steps <= total:
-            raise invalid_setting(
-                "steps", f"steps={steps!r} is invalid; pass 0 ≤ steps ≤ {total}, the steps of epoch {self.epoch}"
-            )
-        self.sampler.position.skip(int(steps))
+        is a function of the seed and epoch, so the batches before it are known without reading them).
+        A running loop is superseded: its next batch raises ``RuntimeError``."""
+        self.sampler.position.skip(steps)
+        self._stop_if_superseded()
 
     @property
     def epoch(self) -> int:
@@ -182,42 +175,64 @@ class Loader:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         # Begin first: an iteration running in another thread is refused before this one stops anything.
-        plan, start, token = self.sampler._begin()
+        run = self.sampler.begin()
         self.close()
-        self._token = token
-        world, rank = self.sampler.world_size, self.sampler.rank
+        self._run = run
+        world, rank, start = self.sampler.world_size, self.sampler.rank, run.start
         # More slots than steps left would never be filled.
-        slots = self._slots(self._capacity(plan, world, rank, start), max(plan.steps - start, 1))
-        batches = (plan[step * world + rank] for step in range(start, plan.steps))  # read by the worker
+        slots = self._slots(self._capacity(run.plan, world, rank, start), max(run.steps - start, 1))
+        batches = (batch for _, batch in run.batches((rank,)))  # read by the worker
         fresh = self._fresh_slot if self._fresh else None
-        self._pipeline = _Pipeline(self._collate_into, batches, slots, self._transfer, fresh)
-        return self._run(self._pipeline, token, start, plan.steps)
+        self._pipeline = Pipeline(self._collate_into, batches, slots, self._transfer, fresh)
+        return self._run_epoch(self._pipeline, run)
 
-    def _run(self, pipeline: _Pipeline, token: int, step: int, steps: int) -> Iterator[dict[str, Any]]:
+    def _run_epoch(self, pipeline: Pipeline, run: Run) -> Iterator[dict[str, Any]]:
         counts = self.sampler.label_tokens(store=self.store) if self._num_items else None
-        accumulation, position = self.sampler.accumulation, self.sampler.position
-        # accelerate closes an accumulation window where the active loader says its epoch ends.
-        gradient, exhausted = gradient_state(), False
-        self.end_of_dataloader, self.remainder = step >= steps, -1
-        if gradient is not None:
-            gradient._add_dataloader(self)
+        accumulation, step, exhausted = self.sampler.accumulation, run.start, False
         try:
             for batch in pipeline:
                 if counts is not None:
                     batch["num_items_in_batch"] = int(counts[step // accumulation])
                 step += 1
-                position.advance(token, step)  # raises if a newer iteration took over
-                self.end_of_dataloader = step == steps
+                run.advance(step)  # raises if a call moved the position while this loop ran
                 yield batch
-            exhausted = step == steps
+            run.check()  # a superseded loop raises rather than end as if its epoch were done
+            exhausted = step == run.steps
         finally:
             pipeline.close()
-            position.finish(token, exhausted)
-            if gradient is not None:
-                gradient._remove_dataloader(self)
+            run.finish(exhausted)
+
+    def _stop_if_superseded(self) -> None:
+        """Frees the worker of an iteration the position no longer counts (its loop raises next)."""
+        run = self._run
+        if run is not None and not run.live:
+            pipeline, self._pipeline, self._run = self._pipeline, None, None
+            if pipeline is not None:
+                pipeline.close()
+
+    def collate(self, batch: Any) -> dict[str, Any]:
+        """One index batch of the sampler's plan collated as this Loader's iterations collate it, into new
+        CPU tensors: what a torch ``DataLoader`` over the sampler's index batches takes as ``collate_fn``
+        (the HF Trainer's fast-forward of a resumed epoch does)."""
+        import torch
+
+        entries = np.asarray(batch)
+        settings = {"pad_id": self._settings["pad_id"], "label_pad_id": self._settings["label_pad_id"]}
+        if self._packed:
+            starts = lengths = None
+            if self.sampler.truncated:  # entries may be later pieces of long samples
+                entries, starts, lengths = self.sampler.pieces(entries)
+            capacity = int(self.sampler.max_tokens or 0)
+            arrays = collate_packed(
+                self.store, entries, capacity=capacity, dtype=self._dtype, starts=starts, lengths=lengths, **settings
+            )
+        else:
+            multiple = self._settings["pad_to_multiple_of"]
+            arrays = collate(self.store, entries, pad_to_multiple_of=multiple, dtype=self._dtype, **settings)
+        return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in arrays.items()}
 
     def _collate_into(self, batch: np.ndarray, slot: dict[str, Any]) -> tuple[int, ...]:
-        inner, settings = self.store._inner, self._settings
+        inner, settings = self.store.native, self._settings
         if self._packed:  # one row of max_tokens: (1, C, samples, max_seqlen)
             pad_id, label_pad_id = settings["pad_id"], settings["label_pad_id"]
             windows = None
@@ -225,7 +240,7 @@ class Loader:
                 batch, starts, lengths = self.sampler.pieces(batch)
                 windows = (starts, lengths)
             rows = slot["numpy"].reshape(len(PACKED_KEYS), -1)
-            samples, _, longest = _pack_into(
+            samples, _, longest = pack_into(
                 self.store, batch, rows, slot["cu_seqlens"], pad_id, label_pad_id, windows=windows
             )
             return 1, rows.shape[1], samples, longest
@@ -323,20 +338,21 @@ class Loader:
         return self.sampler.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resumes at ``state``: the next iteration yields exactly the rest of its epoch."""
-        self.close()
+        """Resumes at ``state``: the next iteration yields exactly the rest of its epoch. A refused state
+        changes nothing — a running loop goes on; an accepted one supersedes it."""
         self.sampler.load_state_dict(state)
+        self._stop_if_superseded()
 
     # -- shutdown ---------------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stops the worker thread and waits for it (idempotent)."""
+        """Stops the worker thread and waits for it (idempotent); a running loop then ends."""
         pipeline, self._pipeline = getattr(self, "_pipeline", None), None  # None if __init__ failed
-        token, self._token = getattr(self, "_token", None), None
+        run, self._run = getattr(self, "_run", None), None
         if pipeline is not None:
             pipeline.close()
-        if token is not None:
-            self.sampler.position.finish(token, exhausted=False)
+        if run is not None:
+            run.finish(exhausted=False)
 
     def __enter__(self) -> Loader:
         return self

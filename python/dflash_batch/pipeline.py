@@ -1,5 +1,5 @@
-"""The Loader's moving parts: one epoch's worker thread and its slots (``_Pipeline``), and how a collated
-slot reaches the trainer (``_HostTransfer`` on the CPU, ``_CudaTransfer`` to a GPU). See
+"""The Loader's moving parts: one epoch's worker thread and its slots (``Pipeline``), and how a collated
+slot reaches the trainer (``HostTransfer`` on the CPU, ``CudaTransfer`` to a GPU). See
 :mod:`dflash_batch.loader` for the design; this module holds no planning or collation of its own.
 """
 
@@ -24,7 +24,7 @@ class _Failed:
         self.error, self.where = error, where
 
 
-class _Pipeline:
+class Pipeline:
     """One epoch's worker thread and its ring of slots."""
 
     def __init__(
@@ -66,7 +66,7 @@ class _Pipeline:
         except BaseException as error:  # raised again in the trainer's thread
             self._ready.put(_Failed(error, f"in the dflash_batch Loader's worker thread, preparing step {step}"))
 
-    def __iter__(self) -> _Pipeline:
+    def __iter__(self) -> Pipeline:
         return self
 
     def __next__(self) -> dict[str, Any]:
@@ -140,7 +140,7 @@ def _views(block: Any, keys: tuple[str, ...], shape: tuple[int, ...], cu_seqlens
     return views
 
 
-class _HostTransfer:
+class HostTransfer:
     """CPU tensors: ``[rows, L]`` views of the slot (the batch's own block, or with ``reuse_buffers`` a ring
     slot valid until the trainer asks for the next batch). Like every transfer, it runs in the trainer's
     thread, so the worker only collates."""
@@ -156,7 +156,7 @@ class _HostTransfer:
         return _views(slot["block"], slot["keys"], shape, slot.get("cu_torch"))
 
 
-class _CudaTransfer:
+class CudaTransfer:
     """Host slot → device on a side stream, the batch's arrays in one copy (a packed row's
     ``cu_seqlens`` in a second), started from the trainer's thread; the trainer's stream waits on the
     copy's event, and the worker rewrites a slot only after the copy out of it has completed."""

@@ -164,10 +164,18 @@ class TokenStore:
         """The loss-mask column applied, or ``None``."""
         return self._mask
 
-    def label_counts(self) -> np.ndarray:
+    @property
+    def native(self) -> _core.TokenStore:
+        """The Rust store the collators read (mapped tokens, and the mask when one is applied)."""
+        return self._inner
+
+    def label_counts(self, rows: Any = None, starts: Any = None, lengths: Any = None) -> np.ndarray:
         """Label tokens of every row (uint32): its positions after the first (a causal LM never predicts
-        a row's first token) that the loss mask keeps."""
-        return self._inner.label_counts(np.arange(len(self), dtype=np.uint64))
+        a row's first token) that the loss mask keeps. With ``rows``, ``starts`` and ``lengths`` (as
+        :meth:`BucketSampler.pieces` gives them), those of each token window instead."""
+        if rows is None:
+            return self._inner.label_counts(np.arange(len(self), dtype=np.uint64))
+        return self._inner.label_counts(np.asarray(rows, dtype=np.uint64), starts, lengths)
 
     @property
     def column(self) -> str:
@@ -199,8 +207,8 @@ class TokenStore:
 
     def gather(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
         """The tokens of ``indices`` concatenated, and the ``len(indices) + 1`` int64 offsets of each row."""
-        if not (isinstance(indices, np.ndarray) and indices.dtype in _INDEX_DTYPES and indices.ndim == 1):
-            indices = _index_array(indices)
+        if not (isinstance(indices, np.ndarray) and indices.dtype in INDEX_DTYPES and indices.ndim == 1):
+            indices = index_array(indices)
         return self._inner.gather(indices)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -236,10 +244,10 @@ def _bool_as_int(source: Source, name: str) -> Source:
     return Source(table=pa.table({name: column}), rows=source.rows)
 
 
-_INDEX_DTYPES = (np.dtype(np.uint32), np.dtype(np.int64), np.dtype(np.uint64), np.dtype(np.int32))
+INDEX_DTYPES = (np.dtype(np.uint32), np.dtype(np.int64), np.dtype(np.uint64), np.dtype(np.int32))
 
 
-def _index_array(indices: Any) -> np.ndarray:
+def index_array(indices: Any) -> np.ndarray:
     """Row numbers as a 1-D array of a dtype the Rust side takes (sampler batches already are)."""
     array = np.asarray(indices)
     if array.size == 0:

@@ -1,28 +1,34 @@
-"""`BucketSampler`: the per-epoch plan as a torch-style batch sampler.
+"""`BucketSampler`: the per-epoch plan as a torch-style batch sampler — a thin façade over two objects.
 
-The Rust planner computes the whole epoch for every rank at once (milliseconds for a million samples);
-this class hands this rank its batches as numpy index arrays, its :class:`Position` saying how far
-training is. It drops into ``DataLoader(dataset, batch_sampler=sampler)`` and pickles as its
-configuration, so workers and spawned processes rebuild the planner instead of copying Rust memory."""
+* :attr:`BucketSampler.schedule` (:class:`~dflash_batch.schedule.Schedule`): what never changes — the
+  lengths, the settings, the Rust planner, the fingerprint. Read-only; every rank builds the same one.
+* :attr:`BucketSampler.position` (:class:`~dflash_batch.cursor.Cursor`): what moves — the epoch, the steps
+  handed out, a pending resume, an elastic origin — with an all-or-nothing ``load_state_dict``.
+
+The sampler hands this rank its batches as numpy index arrays through one iterator
+(:class:`~dflash_batch.batches.Batches`), drops into ``DataLoader(dataset, batch_sampler=sampler)``
+(torchdata's ``StatefulDataLoader`` included), and pickles as its configuration, position and lengths, so
+workers and spawned processes rebuild the planner instead of copying Rust memory."""
 
 from __future__ import annotations
 
-import sys
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 import dflash_batch._core as _core
 
-from . import _in_flight, checkpoint, label_tokens
-from ._accelerate import iter_for_shard, wrapping_shard
+from . import label_tokens
 from ._arguments import _bool, _check_rank, _default_ranks, _epoch, _length_chunks
 from ._core import Plan, PlanError
+from .batches import Batches, GlobalBatches
+from .clients import accelerate_reader
+from .cursor import Cursor, Run
 from .distributed import agree
-from .position import Position
 from .reading import read_lengths
+from .schedule import Schedule
 from .sources import is_source
 
 
@@ -119,56 +125,53 @@ class BucketSampler:
         trim_steps: bool = False,
     ) -> None:
         world_size, rank = _default_ranks(world_size, rank)
-        # Every planning setting is checked once, in the core's binding; the sampler holds, pickles
-        # and fingerprints this one object.
-        self._config = _core.Config(
+        # Every planning setting is checked once, in the core's binding; the schedule holds, pickles and
+        # fingerprints this one object.
+        config = _core.Config(
             batch_size=batch_size, max_tokens=max_tokens, boundaries=boundaries, seed=seed, shuffle=shuffle,
             world_size=world_size, drop_last=drop_last, oversize=oversize, pad_to_multiple_of=pad_to_multiple_of,
             threads=threads, accumulation=accumulation, target_efficiency=target_efficiency, order=order, cost=cost,
             balance_tolerance=balance_tolerance, mode=mode, bucketed=bucketed, trim_steps=trim_steps,
         )  # fmt: skip
-        self._rank = _check_rank(rank, self._config.world_size)
-        self._accumulation_given = accumulation is not None
-        self._check_ranks = _bool("check_ranks", check_ranks)
-        self._checked_epoch: int | None = None
-        self._position = Position()
+        rank = _check_rank(rank, config.world_size)
+        check_ranks = _bool("check_ranks", check_ranks)
         # The Rust planner keeps the only copy of the lengths (with oversize="truncate", cut into the
         # pieces it plans); nothing here holds on to the input.
         if is_source(lengths):
             lengths = read_lengths(lengths, column)
-        self._build(_length_chunks(lengths))
+        self._attach(Schedule(_length_chunks(lengths), config), rank, accumulation is not None, check_ranks)
 
-    def _build(self, chunks: list[np.ndarray]) -> None:
-        self._planner = _core.Planner(chunks, self._config)
-        self._plan: Plan | None = None
-        self._plan_key: tuple[int, int] | None = None
-        self._fingerprint_cache: str | None = None
+    def _attach(self, schedule: Schedule, rank: int, accumulation_given: bool, check_ranks: bool) -> None:
+        self._schedule, self._rank = schedule, rank
+        self._accumulation_given, self._check_ranks = accumulation_given, check_ranks
+        self._cursor = Cursor(schedule)
+        self._checked_epoch: int | None = None
+
+    # -- the two halves --------------------------------------------------------------------------------
+
+    @property
+    def schedule(self) -> Schedule:
+        """What never changes during a run: lengths, settings, planner, fingerprint (read-only)."""
+        return self._schedule
+
+    @property
+    def position(self) -> Cursor:
+        """Where training is: the one object the Loader, the adapters and checkpoints ask and tell
+        (:mod:`dflash_batch.cursor`)."""
+        return self._cursor
 
     # -- the plan -------------------------------------------------------------------------------------
 
     def plan(self, epoch: int | None = None) -> Plan:
-        """The whole epoch for every rank, in training order (default: the current epoch)."""
-        position = self._position
-        epoch = position.epoch if epoch is None else _epoch(epoch)
-        elastic = position.elastic
-        if elastic is not None and elastic["epoch"] == epoch:  # the re-planned rest of a resumed epoch
-            return elastic["plan"]
-        key = (epoch, position.generation)  # a restore may change what the epoch carries
-        if self._plan is not None and self._plan_key == key:
-            return self._plan
-        if epoch == position.epoch:  # released before planning its successor: one epoch's plan at a time
-            self._plan = self._plan_key = None
-        plan = checkpoint.carried_plan(self, epoch)
-        if plan is None:
-            plan = self._planner.plan(epoch)
-        if epoch == position.epoch:
-            self._plan, self._plan_key = plan, key
-        return plan
+        """The whole epoch for every rank, in training order (default: the current epoch), as this
+        position trains it (an elastically resumed epoch is its re-planned rest)."""
+        return self._cursor.plan(None if epoch is None else _epoch(epoch))
 
     def set_epoch(self, epoch: int) -> None:
-        """Selects the epoch that the next iteration plans (call it at the start of every epoch)."""
-        epoch, before = _epoch(epoch), self._position.epoch
-        discarded = self._position.set_epoch(epoch)
+        """Selects the epoch the next iteration runs (call it at the start of every epoch). Moving to
+        another epoch while an iteration runs supersedes it: its next batch raises ``RuntimeError``."""
+        epoch, before = _epoch(epoch), self._cursor.epoch
+        discarded = self._cursor.set_epoch(epoch)
         if discarded is not None:
             warnings.warn(
                 f"set_epoch({epoch}) discards the resume at step {discarded} of epoch {before} that "
@@ -179,12 +182,7 @@ class BucketSampler:
 
     @property
     def epoch(self) -> int:
-        return self._position.epoch
-
-    @property
-    def position(self) -> Position:
-        """Where training is: the one object every client reads and advances (:mod:`dflash_batch.position`)."""
-        return self._position
+        return self._cursor.epoch
 
     @property
     def rank(self) -> int:
@@ -192,12 +190,37 @@ class BucketSampler:
 
     @property
     def world_size(self) -> int:
-        return self._config.world_size
+        return self._schedule.world_size
 
     @property
     def accumulation(self) -> int:
         """Micro-batches per optimizer step the plans are arranged for."""
-        return self._config.accumulation
+        return self._schedule.accumulation
+
+    @property
+    def accumulation_given(self) -> bool:
+        """Whether ``accumulation`` was passed (else a trainer may bind its own: :meth:`bind_accumulation`)."""
+        return self._accumulation_given
+
+    def bind_accumulation(self, accumulation: int) -> None:
+        """Plans for ``accumulation`` micro-batches per step from now on — what a trainer that knows its
+        gradient accumulation does with a sampler built without one. Refused when the sampler was built
+        with another value, or once its position has moved (the plans it counted would change)."""
+        if accumulation == self.accumulation:
+            return
+        if self._accumulation_given:
+            raise PlanError(
+                f"the sampler was built with accumulation={self.accumulation} but the trainer accumulates "
+                f"{accumulation} micro-batches per step; build the sampler with accumulation={accumulation}, "
+                "or leave it unset"
+            )
+        cursor = self._cursor
+        if cursor.running or cursor.step or cursor.epoch or cursor.resume_pending or cursor.origin is not None:
+            raise PlanError(
+                f"accumulation={accumulation} cannot be bound once the sampler's position has moved (epoch "
+                f"{cursor.epoch}, step {cursor.step}): build the sampler with accumulation={accumulation}"
+            )
+        self._attach(self._schedule.replace(accumulation=accumulation), self._rank, False, self._check_ranks)
 
     @property
     def sampler(self) -> BucketSampler:
@@ -205,51 +228,48 @@ class BucketSampler:
         sampler it wraps, so that preparing ``DataLoader(batch_sampler=sampler)`` advances its epoch."""
         return self
 
-    def _reconfigure(self, **changes: Any) -> None:
-        """Plans with ``changes`` to the configuration from now on (same lengths, epoch and position)."""
-        if all(self._config.get(key) == value for key, value in changes.items()):
-            return
-        lengths = self._planner.dataset_lengths()
-        self._config = self._config.replace(**changes)
-        self._build([lengths])
-
     def label_tokens(self, epoch: int | None = None, *, store: Any = None) -> np.ndarray:
         """Label tokens of every optimizer step of ``epoch`` (default: the current one), all ranks and
         micro-batches together (int64): the ``num_items_in_batch`` that makes a summed loss the step's
         token mean. Each sample counts its tokens after the first, or with a ``store`` that has a loss
         mask, those the mask keeps (see :mod:`dflash_batch.label_tokens`)."""
-        counts = label_tokens.per_entry(self, store)
+        counts = label_tokens.per_entry(self._schedule, store)
         return label_tokens.per_step(self.plan(epoch), counts, self.accumulation)
 
     @property
     def predicted_efficiency(self) -> float:
         """The padding efficiency the plans are predicted to have with the chosen edges."""
-        return self._planner.predicted_efficiency
+        return self._schedule.predicted_efficiency
 
     @property
     def edges(self) -> list[int]:
         """The bucket edges in use."""
-        return self._planner.edges
+        return self._schedule.edges
 
     @property
     def mode(self) -> str:
         """``"padded"`` or ``"packed"``."""
-        return self._config.mode
+        return self._schedule.mode
 
     @property
     def max_tokens(self) -> int | None:
         """The token budget per batch (the row capacity when packed), or ``None`` with ``batch_size``."""
-        return self._config.max_tokens
+        return self._schedule.max_tokens
+
+    @property
+    def pad_to_multiple_of(self) -> int:
+        """What padded lengths are rounded up to: the budgets count it, so the Loader pads with it."""
+        return self._schedule.pad_to_multiple_of
 
     @property
     def num_samples(self) -> int:
         """Rows of the dataset (with ``oversize="truncate"``, not counting the extra pieces)."""
-        return self._planner.num_samples
+        return self._schedule.num_samples
 
     @property
     def truncated(self) -> int:
         """Samples longer than ``max_tokens`` split into pieces (``oversize="truncate"``; else 0)."""
-        return self._planner.truncated
+        return self._schedule.truncated
 
     def pieces(self, batch: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The token windows of a batch's entries: ``(rows, starts, lengths)`` as uint32 arrays, entry
@@ -269,28 +289,21 @@ class BucketSampler:
         entries = np.ascontiguousarray(given, dtype=np.int64)
         if entries.ndim != 1:
             raise PlanError(
-                f"batch must be a 1-D array of entries of this sampler's plans (0 ≤ entry < {len(self._planner)})"
+                f"batch must be a 1-D array of entries of this sampler's plans (0 ≤ entry < {self._schedule.entries})"
             )
-        return self._planner.locate(entries)
+        return self._schedule.locate(entries)
 
     def __len__(self) -> int:
-        """Steps (batches) of an epoch on this rank, the same in every epoch (``plan().steps``) and after a
-        resume too: trainers read it once as every epoch's length. Measured by accelerate's
-        ``BatchSamplerShard``, every rank's batches (see ``__iter__``)."""
-        steps = self.plan().steps
-        return steps * self.world_size if wrapping_shard(self) is not None else steps
+        """Steps (batches) of an epoch on this rank: every epoch planned from its start has the same
+        number, and trainers read it once as every epoch's length. (The rest of an epoch resumed on another
+        number of ranks may be shorter: ``plan().steps`` says.)"""
+        return self._schedule.steps
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Batches:
         """This rank's batches of the current epoch as read-only uint32 index arrays, from a pending
-        resume's step. With ``oversize="truncate"``, entries from ``num_samples`` on are pieces, not rows
-        (a warning says so: map a batch with :meth:`pieces`, or use the :class:`Loader`). Under
-        accelerate's ``BatchSamplerShard``, every rank's batches as lists (:mod:`dflash_batch._accelerate`)."""
-        shard = wrapping_shard(self)
-        if shard is not None:
-            return iter_for_shard(self)
-        return self._iter_rank()
-
-    def _iter_rank(self) -> Iterator[np.ndarray]:
+        resume's step (:class:`~dflash_batch.batches.Batches`). With ``oversize="truncate"``, entries from
+        ``num_samples`` on are pieces, not rows (a warning says so: map a batch with :meth:`pieces`, or
+        use the :class:`Loader`)."""
         if self.truncated:
             warnings.warn(
                 f"this sampler split {self.truncated} long sample(s) into pieces: batch entries ≥ "
@@ -298,64 +311,54 @@ class BucketSampler:
                 "(rows, token starts, lengths) or iterate a dflash_batch.Loader, which does it",
                 stacklevel=2,
             )
-        plan, start, token = self._begin()
-        world, rank, position = self.world_size, self._rank, self._position
-        consumers, exhausted = _in_flight.find(sys._getframe()), False
-        try:
-            for step in range(start, plan.steps):
-                position.advance(token, step + 1, consumers)
-                yield plan[step * world + rank]
-            position.check(token)  # a superseded iteration must not end as if it had finished the epoch
-            exhausted = True
-        finally:
-            position.finish(token, exhausted)
+        return Batches(self._cursor, (self._rank,), begin=self.begin)
 
-    def _begin(self) -> tuple[Plan, int, int]:
-        """Starts an iteration of the current epoch: its plan, its first step (a pending resume's, else
-        0) and its token for the position (see :mod:`dflash_batch.position`)."""
-        plan = self.plan()
-        if self._check_ranks and self._checked_epoch != self.epoch and agree(self):
+    def begin(self) -> Run:
+        """Starts an iteration of the current epoch (:meth:`Cursor.begin`) — what the sampler's iterator,
+        the :class:`Loader` and the adapters call — after the ranks agree on the plan (once an epoch,
+        when ``torch.distributed`` has this many ranks and ``check_ranks`` is on)."""
+        if self._check_ranks and self._checked_epoch != self.epoch and agree(self._schedule, self.epoch):
             self._checked_epoch = self.epoch
-        token, start = self._position.begin(plan.steps)
-        return plan, start, token
+        return self._cursor.begin(reader=accelerate_reader(self, GlobalBatches))
 
     # -- checkpoints ----------------------------------------------------------------------------------
 
     def state_dict(self, step: int | None = None) -> dict[str, Any]:
-        """Epoch and consumed steps, plus what identifies the plan (to refuse a mismatched resume).
+        """Epoch and steps, plus what identifies the plan (to refuse a mismatched resume).
 
-        ``step``: batches of the current epoch the training loop has trained on. By default, those
-        handed out less those fetched ahead of the loop by a torch ``DataLoader``'s workers or an
-        accelerate-prepared ``DataLoader`` (found when iteration starts); pass it when another layer
-        fetches ahead, or a resume skips the batches it held."""
-        return checkpoint.state_of(self, step)
+        ``step``: batches of the current epoch the training loop has trained on. By default, the
+        batches this sampler handed out — exact when whoever iterates it trains each batch it takes: your
+        own loop, a ``DataLoader`` without workers, the :class:`Loader` (whose own count excludes what it
+        prefetched) and torchdata's ``StatefulDataLoader`` (which snapshots this state as it takes each
+        batch). **A plain torch ``DataLoader`` with workers takes batches ahead of the loop**: pass how
+        many the loop trained, or use ``StatefulDataLoader``'s ``state_dict()``."""
+        return self._cursor.state_dict(step)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resumes at ``state``: the next iteration yields exactly the rest of its epoch (see
-        :mod:`dflash_batch.checkpoint`)."""
-        checkpoint.load(self, state)
+        """Resumes at ``state``: the next iteration yields exactly the rest of its epoch. Checked
+        completely first — a refused state changes nothing; an accepted one supersedes a running
+        iteration (its next batch raises ``RuntimeError``)."""
+        self._cursor.load_state_dict(state)
 
-    def _fingerprint(self) -> str:
-        """Lengths and configuration (not the rank), hashed in Rust once: neither ever changes."""
-        if self._fingerprint_cache is None:
-            self._fingerprint_cache = self._planner.fingerprint
-        return self._fingerprint_cache
-
-    # -- pickling: configuration and lengths, never Rust memory ---------------------------------------
+    # -- pickling: configuration, position and lengths, never Rust memory -----------------------------
 
     def __getstate__(self) -> dict[str, Any]:
-        return checkpoint.pickled(self)
+        return {
+            "schedule": self._schedule,
+            "rank": self._rank,
+            "accumulation_given": self._accumulation_given,
+            "check_ranks": self._check_ranks,
+            "position": self._cursor.snapshot(),
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        lengths, snapshot = state.pop("_lengths"), state.pop("_position")
-        self.__dict__.update(state)
-        self._build([lengths])
-        self._position = checkpoint.unpickled_position(self, snapshot)
+        self._attach(state["schedule"], state["rank"], state["accumulation_given"], state["check_ranks"])
+        self._cursor = Cursor.from_snapshot(self._schedule, state["position"])
 
     def __repr__(self) -> str:
-        if not hasattr(self, "_planner"):  # construction failed part way (a debugger, a traceback)
+        if not hasattr(self, "_schedule"):  # construction failed part way (a debugger, a traceback)
             return "BucketSampler(<not built>)"
-        c = self._config
+        c = self._schedule.config
         size = f"max_tokens={c.max_tokens}" if c.max_tokens is not None else f"batch_size={c.get('batch_size')}"
         return (
             f"BucketSampler(num_samples={self.num_samples}, {size}, buckets={len(self.edges) - 1}, "

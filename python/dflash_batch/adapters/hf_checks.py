@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from ._core import PlanError
-from .collate import collate
-from .reading import MASK_COLUMNS, TokenStore
+from .._core import PlanError
+from ..collate import collate
+from ..reading import MASK_COLUMNS, TokenStore
 
 #: Rows of ``train_dataset`` whose tokens are compared with the store's (evenly spaced, first and last).
 SAMPLED_ROWS = 16

@@ -1,0 +1,378 @@
+"""Hugging Face ``transformers.Trainer`` (and TRL's ``SFTTrainer``) with batches from a :class:`BucketSampler`.
+
+    from dflash_batch.hf import BucketTrainer
+    trainer = BucketTrainer(model=model, args=args, train_dataset=dataset, sampler=sampler, store=store)
+    trainer.train()                                   # or train(resume_from_checkpoint=True)
+
+The Trainer's own sampler and padding collator are bypassed: training batches are the sampler's plan,
+collated in Rust by a :class:`Loader` (padded, or packed rows for a ``mode="packed"`` sampler), and
+every rank of ``torchrun`` trains on its share of the one global plan. What the Trainer relies on holds:
+
+* **Gradient accumulation**: the sampler's ``accumulation`` is bound to ``gradient_accumulation_steps``
+  (its optimizer windows are the Trainer's steps); every micro-batch the Trainer pulls ahead stays
+  intact; ``num_items_in_batch`` is the step's label tokens over all ranks and micro-batches, read from
+  the plan (no all-gather), so a loss is the true token mean of the optimizer step.
+* **One step count**: ``len()`` is the same for every epoch, as the Trainer and its LR schedule assume.
+* **Exact resume**: every checkpoint folder gets one ``dflash_batch.json`` (the position, written by the
+  first process; every rank's position is the same). ``train(resume_from_checkpoint=...)`` checks it
+  against the data, the settings and the step the Trainer counted, then the Trainer's own
+  fast-forward (``skip_first_batches``, over the sampler's index batches: nothing is collated to be
+  thrown away) continues the interrupted epoch at the next batch — nothing replayed or skipped. A
+  checkpoint written on another number of processes, or with another ``gradient_accumulation_steps``,
+  is refused, naming the way forward: the Trainer counts its epochs in optimizer steps of the processes
+  it runs on, so it cannot continue such an epoch exactly (a torch loop, accelerate or Lightning over a
+  :class:`Loader` resume on any number of ranks).
+* **Evaluation and prediction** go through the library too: ``evaluate`` over a deterministic
+  ``shuffle=False`` plan padded by the Loader; ``predict`` over the rows in order (one prediction per
+  row), padded by :class:`~dflash_batch.Collator` unless a ``data_collator`` was given.
+* **Packed rows** reach the model as it needs them (:func:`packed_inputs`).
+
+Only the Trainer's public API is used: its overridable ``get_*_dataloader``, ``get_batch_samples`` and
+``train``, a ``TrainerCallback`` for the checkpoint file, and a genuine ``torch.utils.data.DataLoader``
+(whose iteration is the Loader's) so the Trainer's resume machinery works as it documents it.
+
+Importing this module imports ``transformers``; ``dflash_batch`` itself never does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import Trainer, TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+
+from .. import checkpoint
+from .._core import PlanError
+from ..collate import Collator
+from ..loader import Loader
+from ..reading import TokenStore
+from ..sampler import BucketSampler
+from ..sources import refuse_collections_and_streams
+from . import hf_checks
+
+#: The state file the first process writes into every checkpoint folder (one position for all ranks).
+STATE_FILE = "dflash_batch.json"
+#: Per-rank state files of checkpoints written before 0.2 (read when ``STATE_FILE`` is absent).
+LEGACY_STATE_FILE = "dflash_batch_rank{rank}.json"
+
+
+def packed_inputs(batch: dict[str, Any]) -> dict[str, Any]:
+    """A packed Loader batch as a HF causal LM's ``forward`` takes it: ``input_ids``, ``labels`` and
+    ``position_ids`` (restarting at 0 for every sample); ``use_cache=False``, since with a cache
+    transformers does not derive the per-document attention mask from ``position_ids`` (the samples
+    of a row would attend to each other); and ``cu_seq_lens_q/k`` and ``max_length_q/k`` for
+    FlashAttention's varlen kernel (SDPA and eager attention ignore them). ``model(**packed_inputs(b))``
+    computes each sample as if alone in its row."""
+    inputs = {key: batch[key] for key in ("input_ids", "labels", "position_ids")}
+    inputs["use_cache"] = False
+    cu = batch["cu_seqlens"]
+    inputs["cu_seq_lens_q"] = inputs["cu_seq_lens_k"] = cu
+    inputs["max_length_q"] = inputs["max_length_k"] = batch["max_seqlen"]
+    if "num_items_in_batch" in batch:
+        inputs["num_items_in_batch"] = batch["num_items_in_batch"]
+    return inputs
+
+
+class BucketTrainer(Trainer):
+    """A ``transformers.Trainer`` whose training (and evaluation) batches come from dflash_batch.
+
+    Args:
+        sampler: the :class:`BucketSampler` of ``train_dataset``, built with this process's rank (the
+            default under ``torchrun``). Its ``accumulation`` must be left unset or equal
+            ``gradient_accumulation_steps``. Or a dict of its keyword arguments (``max_tokens``, ``seed``,
+            ``mode``, ...): the sampler is then built from the store's lengths once the Trainer holds its
+            dataset — the way for data a trainer tokenizes itself (TRL's conversational or
+            prompt-completion text).
+        store: the :class:`TokenStore` holding the token column of ``train_dataset``. ``None`` (default):
+            read from ``train_dataset`` as the Trainer holds it after preparing it (TRL tokenizes text and
+            turns its masks into ``labels`` first), with the loss mask the dataset and arguments say.
+        loader_kwargs: passed to :class:`Loader` (``pad_id``, ``prefetch``, ``dtype``, ...). The
+            device defaults to the Trainer's when it is a GPU, so batches are copied on a side stream.
+        eval_store: the token store of ``eval_dataset`` (default: read from ``eval_dataset``).
+        *args, **kwargs: as for ``Trainer``.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        sampler: BucketSampler | Mapping[str, Any],
+        store: TokenStore | None = None,
+        loader_kwargs: dict[str, Any] | None = None,
+        eval_store: TokenStore | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if not isinstance(sampler, (BucketSampler, Mapping)):
+            raise TypeError(
+                "sampler must be a dflash_batch.BucketSampler or a dict of its keyword arguments, got "
+                f"{type(sampler).__name__}"
+            )
+        if store is not None and not isinstance(store, TokenStore):
+            raise TypeError(f"store must be a dflash_batch.TokenStore or None, got {type(store).__name__}")
+        if eval_store is not None and not isinstance(eval_store, TokenStore):
+            raise TypeError(f"eval_store must be a dflash_batch.TokenStore, got {type(eval_store).__name__}")
+        user_collator = kwargs.get("data_collator", args[2] if len(args) > 2 else None)
+        # Before the Trainer's own checks, which would say an iterable dataset lacks a length.
+        refuse_collections_and_streams(kwargs.get("train_dataset", args[3] if len(args) > 3 else None))
+        super().__init__(*args, **kwargs)
+        if store is None:
+            store = hf_checks.store_of(self.train_dataset, self.args)
+        if isinstance(sampler, Mapping):
+            options = {"accumulation": self.args.gradient_accumulation_steps, **sampler}
+            sampler = BucketSampler(store.lengths(), **options)
+        hf_checks.settings_overridden(self.args, {"data_collator": user_collator}, sampler)
+        hf_checks.check_max_length(self.args, store.lengths())
+        hf_checks.check_dataset(self.train_dataset, store, self.args)
+        self.bucket_sampler, self.token_store, self.eval_store = sampler, store, eval_store
+        self.user_collator = user_collator
+        self.loader_kwargs = dict(loader_kwargs or {})
+        self._check_sampler(sampler)
+        self.train_loader: Loader | None = None
+        self._planned: tuple[int, np.ndarray] | None = None  # (epoch, label tokens of its steps)
+        self.add_callback(_Checkpoints(self))
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        hf_checks.check_composition(cls, BucketTrainer)
+
+    def _check_sampler(self, sampler: BucketSampler) -> None:
+        args = self.args
+        if (sampler.world_size, sampler.rank) != (args.world_size, args.process_index):
+            raise PlanError(
+                f"the sampler plans for world_size={sampler.world_size}, rank={sampler.rank}, but this Trainer runs "
+                f"process {args.process_index} of {args.world_size}; build the sampler after torch.distributed "
+                "starts (or under torchrun, which sets WORLD_SIZE and RANK), or pass those values"
+            )
+        accumulation = args.gradient_accumulation_steps
+        if sampler.accumulation_given and sampler.accumulation != accumulation:
+            raise PlanError(
+                f"the sampler was built with accumulation={sampler.accumulation} but the Trainer accumulates "
+                f"gradient_accumulation_steps={accumulation} micro-batches per step; build the sampler with "
+                f"accumulation={accumulation}, or leave it unset"
+            )
+        sampler.bind_accumulation(accumulation)
+
+    # -- training batches -----------------------------------------------------------------------------
+
+    def get_train_dataloader(self) -> _TrainBatches:
+        """The Loader over the sampler's plan, as the ``DataLoader`` the Trainer expects (it sets the epoch)."""
+        loader = Loader(self.token_store, self.bucket_sampler, **self._loader_options())
+        self.train_loader = loader
+        return _TrainBatches(loader)
+
+    def _loader_options(self) -> dict[str, Any]:
+        options = dict(self.loader_kwargs)
+        if self.args.device.type == "cuda":
+            options.setdefault("device", self.args.device)
+        return options
+
+    def get_batch_samples(self, epoch_iterator: Iterator, num_batches: int, device: Any) -> tuple[list, Any]:
+        """The Trainer's micro-batches of one optimizer step, with the step's label tokens from the plan
+        (all ranks, all micro-batches) as ``num_items_in_batch``; packed rows as the model takes them."""
+        batches = []
+        for _ in range(num_batches):
+            try:
+                batch = next(epoch_iterator)
+            except StopIteration:
+                break
+            batch.pop("num_items_in_batch", None)
+            batches.append(packed_inputs(batch) if "cu_seqlens" in batch else batch)
+        counted = bool(batches) and "labels" in batches[0]
+        counted = counted and (self.model_accepts_loss_kwargs or self.compute_loss_func is not None)
+        if not (counted and self.args.average_tokens_across_devices):
+            return super().get_batch_samples(iter(batches), len(batches), device)
+        # What the Trainer's all-gather would sum, known from the plan without communication: the
+        # position counts the micro-batches handed to the Trainer, so the last one names the step.
+        position = self.bucket_sampler.position
+        planned = self._planned_steps(position.epoch)[(position.step - 1) // self.bucket_sampler.accumulation]
+        replicas = self.get_tp_size() * self.get_cp_size() * self.get_sp_size()
+        return batches, torch.tensor(int(planned), device=device) / replicas
+
+    def _planned_steps(self, epoch: int) -> np.ndarray:
+        if self._planned is None or self._planned[0] != epoch:
+            self._planned = (epoch, self.bucket_sampler.label_tokens(epoch, store=self.token_store))
+        return self._planned[1]
+
+    # -- resume -----------------------------------------------------------------------------------------
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
+        """As ``Trainer.train``; a resume is checked against the checkpoint's dflash_batch state first, then
+        continues the interrupted epoch exactly (see the module docs)."""
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)  # the Trainer raises if none
+        if isinstance(resume_from_checkpoint, (str, os.PathLike)):
+            self._check_resume(os.fspath(resume_from_checkpoint))
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def _check_resume(self, folder: str) -> None:
+        """The checkpoint's position is where the Trainer's own step count resumes, on these processes and
+        with these settings; else a ``PlanError`` before anything trains."""
+        state = saved_state(folder)
+        trainer_state = os.path.join(folder, "trainer_state.json")
+        if state is None or not os.path.exists(trainer_state):
+            warnings.warn(
+                f"{folder} holds no {STATE_FILE}: the resume follows the Trainer's step count, unchecked "
+                "against the data and settings the checkpoint was trained with",
+                stacklevel=3,
+            )
+            return
+        sampler = self.bucket_sampler
+        if state.get("world_size") != sampler.world_size:
+            raise PlanError(
+                f"{folder} was written by {state.get('world_size')} process(es) and this run has "
+                f"{sampler.world_size}: the Trainer counts an epoch in optimizer steps of the processes it runs "
+                "on, so it cannot continue that epoch exactly here (it would skip or repeat samples). Resume it "
+                f"with {state.get('world_size')} process(es) (torchrun --nproc_per_node "
+                f"{state.get('world_size')}) and change the number at an epoch boundary in a new run from the "
+                "saved model, or train with a torch loop, accelerate or Lightning over a dflash_batch.Loader, "
+                "which resume on any number of ranks"
+            )
+        resume = checkpoint.decode(sampler.schedule, state)  # refuses other data or settings, naming them
+        with open(trainer_state) as f:
+            global_step = int(json.load(f)["global_step"])
+        accumulation = self.args.gradient_accumulation_steps
+        per_epoch = max(math.ceil(len(sampler) / accumulation), 1)
+        counted = (global_step // per_epoch, (global_step % per_epoch) * accumulation)
+        if counted != (resume.epoch, resume.step) and (resume.epoch, resume.step) != (counted[0] - 1, len(sampler)):
+            raise PlanError(
+                f"{folder}: its dflash_batch state is at step {resume.step} of epoch {resume.epoch}, but the "
+                f"Trainer resumes at step {counted[1]} of epoch {counted[0]} (global step {global_step}, "
+                f"{per_epoch} optimizer steps an epoch): the checkpoint was written with another "
+                "gradient_accumulation_steps, sampler or number of processes; resume with the settings it was "
+                f"trained with (gradient_accumulation_steps={state.get('settings', {}).get('accumulation')})"
+            )
+
+    # -- evaluation and prediction ----------------------------------------------------------------------
+
+    def get_eval_dataloader(self, eval_dataset: Any = None) -> Loader:
+        """A :class:`Loader` over the eval dataset: a ``shuffle=False`` plan (the same every time) with the
+        training sampler's budget, this process's share of it, padded batches."""
+        if eval_dataset is None and self.eval_dataset is None:
+            raise ValueError("Trainer: evaluation requires an eval_dataset.")
+        if isinstance(eval_dataset, str):
+            eval_dataset = self.eval_dataset[eval_dataset]
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if isinstance(dataset, dict):
+            raise TypeError("BucketTrainer evaluates one eval_dataset at a time; pass its name to evaluate()")
+        store = self.eval_store if (self.eval_store is not None and eval_dataset is None) else TokenStore(dataset)
+        train = self.bucket_sampler
+        if train.max_tokens:
+            budget = {"max_tokens": train.max_tokens}
+        else:
+            budget = {"batch_size": self.args.per_device_eval_batch_size}
+        sampler = BucketSampler(
+            store.lengths(),
+            **budget,
+            shuffle=False,
+            world_size=train.world_size,
+            rank=train.rank,
+            oversize="skip" if train.schedule.config.oversize == "skip" else "error",
+        )
+        return Loader(store, sampler, **self._loader_options())
+
+    def get_test_dataloader(self, test_dataset: Any) -> Any:
+        """``predict``'s batches: the rows in order, ``per_device_eval_batch_size`` at a time, padded by
+        :class:`~dflash_batch.Collator` (or the ``data_collator`` given), prepared by accelerate like the
+        Trainer's own, so it returns one prediction per row, in the rows' order."""
+        from torch.utils.data import DataLoader
+
+        refuse_collections_and_streams(test_dataset)
+        loader = DataLoader(
+            test_dataset,
+            batch_size=self.args.eval_batch_size,
+            collate_fn=self.user_collator if self.user_collator is not None else Collator(),
+            num_workers=self.args.dataloader_num_workers,
+            pin_memory=self.args.dataloader_pin_memory,
+            shuffle=False,
+            drop_last=False,
+        )
+        return self.accelerator.prepare(loader)
+
+
+def saved_state(folder: str) -> dict[str, Any] | None:
+    """The dflash_batch state of a checkpoint folder (written by any number of processes), or ``None``."""
+    for name in (STATE_FILE, LEGACY_STATE_FILE.format(rank=0)):
+        path = os.path.join(folder, name)
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            try:
+                state = json.load(f)
+            except json.JSONDecodeError as error:
+                raise PlanError(
+                    f"{path} is not a dflash_batch state ({error}); delete it to resume from the Trainer's count alone"
+                ) from None
+        if not isinstance(state, dict):
+            raise PlanError(f"{path} is not a dflash_batch state (a {type(state).__name__}); delete it to resume")
+        return state
+    return None
+
+
+class _Checkpoints(TrainerCallback):
+    """Writes the position into every checkpoint folder the Trainer saves (its ``on_save`` event, after
+    the folder is complete), from the first process: every rank's position is the same."""
+
+    def __init__(self, trainer: BucketTrainer) -> None:
+        self.trainer = trainer
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        loader = self.trainer.train_loader
+        if loader is None or not state.is_world_process_zero:
+            return
+        folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+        if not os.path.isdir(folder):
+            raise PlanError(
+                f"the Trainer saved a checkpoint, but {folder} is not there; dflash_batch writes its {STATE_FILE} "
+                "beside trainer_state.json in each checkpoint folder (hyperparameter searches, which save "
+                "elsewhere, are not supported)"
+            )
+        path = os.path.join(folder, STATE_FILE)
+        with open(path + ".tmp", "w") as f:
+            json.dump(loader.state_dict(), f)
+        os.replace(path + ".tmp", path)
+
+
+class _TrainBatches(torch.utils.data.DataLoader):
+    """The Loader as the ``DataLoader`` the Trainer takes: iterating it is iterating the Loader; its
+    dataset, batch sampler and collate function are real, so the Trainer's ``skip_first_batches``
+    builds a working loader over the sampler's index batches for a resumed epoch (that epoch is collated
+    in the training thread; the next ones go through the Loader again)."""
+
+    def __init__(self, loader: Loader) -> None:
+        super().__init__(_Rows(len(loader.store)), batch_sampler=loader.sampler, collate_fn=loader.collate)
+        self.loader = loader
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:  # type: ignore[override]
+        return iter(self.loader)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.loader.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.loader.state_dict()
+
+
+class _Rows(torch.utils.data.Dataset):
+    """Row numbers as a map-style dataset: a ``DataLoader`` fetches a batch's indices and the Loader's
+    collation reads their tokens."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+    def __getitems__(self, indices: Any) -> Any:
+        return indices

@@ -1,0 +1,98 @@
+"""A torch ``DataLoader`` over a sampler. A plain ``torch.utils.data.DataLoader`` with workers takes
+batches ahead of the training loop, and nothing public says how many it holds: its sampler's
+``state_dict()`` counts every batch handed out, so pass ``state_dict(step=<batches trained>)``. Or use
+torchdata's ``StatefulDataLoader``, whose ``state_dict()`` is exact with any number of workers (it
+snapshots the sampler's iterator as it takes each batch and keeps the snapshot of the last batch the
+loop received): ``StatefulDataLoader(hf_dataset, batch_sampler=sampler, collate_fn=db.Collator(),
+num_workers=2)``, or :func:`loader` for a :class:`~dflash_batch.TokenStore`, collated in Rust.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..collate import collate, collate_packed
+from ..reading import TokenStore
+from ..sampler import BucketSampler
+
+__all__ = ["StoreCollator", "loader"]
+
+
+def loader(store: TokenStore, sampler: BucketSampler, *, num_workers: int = 0, **kwargs: Any) -> Any:
+    """torchdata's ``StatefulDataLoader`` over ``store`` in ``sampler``'s order: worker processes collate
+    the batches in Rust (:class:`StoreCollator`); ``state_dict()`` / ``load_state_dict()`` resume exactly.
+    ``kwargs`` go to ``StatefulDataLoader`` (``prefetch_factor``, ``multiprocessing_context``, ...) and to
+    the collation (``pad_id``, ``label_pad_id``, ``dtype``)."""
+    try:
+        from torchdata.stateful_dataloader import StatefulDataLoader
+    except ImportError as error:
+        raise ImportError(
+            "dflash_batch.adapters.torch.loader needs torchdata's StatefulDataLoader: pip install 'torchdata>=0.8'"
+        ) from error
+    if not isinstance(store, TokenStore):
+        raise TypeError(f"store must be a dflash_batch.TokenStore, got {type(store).__name__}")
+    if not isinstance(sampler, BucketSampler):
+        raise TypeError(f"sampler must be a dflash_batch.BucketSampler, got {type(sampler).__name__}")
+    collation = {key: kwargs.pop(key) for key in ("pad_id", "label_pad_id", "dtype") if key in kwargs}
+    collator = StoreCollator(store, sampler, **collation)
+    return StatefulDataLoader(
+        _Rows(len(store)), batch_sampler=sampler, collate_fn=collator, num_workers=num_workers, **kwargs
+    )
+
+
+class StoreCollator:
+    """A picklable ``collate_fn`` for index batches of a sampler's plan: the rows of ``store`` padded (or
+    packed, for a ``mode="packed"`` sampler) as the :class:`~dflash_batch.Loader` collates them, as torch
+    tensors. Worker processes unpickle the store by mapping its files again."""
+
+    def __init__(
+        self,
+        store: TokenStore,
+        sampler: BucketSampler,
+        *,
+        pad_id: int = 0,
+        label_pad_id: int = -100,
+        dtype: Any = "int64",
+    ) -> None:
+        self.store, self.pad_id, self.label_pad_id, self.dtype = store, pad_id, label_pad_id, dtype
+        self.packed = sampler.mode == "packed"
+        self.capacity = sampler.max_tokens
+        self.pad_to_multiple_of = sampler.pad_to_multiple_of
+        # Entries past the rows are pieces of long samples: located once here, as a table.
+        self.pieces = sampler.pieces(np.arange(sampler.schedule.entries)) if sampler.truncated else None
+
+    def __call__(self, batch: Any) -> dict[str, Any]:
+        import torch
+
+        entries = np.asarray(batch, dtype=np.int64)
+        settings = {"pad_id": self.pad_id, "label_pad_id": self.label_pad_id, "dtype": self.dtype}
+        if self.packed:
+            starts = lengths = None
+            if self.pieces is not None:
+                rows, starts, lengths = (part[entries] for part in self.pieces)
+                entries = rows
+            arrays = collate_packed(
+                self.store, entries, capacity=int(self.capacity or 0), starts=starts, lengths=lengths, **settings
+            )
+        else:
+            arrays = collate(self.store, entries, pad_to_multiple_of=self.pad_to_multiple_of, **settings)
+        return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in arrays.items()}
+
+
+class _Rows:
+    """Row numbers as a map-style dataset whose batch fetch returns the batch's indices (collation reads
+    the tokens)."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+    def __getitems__(self, indices: Any) -> Any:
+        return indices

@@ -1,0 +1,179 @@
+"""``Schedule``: what never changes during a run — the lengths, the planning settings, the Rust planner
+and the fingerprint of both — as one read-only object.
+
+A schedule answers questions and plans epochs; it holds no position. Everything that moves (the epoch,
+the steps handed out, a pending resume, where an elastic resume came from) lives in one
+:class:`~dflash_batch.cursor.Cursor`, which asks its schedule and never writes it. Plans are pure
+functions of ``(lengths, settings, epoch)``: every rank builds the same schedule and plans the same
+epochs without talking to the others.
+
+A changed setting is a new schedule (:meth:`Schedule.replace`), never an edit, so a checkpoint, a
+pickled copy in a ``DataLoader`` worker and the running sampler can never disagree on what they plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+import dflash_batch._core as _core
+
+from ._core import Plan
+
+
+class Schedule:
+    """The planner of one dataset under one configuration (see the module docs).
+
+    Args:
+        chunks: 1-D integer numpy arrays whose concatenation is every sample's length (one chunk per
+            Arrow record batch needs no copy).
+        config: the checked settings (:class:`dflash_batch._core.Config`).
+    """
+
+    __slots__ = ("_any_ranks", "_config", "_fingerprint", "_planner")
+
+    def __init__(self, chunks: Iterable[np.ndarray], config: _core.Config) -> None:
+        planner = _core.Planner(list(chunks), config)
+        object.__setattr__(self, "_config", config)
+        object.__setattr__(self, "_planner", planner)
+        # Hashing every length costs a pass over them: done once, on first use.
+        object.__setattr__(self, "_fingerprint", None)
+        object.__setattr__(self, "_any_ranks", None)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"a Schedule is read-only ({name!r}); make a changed one with replace(...)")
+
+    # -- what it is -----------------------------------------------------------------------------------
+
+    @property
+    def config(self) -> _core.Config:
+        """The checked settings, frozen."""
+        return self._config
+
+    def settings(self) -> dict[str, Any]:
+        """Every planning setting as plain values, ``world_size`` included (what checkpoints record)."""
+        return dict(self._config.settings())
+
+    @property
+    def world_size(self) -> int:
+        return int(self._config.world_size)
+
+    @property
+    def accumulation(self) -> int:
+        """Micro-batches per optimizer step the plans are arranged for."""
+        return int(self._config.accumulation)
+
+    @property
+    def mode(self) -> str:
+        return str(self._config.mode)
+
+    @property
+    def max_tokens(self) -> int | None:
+        return self._config.max_tokens
+
+    @property
+    def pad_to_multiple_of(self) -> int:
+        """What padded lengths are rounded up to: the plan's budgets count the padding, so this is the one
+        value every collation of these plans pads with."""
+        return int(self._config.get("pad_to_multiple_of"))
+
+    @property
+    def num_samples(self) -> int:
+        """Rows of the dataset (with ``oversize="truncate"``, not counting the extra pieces)."""
+        return int(self._planner.num_samples)
+
+    @property
+    def entries(self) -> int:
+        """Entries a plan indexes: the rows, then the later pieces of split samples."""
+        return len(self._planner)
+
+    @property
+    def truncated(self) -> int:
+        """Samples longer than ``max_tokens`` split into pieces (``oversize="truncate"``; else 0)."""
+        return int(self._planner.truncated)
+
+    @property
+    def edges(self) -> list[int]:
+        return list(self._planner.edges)
+
+    @property
+    def predicted_efficiency(self) -> float:
+        return float(self._planner.predicted_efficiency)
+
+    @property
+    def steps(self) -> int:
+        """Steps per rank of every epoch planned from the start (the same for every epoch)."""
+        return int(self._planner.steps)
+
+    @property
+    def fingerprint(self) -> str:
+        """Lengths and settings hashed (16 hex digits): equal schedules plan equal epochs."""
+        if self._fingerprint is None:
+            object.__setattr__(self, "_fingerprint", self._planner.fingerprint)
+        return str(self._fingerprint)
+
+    @property
+    def fingerprint_any_ranks(self) -> str:
+        """The fingerprint as if for one rank: equal for schedules that differ only in ``world_size``."""
+        if self._any_ranks is None:
+            object.__setattr__(self, "_any_ranks", self._planner.fingerprint_any_ranks)
+        return str(self._any_ranks)
+
+    def identity(self, epoch: int) -> dict[str, Any]:
+        """What every rank of a run must agree on to train disjoint shares of ``epoch``."""
+        return {"fingerprint": self.fingerprint, "num_samples": self.num_samples, "epoch": epoch, **self.settings()}
+
+    def lengths(self) -> np.ndarray:
+        """A copy of every planned entry's length (rows, then the later pieces of split samples)."""
+        return np.asarray(self._planner.lengths())
+
+    def dataset_lengths(self) -> np.ndarray:
+        """A copy of every dataset row's length: what this schedule was built from."""
+        return np.asarray(self._planner.dataset_lengths())
+
+    def locate(self, entries: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(rows, starts, lengths)`` of plan ``entries`` (int64): the token window each one trains."""
+        return self._planner.locate(entries)
+
+    def plans_changed_since(self, revision: int, world_size: int) -> bool:
+        """Whether plans of these settings on ``world_size`` ranks changed since planning rules ``revision``."""
+        return bool(self._planner.plans_changed_since(revision, world_size))
+
+    # -- planning -------------------------------------------------------------------------------------
+
+    def plan(self, epoch: int) -> Plan:
+        """Epoch ``epoch`` from its start, every rank's batches in training order."""
+        return self._planner.plan(epoch)
+
+    def plan_resumed(self, epoch: int, old_world: int, step: int) -> tuple[Plan, np.ndarray]:
+        """The samples ``epoch`` had left after ``step`` steps on ``old_world`` ranks, planned on these ranks,
+        and the rows carried into the next epoch when they cannot fill whole steps (``resume.rs``)."""
+        return self._planner.plan_resumed(epoch, old_world, step)
+
+    def plan_carrying(self, epoch: int, carried: np.ndarray) -> Plan:
+        """Epoch ``epoch`` over every row plus the rows ``carried`` from the epoch before."""
+        return self._planner.plan_carrying(epoch, carried)
+
+    # -- changes and copies ---------------------------------------------------------------------------
+
+    def replace(self, **changes: Any) -> Schedule:
+        """The schedule with ``changes`` to its settings (same lengths); itself when nothing changes."""
+        if all(self._config.get(key) == value for key, value in changes.items()):
+            return self
+        return Schedule([self.dataset_lengths()], self._config.replace(**changes))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The configuration and the lengths, never Rust memory: a copy rebuilds its planner.
+        return (_rebuild, (self.dataset_lengths(), self._config))
+
+    def __repr__(self) -> str:
+        return (
+            f"Schedule(num_samples={self.num_samples}, buckets={len(self.edges) - 1}, "
+            f"world_size={self.world_size}, fingerprint={self.fingerprint})"
+        )
+
+
+def _rebuild(lengths: np.ndarray, config: _core.Config) -> Schedule:
+    return Schedule([lengths], config)
