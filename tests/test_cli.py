@@ -101,7 +101,7 @@ def test_analyze_bad_arguments_exit_with_usage(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["analyze", "--demo", "--max-tokens", "lots"])
     assert exit_info.value.code == 2
-    assert "invalid int value" in capsys.readouterr().err
+    assert "argument --max-tokens: 'lots' is not an integer; pass an integer ≥ 1" in capsys.readouterr().err
     assert main(["analyze", "--demo", "--samples", "1000", "--target-efficiency", "1.5"]) == 2
     assert "target_efficiency=1.5 is invalid" in capsys.readouterr().err
     for argv in (["demo", "--samples", "-1"], ["demo", "--epochs", "0"], ["analyze", "--demo", "--samples", "0"]):

@@ -195,10 +195,15 @@ def test_position_pickles_with_the_sampler():
 
 EXAMPLES = int(os.environ.get("DFLASH_STATE_MACHINE_EXAMPLES", "300"))
 STEPS = len(sampler())
+MOVES = ("set_epoch", "skip", "load", "load_refused")
 
 
 class PositionMachine(RuleBasedStateMachine):
-    """A sampler and a Loader over it, driven in any order, against (epoch, step, resume pending)."""
+    """A sampler, a Loader over it and a torchdata ``StatefulDataLoader`` over it, driven in any order —
+    iterations left open while the position moves, refused loads in the middle of a loop, a loader
+    broken off at "max_steps" and resumed from its own state, elastic resumes — against a small model:
+    (epoch, step, resume pending) and the open iterator's next batch. Every resume trains exactly the
+    rest of the plan."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -206,7 +211,8 @@ class PositionMachine(RuleBasedStateMachine):
         self.loader = db.Loader(STORE, self.sampler, prefetch=1)
         self.epoch, self.step, self.resume = 0, 0, False
         self.saved: list[tuple[dict, int, int]] = []
-        self.open = None  # an iterator left open (the "second iterator" rules)
+        # An iteration left running: (iterator, the steps it will hand out next, its epoch), or None.
+        self.open: tuple | None = None
 
     def teardown(self) -> None:
         self.loader.close()
@@ -214,23 +220,37 @@ class PositionMachine(RuleBasedStateMachine):
     def start(self) -> int:
         return self.step if self.resume else 0
 
+    def _client(self, on: str):
+        return self.sampler if on == "sampler" else self.loader
+
     @rule(epoch=st.integers(0, 3), on=st.sampled_from(["sampler", "loader"]))
     def set_epoch(self, epoch, on):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            (self.sampler if on == "sampler" else self.loader).set_epoch(epoch)
+            self._client(on).set_epoch(epoch)
         discards = epoch != self.epoch and self.resume and self.step > 0
         assert [str(w.message).split(" that ")[0] for w in caught] == (
             [f"set_epoch({epoch}) discards the resume at step {self.step} of epoch {self.epoch}"] if discards else []
         )
         if epoch != self.epoch:
             self.epoch, self.step, self.resume = epoch, 0, False
-        self.open = None
+            self._superseded()
 
-    @rule(k=st.integers(0, STEPS + 2), on=st.sampled_from(["sampler", "loader"]))
-    def iterate(self, k, on):
-        self.open = None
-        iterator = iter(self.sampler if on == "sampler" else self.loader)
+    def _superseded(self) -> None:
+        """The open iteration, if any, must raise at its next batch: never end in silence."""
+        if self.open is not None:
+            iterator = self.open[0]
+            with pytest.raises(RuntimeError, match="superseded"):
+                next(iterator)
+            self.open = None
+
+    @rule(k=st.integers(0, STEPS + 2), on=st.sampled_from(["sampler", "loader"]), keep=st.booleans())
+    def iterate(self, k, on, keep):
+        """Takes ``k`` batches; ``keep`` leaves the iteration open (running) for later rules."""
+        if self.open is not None:
+            self.open[0].close() if hasattr(self.open[0], "close") else None
+            self.open = None
+        iterator = iter(self._client(on))
         start = self.start()
         if on == "loader":  # the Loader begins when iter() is called, the sampler at its first next()
             self.step = start
@@ -240,15 +260,54 @@ class PositionMachine(RuleBasedStateMachine):
                 got.append(rows(next(iterator)))
             except StopIteration:
                 break
-        iterator.close()
         assert got == planned(self.epoch, start)[:k]
         if got or (k > len(got)):
             self.step, self.resume = start + len(got), False
+        if keep and len(got) == k and start + k < STEPS:
+            self.open = (iterator, start + k)
+        else:
+            iterator.close()
+
+    @precondition(lambda self: self.open is not None)
+    @rule()
+    def continue_open(self):
+        """The open iteration goes on where it was (nothing moved the position)."""
+        iterator, at = self.open
+        assert rows(next(iterator)) == planned(self.epoch)[at]
+        self.step, self.resume = at + 1, False
+        self.open = (iterator, at + 1) if at + 1 < STEPS else None
+
+    @precondition(lambda self: self.open is not None)
+    @rule(move=st.sampled_from(MOVES), on=st.sampled_from(["sampler", "loader"]), data=st.data())
+    def move_while_running(self, move, on, data):
+        """set_epoch, skip and load_state_dict while an iteration runs take effect at once, and the running
+        iteration raises at its next batch; a refused load changes nothing and the iteration goes on."""
+        client = self._client(on)
+        if move == "set_epoch":
+            self.set_epoch(data.draw(st.integers(0, 3)), on)
+        elif move == "skip":
+            steps = data.draw(st.integers(0, STEPS))
+            (self.loader if on == "loader" else self.sampler.position).skip(steps)
+            self.step, self.resume = steps, True
+            self._superseded()
+        elif move == "load" and self.saved:
+            state, epoch, step = data.draw(st.sampled_from(self.saved))
+            client.load_state_dict(state)
+            self.epoch, self.step, self.resume = epoch, step, True
+            self._superseded()
+        else:
+            before = self.sampler.state_dict()
+            foreign = db.BucketSampler(STORE.lengths(), max_tokens=128, seed=9).state_dict()
+            with pytest.raises(db.PlanError):
+                client.load_state_dict(data.draw(st.sampled_from([foreign, {**before, "step": STEPS + 7}])))
+            assert self.sampler.state_dict() == before
+            if self.open is not None:
+                self.continue_open()
 
     @rule(on=st.sampled_from(["sampler", "loader"]))
     def second_iterator(self, on):
-        """Two iterators in one thread: the newer takes over the position."""
-        first = iter(self.sampler if on == "sampler" else self.loader)
+        """Two iterators in one thread: the newer takes over the position; the older raises."""
+        first = iter(self._client(on))
         start = self.start()
         try:
             batch = next(first)
@@ -257,16 +316,40 @@ class PositionMachine(RuleBasedStateMachine):
             return
         assert rows(batch) == planned(self.epoch, start)[0]
         self.step, self.resume = start + 1, False
-        second = iter(self.sampler if on == "sampler" else self.loader)
+        self.open = None
+        second = iter(self._client(on))
         assert rows(next(second)) == planned(self.epoch, 0)[0]
         self.step = 1
         with pytest.raises(RuntimeError, match="superseded"):  # never a silent end
             next(first)
-        self.open = second
+        self.open = (second, 1) if STEPS > 1 else None
+
+    @rule(k=st.integers(1, STEPS))
+    def stateful_loader_break(self, k):
+        """torchdata's StatefulDataLoader over the sampler: broken off after ``k`` batches (max_steps), its
+        own state resumes a fresh loader at exactly the next batch."""
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        self.open = None
+        start = self.start()
+        loader = StatefulDataLoader(list(range(len(STORE))), batch_sampler=self.sampler, collate_fn=lambda b: b)
+        taken = []
+        for batch in loader:
+            taken.append(rows(batch))
+            if len(taken) == k:
+                break
+        state = loader.state_dict()
+        assert taken == planned(self.epoch, start)[:k]
+        fresh = sampler()
+        fresh.set_epoch(self.epoch)
+        again = StatefulDataLoader(list(range(len(STORE))), batch_sampler=fresh, collate_fn=lambda b: b)
+        again.load_state_dict(state)
+        assert [rows(b) for b in again] == planned(self.epoch, start + len(taken))
+        self.step, self.resume = start + len(taken), False
 
     @rule(on=st.sampled_from(["sampler", "loader"]))
     def save(self, on):
-        state = (self.sampler if on == "sampler" else self.loader).state_dict()
+        state = self._client(on).state_dict()
         assert (state["epoch"], state["step"]) == (self.epoch, self.step)
         self.saved.append((state, self.epoch, self.step))
 
@@ -274,8 +357,9 @@ class PositionMachine(RuleBasedStateMachine):
     @rule(data=st.data(), on=st.sampled_from(["sampler", "loader"]))
     def load(self, data, on):
         state, epoch, step = data.draw(st.sampled_from(self.saved))
-        (self.sampler if on == "sampler" else self.loader).load_state_dict(state)
-        self.epoch, self.step, self.resume, self.open = epoch, step, True, None
+        self._client(on).load_state_dict(state)
+        self.epoch, self.step, self.resume = epoch, step, True
+        self._superseded()
 
     @rule(step=st.integers(STEPS + 1, STEPS + 5), epoch=st.integers(0, 3))
     def load_invalid(self, step, epoch):
@@ -287,7 +371,8 @@ class PositionMachine(RuleBasedStateMachine):
     @rule(steps=st.integers(0, STEPS))
     def skip(self, steps):
         self.loader.skip(steps)
-        self.step, self.resume, self.open = steps, True, None
+        self.step, self.resume = steps, True
+        self._superseded()
 
     @rule()
     def pickle_round_trip(self):
@@ -300,6 +385,44 @@ class PositionMachine(RuleBasedStateMachine):
     def a_resume_trains_exactly_the_rest(self, data):
         state, epoch, step = data.draw(st.sampled_from(self.saved))
         assert resumed_from(state) == planned(epoch, step)
+
+    @rule(
+        old=st.integers(1, 4),
+        new=st.integers(1, 5),
+        done=st.integers(0, 6),
+        settings_=st.sampled_from(
+            [{"drop_last": True}, {"balance_tolerance": 0.2, "drop_last": True},
+             {"trim_steps": True, "drop_last": True}, {"accumulation": 2, "order": "random", "drop_last": True}, {}]
+        ),
+    )  # fmt: skip
+    def elastic_resume(self, old, new, done, settings_):
+        """A checkpoint after ``done`` steps on ``old`` ranks resumed on ``new``: every sample of the epoch is
+        trained once — before, in the re-planned rest or carried into the next epoch — or counted dropped
+        by a plan's stats (drop_last), never lost unreported."""
+        make = lambda w: db.BucketSampler(STORE.lengths(), max_tokens=128, seed=3, world_size=w, rank=0, **settings_)  # noqa: E731
+        try:
+            first = make(old)
+        except db.PlanError:
+            return  # too few samples for these ranks and settings: refused up front, not lost
+        plan = first.plan(self.epoch)
+        done = min(done, plan.steps)
+        trained = [int(i) for b in range(done * old) for i in plan[b]]
+        resumed = make(new)
+        state = {**first.state_dict(), "epoch": self.epoch, "step": done}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a rest carried into the next epoch warns
+            try:
+                resumed.load_state_dict(state)
+            except db.PlanError as error:
+                assert "cannot" in str(error) or "too few" in str(error) or "needs" in str(error), error
+                return
+        rest = resumed.plan()  # the re-planned rest; on the same ranks, the plan resumed at `done`
+        first_batch = resumed.position.step * new
+        rest_rows = [int(i) for b in range(first_batch, len(rest)) for i in rest[b]]
+        carried = [int(i) for i in resumed.position.origin.carried] if resumed.position.origin else []
+        assert len(set(trained) | set(rest_rows)) == len(trained) + len(rest_rows), "a sample trained twice"
+        missing = set(range(len(STORE))) - set(trained) - set(rest_rows) - set(carried)
+        assert len(missing) <= plan.stats()["dropped"] + rest.stats()["dropped"], "a sample lost unreported"
 
     @invariant()
     def position_matches(self):

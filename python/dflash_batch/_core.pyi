@@ -61,16 +61,20 @@ class TokenStore:
         column: str,
         rows: npt.NDArray[np.uint64] | None = None,
         progress: Callable[[int], object] | None = None,
+        mask: bool = False,
     ) -> None:
         """Maps ``column`` (a list of token ids of any integer width, or whole floats) of ``paths`` (Arrow
         files or Megatron pairs by their ``.idx``); with ``rows`` (a ``datasets``
-        indices mapping), row ``i`` of the store is file row ``rows[i]``. Raises DataError, OSError
+        indices mapping), row ``i`` of the store is file row ``rows[i]``. ``mask=True``: a loss-mask
+        column (integers, or bools read as 0/1 bytes; floats refused). Raises DataError, OSError
         and IndexError as ``read_lengths``."""
     @staticmethod
-    def from_table(table: object, column: str, rows: npt.NDArray[np.uint64] | None = None) -> TokenStore:
+    def from_table(
+        table: object, column: str, rows: npt.NDArray[np.uint64] | None = None, mask: bool = False
+    ) -> TokenStore:
         """The store over ``column`` of a table in memory (as ``read_table_lengths`` takes it), sharing
-        its buffers; the column is validated first. Raises TypeError, DataError, IndexError as
-        ``read_table_lengths``."""
+        its buffers; the column is validated first (``mask``: as for the constructor). Raises TypeError,
+        DataError, IndexError as ``read_table_lengths``."""
     @staticmethod
     def from_rows(tokens: npt.NDArray[np.integer], offsets: npt.NDArray[np.int64]) -> TokenStore:
         """The store over rows given flat: ``tokens`` (any token dtype, copied) and the ``rows + 1``

@@ -197,4 +197,15 @@ def plot(result: dict, path: str) -> None:
 
 
 def to_json(result: dict) -> str:
-    return json.dumps(result, indent=2)
+    """Strict JSON (RFC 8259 has no NaN): a figure that is not a number is ``null``."""
+    return json.dumps(_finite(result), indent=2, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

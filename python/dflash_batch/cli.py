@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import statistics
 import sys
 import time
@@ -29,7 +30,8 @@ def _plan_ms(sampler: BucketSampler, epochs: int) -> float:
 
 
 def demo(args: argparse.Namespace) -> int:
-    """Plans epochs of the seed workload and compares them with today's strategies."""
+    """Plans epochs of the seed workload and compares them with today's strategies (or, with ``--json``,
+    prints the figures as one JSON object)."""
     # ~40 bytes a sample at the peak (the generator's float64 draws, the lengths, the baselines' plans).
     need, memory = args.samples * 40, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if need > memory:
@@ -40,15 +42,18 @@ def demo(args: argparse.Namespace) -> int:
         )
         return 2
     lengths = seed_workload(args.samples, seed=args.seed)
+    sampler = BucketSampler(
+        lengths, max_tokens=args.max_tokens, world_size=args.world_size, seed=args.seed, accumulation=args.accumulation
+    )
+    figures = _demo_figures(lengths, sampler, _plan_ms(sampler, args.epochs), args)
+    if args.json:
+        print(report.to_json(figures))
+        return 0
+    stats, ms = figures["stats"], figures["plan_ms"]
     print(
         f"seed workload: {len(lengths):,} samples, mean {lengths.mean():.0f} tokens, "
         f"median {np.median(lengths):.0f}, longest {lengths.max()}"
     )
-    sampler = BucketSampler(
-        lengths, max_tokens=args.max_tokens, world_size=args.world_size, seed=args.seed, accumulation=args.accumulation
-    )
-    ms = _plan_ms(sampler, args.epochs)
-    stats = sampler.plan(0).stats()
     print(
         f"\ndflash_batch: max_tokens={args.max_tokens}, world_size={args.world_size}, "
         f"{stats['buckets']} buckets {sampler.edges}"
@@ -58,10 +63,9 @@ def demo(args: argparse.Namespace) -> int:
         f"{stats['min_rows']}–{stats['max_rows']} rows per batch"
     )
     print(f"  padding efficiency {stats['efficiency']:.3f}, planned in {ms:.1f} ms per epoch (median of {args.epochs})")
-    churn = sampler.plan(0).churn(sampler.plan(1))
     print(
         f"  mixing: window_tv {stats['window_tv']:.3f} over windows of {stats['window']} batches, "
-        f"churn {churn:.5f}; rank imbalance p99 {stats['rank_imbalance_p99']:.2f}"
+        f"churn {figures['churn']:.5f}; rank imbalance p99 {stats['rank_imbalance_p99']:.2f}"
     )
     if stats["sync_efficiency"] is not None:
         print(
@@ -74,21 +78,36 @@ def demo(args: argparse.Namespace) -> int:
     print(f"  epoch 0, step 0, rank 0: {len(first)} samples of lengths {sorted(lengths[first].tolist())}")
 
     print(f"\n{'strategy (same data)':<34} {'efficiency':>10}   reshuffled each epoch?")
-    rows = [
-        ("sorted static batches of 8", baselines.efficiency(lengths, *baselines.sorted_static(lengths, 8)), "no"),
-        ("random shuffle, batches of 8", baselines.efficiency(lengths, *baselines.random_shuffle(lengths, 8)), "yes"),
-        (
-            "seed's 6 buckets, token budget",
-            baselines.efficiency(lengths, *baselines.seed_bucketed(lengths, max_tokens=args.max_tokens)),
-            "yes",
-        ),
-        ("dflash_batch", stats["efficiency"], "yes"),
-    ]
-    for name, eff, mixed in rows:
+    rows = [(name, eff, "no" if name.startswith("sorted") else "yes") for name, eff in figures["baselines"].items()]
+    for name, eff, mixed in [*rows, ("dflash_batch", stats["efficiency"], "yes")]:
         print(f"{name:<34} {eff:>10.3f}   {mixed}")
     if args.loader_rows:
         _loader_demo(lengths[: args.loader_rows], args)
     return 0
+
+
+def _demo_figures(lengths: np.ndarray, sampler: BucketSampler, ms: float, args: argparse.Namespace) -> dict:
+    """What the demo reports, as plain values: the plan's figures beside today's strategies."""
+    baseline = {
+        "sorted static batches of 8": baselines.efficiency(lengths, *baselines.sorted_static(lengths, 8)),
+        "random shuffle, batches of 8": baselines.efficiency(lengths, *baselines.random_shuffle(lengths, 8)),
+        "seed's 6 buckets, token budget": baselines.efficiency(
+            lengths, *baselines.seed_bucketed(lengths, max_tokens=args.max_tokens)
+        ),
+    }
+    stats = sampler.plan(0).stats()
+    return {
+        "samples": len(lengths),
+        "mean_length": float(lengths.mean()),
+        "max_tokens": args.max_tokens,
+        "world_size": args.world_size,
+        "accumulation": args.accumulation,
+        "edges": sampler.edges,
+        "plan_ms": ms,
+        "churn": sampler.plan(0).churn(sampler.plan(1)),
+        "stats": {k: v for k, v in stats.items() if isinstance(v, (int, float, str, type(None)))},
+        "baselines": {name: float(value) for name, value in baseline.items()},
+    }
 
 
 def _loader_demo(lengths: np.ndarray, args: argparse.Namespace) -> None:
@@ -129,19 +148,36 @@ def _loader_demo(lengths: np.ndarray, args: argparse.Namespace) -> None:
 
 def _lengths(source: str, column: str) -> np.ndarray:
     if source.endswith(".npy"):
-        lengths = np.load(source)
+        lengths = np.load(_checked_file(source), allow_pickle=False)
         if lengths.dtype.kind not in "iu":  # floats would be truncated to integers without a word
             raise ValueError(f"{source} holds {lengths.dtype} values; lengths are integers (save an integer array)")
         return lengths
     if source.endswith((".txt", ".csv")):
-        return np.loadtxt(source, dtype=np.int64)
+        return np.atleast_1d(np.loadtxt(_checked_file(source), dtype=np.int64))  # one line is one sample
     return read_lengths(source, column)
+
+
+def _checked_file(source: str) -> str:
+    """A lengths file this process opens itself: a regular file (a FIFO would block the open forever, a
+    device read forever), at most 1 GiB of text."""
+    mode = os.stat(source).st_mode
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"{source} is not a regular file; pass a lengths file (.npy, .txt or .csv)")
+    if os.path.getsize(source) > 2**30:
+        raise ValueError(f"{source} is over 1 GiB of text; save the lengths as .npy (np.save) instead")
+    return source
 
 
 def analyze(args: argparse.Namespace) -> int:
     """Prints a dataset's histogram, the chosen buckets and the strategies table (or JSON, or a PNG)."""
     if (args.source is None) == (not args.demo):
         print("dflash-batch: pass a SOURCE or --demo (the generated seed workload), not both", file=sys.stderr)
+        return 2
+    if args.batch_size and args.max_tokens:
+        print(
+            "dflash-batch: pass --max-tokens or --batch-size, not both (a batch is sized by one rule)",
+            file=sys.stderr,
+        )
         return 2
     if args.plot and not _writable(args.plot):
         print(
@@ -154,7 +190,7 @@ def analyze(args: argparse.Namespace) -> int:
         print(f"dflash-batch: cannot read lengths from {args.source}: {err}", file=sys.stderr)
         return 2
     lengths = np.asarray(lengths, dtype=np.int64)
-    rule = {"batch_size": args.batch_size} if args.batch_size else {"max_tokens": args.max_tokens}
+    rule = {"batch_size": args.batch_size} if args.batch_size else {"max_tokens": args.max_tokens or 16384}
     sampler = BucketSampler(
         lengths,
         **rule,
@@ -166,12 +202,12 @@ def analyze(args: argparse.Namespace) -> int:
         target_efficiency=args.target_efficiency,
     )
     if args.oversize == "skip":  # baselines must see what the plan sees
-        limit = args.max_tokens if not args.batch_size else np.iinfo(np.int64).max
+        limit = rule.get("max_tokens", np.iinfo(np.int64).max)
         lengths = lengths[lengths <= limit]
     result = report.report(lengths, sampler=sampler, rule=rule, accumulation=args.accumulation, peers=not args.no_peers)
     result["plan_ms"] = _plan_ms(sampler, 5)
     if args.json:
-        print(report.to_json(result))
+        print(report.to_json(result))  # strict JSON: figures a plan cannot have are null
     else:
         report.print_report(result)
         print(f"\nplanned in {result['plan_ms']:.1f} ms per epoch")
@@ -208,17 +244,21 @@ def _samples(text: str) -> int:
 
 def _natural(text: str) -> int:
     """An integer ≥ 0, or argparse's error naming the option."""
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is invalid; pass an integer ≥ 0")
-    return value
+    return _at_least(text, 0)
 
 
 def _count(text: str) -> int:
     """A positive integer argument, or argparse's error naming the option."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is invalid; pass an integer ≥ 1")
+    return _at_least(text, 1)
+
+
+def _at_least(text: str, low: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; pass an integer ≥ {low}") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(f"{value} is invalid; pass an integer ≥ {low}")
     return value
 
 
@@ -233,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--accumulation", type=int, default=4, help="micro-batches per optimizer step (mixing windows)")
     d.add_argument("--loader-rows", type=_natural, default=50_000, help="rows of the Loader demo (0 skips it)")
+    d.add_argument("--json", action="store_true", help="print the planning figures as JSON (no Loader demo)")
     d.set_defaults(run=demo)
     a = sub.add_parser(
         "analyze",
@@ -243,8 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--demo", action="store_true", help="analyze the generated seed workload instead")
     a.add_argument("--samples", type=_samples, default=SEED_SAMPLES, help="samples of --demo")
     a.add_argument("--column", default="seq_len", help="lengths column, or a list column such as input_ids")
-    a.add_argument("--max-tokens", type=int, default=16384)
-    a.add_argument("--batch-size", type=_count)
+    a.add_argument("--max-tokens", type=_count, help="padded-token budget per batch (default 16384)")
+    a.add_argument("--batch-size", type=_count, help="rows per batch instead of a token budget")
     a.add_argument("--boundaries", type=_boundaries, default="auto", help="'auto', a count, or e0,e1,...")
     a.add_argument("--target-efficiency", type=float, default=0.98)
     a.add_argument("--world-size", type=int, default=8)

@@ -53,8 +53,11 @@ class CostFit:
 
     @property
     def cost(self) -> tuple[float, float]:
-        if self.a > 0:
-            return (1.0, self.b / self.a)
+        """``(1, b/a)`` for a sampler's ``cost=`` (only the ratio shapes a plan); a ratio below 1e-12, the
+        smallest coefficient a sampler takes, is no attention price at all."""
+        if self.a > 0 and self.b / self.a <= 1e12:
+            ratio = self.b / self.a
+            return (1.0, ratio if ratio >= 1e-12 else 0.0)
         return (0.0, 1.0)
 
     def budget(self, tokens: int, length: int) -> int:

@@ -123,7 +123,7 @@ class TokenStore:
             return
         for name in MASK_COLUMNS if mask == "auto" else (mask,):
             try:
-                masks = _mapped(_bool_as_int(source, name), name, False)
+                masks = _mapped(source, name, False, mask=True)
             except _core.DataError as error:
                 if mask == "auto" and "has no column" in str(error):
                     continue
@@ -155,7 +155,7 @@ class TokenStore:
                 f"{missing[: -len('.idx')]}.bin/.idx is missing: a Megatron dataset's loss mask {name!r} is a pair "
                 "beside each token pair, with the same sequences; write it, or pass mask=None"
             )
-        masks = _mapped(Source(paths=halves, rows=source.rows), name, False)
+        masks = _mapped(Source(paths=halves, rows=source.rows), name, False, mask=True)
         self._inner = self._inner.with_mask(masks, "labels" if name == "labels" else "binary")
         self._mask = name
 
@@ -225,23 +225,12 @@ class TokenStore:
         )
 
 
-def _mapped(source: Source, column: str, progress: bool | None) -> _core.TokenStore:
+def _mapped(source: Source, column: str, progress: bool | None, *, mask: bool = False) -> _core.TokenStore:
+    """The Rust store of ``column``; ``mask``: a loss-mask column (integers or bools, in memory as in files)."""
     if source.table is not None:
-        return _core.TokenStore.from_table(source.table, column, source.rows)
+        return _core.TokenStore.from_table(source.table, column, source.rows, mask=mask)
     with _Progress(len(source.paths), "mapping tokens", progress) as bar:
-        return _core.TokenStore(list(source.paths), column, source.rows, bar.callback)
-
-
-def _bool_as_int(source: Source, name: str) -> Source:
-    """An in-memory table whose mask column ``name`` holds bools, with that column as int8 lists."""
-    table = source.table
-    schema = getattr(table, "schema", None)
-    if schema is None or name not in schema.names or "bool" not in str(schema.field(name).type):
-        return source
-    import pyarrow as pa
-
-    column = table.column(name).cast(pa.list_(pa.int8()))
-    return Source(table=pa.table({name: column}), rows=source.rows)
+        return _core.TokenStore(list(source.paths), column, source.rows, bar.callback, mask=mask)
 
 
 INDEX_DTYPES = (np.dtype(np.uint32), np.dtype(np.int64), np.dtype(np.uint64), np.dtype(np.int32))

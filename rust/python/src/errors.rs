@@ -58,7 +58,8 @@ fn exception(err: &CoreError) -> PyErr {
         ErrorKind::Read { .. }
         | ErrorKind::TokenOutOfRange { .. }
         | ErrorKind::TokenNotInteger { .. }
-        | ErrorKind::MaskLength { .. } => DataError::new_err(err.to_string()),
+        | ErrorKind::MaskLength { .. }
+        | ErrorKind::MaskValue { .. } => DataError::new_err(err.to_string()),
         ErrorKind::BufferTooSmall { .. } | ErrorKind::PackedRowTooLong { .. } => {
             PyValueError::new_err(err.to_string())
         }

@@ -124,38 +124,53 @@ pub(crate) struct TokenStore {
 
 #[pymethods]
 impl TokenStore {
+    /// `mask=True`: the column is a loss mask (integers or bools; floats refused).
     #[new]
-    #[pyo3(signature = (paths, column, rows=None, progress=None))]
+    #[pyo3(signature = (paths, column, rows=None, progress=None, mask=false))]
     fn new(
         py: Python<'_>,
         paths: Vec<PathBuf>,
         column: &str,
         rows: Option<PyReadonlyArray1<'_, u64>>,
         progress: Option<Py<PyAny>>,
+        mask: bool,
     ) -> PyResult<Self> {
         let rows = rows
             .map(|r| copied(r.as_array().iter().copied()))
             .transpose()?;
         let mut reporter = Progress::new(progress.as_ref());
-        let result =
-            py.detach(|| CoreStore::open(&paths, column, rows, |done| reporter.report(done)));
+        let result = py.detach(|| {
+            let report = |done| reporter.report(done);
+            if mask {
+                CoreStore::open_mask(&paths, column, rows, report)
+            } else {
+                CoreStore::open(&paths, column, rows, report)
+            }
+        });
         Ok(Self::over(reporter.finish(result.map_err(to_py))?))
     }
 
     /// The store over column `column` of a table in memory (see `table.rs`), sharing its buffers.
     #[staticmethod]
-    #[pyo3(signature = (table, column, rows=None))]
+    #[pyo3(signature = (table, column, rows=None, mask=false))]
     fn from_table(
         py: Python<'_>,
         table: Table,
         column: &str,
         rows: Option<PyReadonlyArray1<'_, u64>>,
+        mask: bool,
     ) -> PyResult<Self> {
         let rows = rows
             .map(|r| copied(r.as_array().iter().copied()))
             .transpose()?;
         let store = py
-            .detach(|| CoreStore::from_table(&table.schema, &table.batches, column, rows))
+            .detach(|| {
+                if mask {
+                    CoreStore::mask_from_table(&table.schema, &table.batches, column, rows)
+                } else {
+                    CoreStore::from_table(&table.schema, &table.batches, column, rows)
+                }
+            })
             .map_err(to_py)?;
         Ok(Self::over(store))
     }

@@ -34,7 +34,7 @@ impl ErrorKind {
             | Self::EdgesDoNotCover { row, .. }
             | Self::MaxTokensBelowShortest { row, .. }
             | Self::Oversize { row, .. } => i128::try_from(*row).ok(),
-            Self::MaskLength { row, .. } => row.map(i128::from),
+            Self::MaskLength { row, .. } | Self::MaskValue { row, .. } => row.map(i128::from),
             Self::RowOutOfRange { row, .. } => Some(*row),
             _ => None,
         }

@@ -47,8 +47,8 @@ impl fmt::Display for Error {
             }
             K::InvalidCost { given } => write!(
                 f,
-                "cost={given} is invalid; pass cost=\"tokens\" or (a, b) with finite a, b ≥ 0 and a + b > 0 \
-                 (a row of padded length L costs a·L + b·L²)"
+                "cost={given} is invalid; pass cost=\"tokens\" or (a, b) with a and b each 0 or between 1e-12 \
+                 and 1e12, a + b > 0 (a row of padded length L costs a·L + b·L²)"
             ),
             K::CostOverflow { given, length, rows } => write!(
                 f,
@@ -236,6 +236,17 @@ impl fmt::Display for Error {
                 f,
                 "the loss-mask column has {mask} rows but the token column has {tokens}; both must come \
                  from the same rows"
+            ),
+            K::MaskValue { row: Some(row), position, found } => write!(
+                f,
+                "the 0/1 loss mask holds {found} at row {row}, position {position}; a 0/1 mask holds only 0 \
+                 and 1 (bools or integers): fix the column, or name a labels column (-100 = ignored) with \
+                 mask=..."
+            ),
+            K::MaskValue { row: None, found, .. } => write!(
+                f,
+                "the loss mask holds {found} values; a loss mask holds 0/1 values (bools or integers) or \
+                 integer labels (-100 = ignored): store it as integers or bools"
             ),
             K::RowOutOfRange { row, rows } => write!(
                 f,

@@ -255,6 +255,16 @@ pub enum ErrorKind {
         /// Mask values of that row (or rows of the mask column).
         mask: u64,
     },
+    /// A loss-mask column whose values say nothing a loss can apply: a 0/1 mask holding another value
+    /// (at `row`, `position`), or a mask of another type than integers and bools.
+    MaskValue {
+        /// The first row holding such a value (`None`: the column's type is the problem).
+        row: Option<u64>,
+        /// Its position in the row.
+        position: u64,
+        /// The value found, or the column's type.
+        found: String,
+    },
     /// A row index past the end of a dataset.
     RowOutOfRange {
         /// The index asked for.

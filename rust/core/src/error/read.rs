@@ -27,6 +27,11 @@ pub enum ReadProblem {
         /// Where and what was cut.
         detail: String,
     },
+    /// A mapped file changed after it was mapped (see `read/guard.rs`).
+    Changed {
+        /// How it changed.
+        detail: String,
+    },
     /// Record batches are compressed, so they cannot be mapped without copying.
     Compressed {
         /// The codec, e.g. `LZ4_FRAME`.
@@ -168,6 +173,11 @@ impl fmt::Display for ReadProblem {
             P::Truncated { detail } => write!(
                 f,
                 "is truncated ({detail}); it was cut short or is still being written: write it again"
+            ),
+            P::Changed { detail } => write!(
+                f,
+                "changed while it was mapped ({detail}); a file a TokenStore maps must not change while \
+                 it is in use: write new files and open them again (batches collated before are copies, intact)"
             ),
             P::Compressed { codec } => write!(
                 f,

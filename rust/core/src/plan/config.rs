@@ -3,6 +3,9 @@
 
 use crate::error::{ErrorKind, Result};
 
+/// The range of a nonzero cost coefficient (see `Config::validate_cost`).
+pub const COST_RANGE: (f64, f64) = (1e-12, 1e12);
+
 /// The padding efficiency `Boundaries::Auto` aims for, in parts per million.
 pub const DEFAULT_TARGET_EFFICIENCY_PPM: u32 = 980_000;
 
@@ -264,7 +267,9 @@ impl Config {
     /// The cost model: two finite, non-negative numbers with a positive sum.
     pub(crate) fn validate_cost(&self) -> Result<()> {
         let CostModel { linear, quadratic } = self.cost;
-        let valid = |c: f64| c.is_finite() && c >= 0.0;
+        // Each coefficient is 0 or a normal-sized number: 5e-324 per token would make any budget hold
+        // every sample in one batch (a budget in units no batch ever reaches).
+        let valid = |c: f64| c == 0.0 || (COST_RANGE.0..=COST_RANGE.1).contains(&c);
         if !valid(linear) || !valid(quadratic) || linear + quadratic <= 0.0 {
             let given = format!("({linear}, {quadratic})");
             return Err(ErrorKind::InvalidCost { given }.into());

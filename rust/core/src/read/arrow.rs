@@ -33,6 +33,7 @@ use arrow_ipc::{root_as_footer, root_as_message, MessageHeader, MetadataVersion}
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
 use crate::error::read::ReadProblem;
+use crate::read::guard::FileGuard;
 
 /// The 6-byte magic of the IPC file format, at both ends of the file.
 const MAGIC: &[u8; 6] = b"ARROW1";
@@ -49,6 +50,8 @@ pub struct Column {
     pub field: Arc<Field>,
     /// The column, one array per record batch, in file order.
     pub chunks: Vec<ArrayRef>,
+    /// The mapped files the chunks read (none for a table in memory).
+    pub guards: Vec<Arc<FileGuard>>,
 }
 
 impl Column {
@@ -65,9 +68,10 @@ pub fn read_column(
     name: &str,
     accept: impl Fn(&Field) -> Result<(), ReadProblem>,
 ) -> Result<Column, ReadProblem> {
-    let buffer = map_file(path)?;
+    let (buffer, guard) = map_file(path)?;
     // Arrow-ipc may still panic on some malformed inputs; a panic must not reach the caller.
-    catch_unwind(AssertUnwindSafe(|| decode_file(&buffer, name, &accept))).unwrap_or_else(|panic| {
+    let decoded = catch_unwind(AssertUnwindSafe(|| decode_file(&buffer, name, &accept)));
+    let mut column = decoded.unwrap_or_else(|panic| {
         let detail = panic
             .downcast_ref::<String>()
             .map(String::as_str)
@@ -76,11 +80,14 @@ pub fn read_column(
         Err(ReadProblem::Corrupt {
             detail: detail.to_owned(),
         })
-    })
+    })?;
+    column.guards.push(guard);
+    Ok(column)
 }
 
-/// Maps `path` read-only into a [`Buffer`] that keeps the map alive.
-pub(crate) fn map_file(path: &Path) -> Result<Buffer, ReadProblem> {
+/// Maps `path` read-only into a [`Buffer`] that keeps the map alive, and the guard that tells when the
+/// file changes under it (`guard.rs`).
+pub(crate) fn map_file(path: &Path) -> Result<(Buffer, Arc<FileGuard>), ReadProblem> {
     // Checked before opening: opening a FIFO waits for a writer, forever for a dataset.
     regular(&std::fs::metadata(path).map_err(io_problem)?)?;
     let file = File::open(path).map_err(io_problem)?;
@@ -96,7 +103,8 @@ pub(crate) fn map_file(path: &Path) -> Result<Buffer, ReadProblem> {
     // excluded by any mapping API; the crate documents that mapped files must not change.
     #[allow(unsafe_code)]
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_problem)?;
-    Ok(Buffer::from(bytes::Bytes::from_owner(map)))
+    let guard = FileGuard::new(path, file, map.len() as u64, meta.modified().ok());
+    Ok((Buffer::from(bytes::Bytes::from_owner(map)), Arc::new(guard)))
 }
 
 /// [`ReadProblem::NotRegular`] unless `meta` is a regular file's.
@@ -196,6 +204,7 @@ fn decode_file(
         schema,
         field,
         chunks,
+        guards: Vec::new(),
     })
 }
 

@@ -20,6 +20,10 @@ const IGNORED: i64 = -100;
 pub(crate) trait MaskValue: Copy {
     fn is_zero(self) -> bool;
     fn is_ignored(self) -> bool;
+    /// 0 or 1: all a 0/1 mask may hold.
+    fn is_binary(self) -> bool;
+    /// The value as a message shows it.
+    fn shown(self) -> String;
 }
 
 macro_rules! mask_values {
@@ -27,6 +31,12 @@ macro_rules! mask_values {
         impl MaskValue for $t {
             fn is_zero(self) -> bool {
                 self == 0 as $t
+            }
+            fn is_binary(self) -> bool {
+                self == 0 as $t || self == 1 as $t
+            }
+            fn shown(self) -> String {
+                self.to_string()
             }
             #[allow(clippy::cast_possible_truncation, clippy::cast_lossless, clippy::cast_possible_wrap)]
             fn is_ignored(self) -> bool {
@@ -54,6 +64,16 @@ impl Mask {
                 row: Some(row as u64),
                 tokens: u64::from(lengths[row]),
                 mask: u64::from(column.lengths()[row]),
+            }
+            .into());
+        }
+        if column.dtype().starts_with("float") {
+            // A Megatron mask pair can carry a float dtype code: a mask of 0.5 applies to no loss.
+            let found = column.dtype().to_string();
+            return Err(ErrorKind::MaskValue {
+                row: None,
+                position: 0,
+                found,
             }
             .into());
         }
@@ -100,7 +120,7 @@ impl Mask {
         memory::reserve("counting label tokens", n * (8 + LOCATED_BYTES + 4))?;
         let rows: Vec<u64> = (0..n).collect();
         // Every row of the column resolves.
-        let places = self.column.locate_all(&rows).unwrap_or_default();
+        let places = self.column.locate_all(&rows)?;
         Ok(places
             .iter()
             .map(|place| self.count(self.at(place), 1..usize::MAX))
@@ -165,8 +185,12 @@ fn masked_runs(column: &TokenStore) -> Result<(Vec<u32>, Vec<usize>)> {
     let mut runs: Vec<u32> = Vec::new();
     let mut run_starts = Vec::with_capacity(column.len() + 1);
     run_starts.push(0);
-    for place in column.locate_all(&rows)? {
-        crate::each_token!(Tokens, column.tokens_at(&place), m => {
+    for (row, place) in column.locate_all(&rows)?.iter().enumerate() {
+        crate::each_token!(Tokens, column.tokens_at(place), m => {
+            if let Some(position) = m.iter().position(|v| !v.is_binary()) {
+                let found = m[position].shown();
+                return Err(ErrorKind::MaskValue { row: Some(row as u64), position: position as u64, found }.into());
+            }
             let mut j = 0;
             while let Some(k) = m[j..].iter().position(|v| v.is_zero()) {
                 let start = j + k;

@@ -35,6 +35,7 @@ use arrow_schema::{DataType, Field, Schema};
 
 use crate::error::read::ReadProblem;
 use crate::read::arrow::{io_problem, map_file, Column};
+use crate::read::guard::FileGuard;
 
 /// The first 9 bytes of every `.idx`.
 pub const MAGIC: &[u8; 9] = b"MMIDIDX\x00\x00";
@@ -71,7 +72,7 @@ pub fn read_column(
     name: &str,
     accept: impl Fn(&Field) -> Result<(), ReadProblem>,
 ) -> Result<Column, ReadProblem> {
-    let (index, bin) = open(path, name, false)?;
+    let (index, bin, guards) = open(path, name, false)?;
     // The code was checked when the index was parsed.
     let item_type = item_type(index.code).unwrap_or(DataType::UInt16);
     let item = Arc::new(Field::new("item", item_type, false));
@@ -92,17 +93,22 @@ pub fn read_column(
         schema: Arc::new(Schema::new(vec![field.clone()])),
         field,
         chunks: vec![Arc::new(list)],
+        guards,
     })
 }
 
 /// The document boundaries of the pair `path` names: sequence numbers, rising from 0.
 pub fn read_documents(path: &Path) -> Result<(Vec<u64>, usize), ReadProblem> {
-    let (index, _) = open(path, "tokens", true)?;
+    let (index, _, _) = open(path, "tokens", true)?;
     Ok((index.documents.unwrap_or_default(), index.offsets.len() - 1))
 }
 
-/// Maps and checks both halves of the pair.
-fn open(path: &Path, name: &str, documents: bool) -> Result<(Index, Buffer), ReadProblem> {
+/// Maps and checks both halves of the pair; the guards of what stays mapped (the `.bin`).
+fn open(
+    path: &Path,
+    name: &str,
+    documents: bool,
+) -> Result<(Index, Buffer, Vec<Arc<FileGuard>>), ReadProblem> {
     let (idx_path, bin_path) = pair(path);
     let present = |p: &Path| p.exists();
     let missing = |half: &Path, other: &Path| ReadProblem::MegatronHalfMissing {
@@ -112,25 +118,28 @@ fn open(path: &Path, name: &str, documents: bool) -> Result<(Index, Buffer), Rea
     if !present(&idx_path) && present(&bin_path) {
         return Err(missing(&idx_path, &bin_path));
     }
-    let idx = map_file(&idx_path)?;
-    // The `.bin` half's own problems name it, not the `.idx` or prefix the caller gave.
+    let (idx, _) = map_file(&idx_path)?; // parsed into offsets here, then let go
+                                         // The `.bin` half's own problems name it, not the `.idx` or prefix the caller gave.
     let in_bin = |problem| ReadProblem::InFile {
         path: bin_path.display().to_string(),
         problem: Box::new(problem),
     };
-    let bin = match std::fs::metadata(&bin_path) {
+    let (bin, guards) = match std::fs::metadata(&bin_path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(missing(&bin_path, &idx_path))
         }
         Ok(meta) if meta.is_file() && meta.len() == 0 => {
             // Nothing to map, but a file that cannot be read is said to be so, not to be empty.
             std::fs::File::open(&bin_path).map_err(|e| in_bin(io_problem(e)))?;
-            Buffer::from_vec(Vec::<u64>::new())
+            (Buffer::from_vec(Vec::<u64>::new()), Vec::new())
         }
-        _ => map_file(&bin_path).map_err(in_bin)?,
+        _ => {
+            let (bin, guard) = map_file(&bin_path).map_err(in_bin)?;
+            (bin, vec![guard])
+        }
     };
     let index = parse(&idx, name, (&bin_path, bin.len()), documents)?;
-    Ok((index, bin))
+    Ok((index, bin, guards))
 }
 
 fn inconsistent(detail: String) -> ReadProblem {

@@ -20,7 +20,7 @@ use crate::error::Result;
 use crate::read::arrow::{missing_column, Column};
 use crate::read::column::{accept_lengths, append_lengths};
 use crate::read::dataset::{map_rows, read_failure, READ_BYTES_PER_ROW};
-use crate::read::tokens::{accept_tokens, Gathered, TokenStore};
+use crate::read::tokens::{accept_mask, accept_tokens, Gathered, TokenStore};
 
 /// How messages name a table that has no path.
 pub const IN_MEMORY: &str = "the in-memory table";
@@ -50,6 +50,7 @@ pub(crate) fn table_column(
         schema: schema.clone(),
         field,
         chunks,
+        guards: Vec::new(), // a table in memory: nothing mapped to change under it
     };
     if column.rows() == 0 {
         return Err(fail(ReadProblem::Empty));
@@ -82,7 +83,28 @@ impl TokenStore {
         name: &str,
         rows: Option<Vec<u64>>,
     ) -> Result<Self> {
-        let column = table_column(schema, batches, name, accept_tokens)?;
+        Self::from_table_as(schema, batches, name, rows, accept_tokens)
+    }
+
+    /// The loss-mask column `name` of a table, with the mask's type rule (as [`TokenStore::open_mask`]),
+    /// so a table in memory and the same table in a file read the same.
+    pub fn mask_from_table(
+        schema: &SchemaRef,
+        batches: &[RecordBatch],
+        name: &str,
+        rows: Option<Vec<u64>>,
+    ) -> Result<Self> {
+        Self::from_table_as(schema, batches, name, rows, accept_mask)
+    }
+
+    fn from_table_as(
+        schema: &SchemaRef,
+        batches: &[RecordBatch],
+        name: &str,
+        rows: Option<Vec<u64>>,
+        accept: fn(&Field) -> std::result::Result<(), ReadProblem>,
+    ) -> Result<Self> {
+        let column = table_column(schema, batches, name, accept)?;
         crate::memory::reserve(
             "reading a column",
             column.rows() as u64 * READ_BYTES_PER_ROW,

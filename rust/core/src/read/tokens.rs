@@ -7,6 +7,7 @@
 
 use std::ops::Range;
 use std::path::Path;
+use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
@@ -15,6 +16,7 @@ use arrow_array::types::{
 };
 use arrow_array::{
     Array, ArrayRef, ArrowPrimitiveType, GenericListArray, OffsetSizeTrait, PrimitiveArray,
+    UInt8Array,
 };
 use arrow_buffer::{ArrowNativeType, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field};
@@ -25,6 +27,7 @@ use crate::memory;
 use crate::read::arrow::Column;
 use crate::read::column::{append_lengths, first_null};
 use crate::read::dataset::{check_rows, for_each_file};
+use crate::read::guard::FileGuard;
 
 /// A row's record batch and value range.
 pub(crate) type Located = (usize, Range<usize>);
@@ -182,8 +185,32 @@ pub struct TokenStore {
     lengths: Vec<u32>,
     /// File row of each store row, when the store has a mapping (checked in range on open).
     rows: Option<Vec<usize>>,
+    /// The mapped files of each column added (one per file, or the pair's `.bin`), and the column of each
+    /// record batch: what a read of rows checks first (`guard.rs`).
+    files: Vec<Vec<Arc<FileGuard>>>,
+    batch_files: Vec<u32>,
     /// The loss mask beside the tokens, applied by every collation (see `mask.rs`).
     pub(crate) mask: Option<Box<Mask>>,
+}
+
+/// The type rule for a loss-mask column: integers (labels, or a 0/1 mask) or bools (read as 0/1
+/// bytes). Floats are refused: a mask of 0.5 says nothing a loss can apply.
+pub(crate) fn accept_mask(field: &Field) -> Result<(), ReadProblem> {
+    match field.data_type() {
+        DataType::List(item) | DataType::LargeList(item)
+            if *item.data_type() == DataType::Boolean
+                || (values_for(item.data_type()).is_some() && !item.data_type().is_floating()) =>
+        {
+            Ok(())
+        }
+        _ => Err(ReadProblem::ColumnType {
+            column: field.name().clone(),
+            found: crate::read::column::type_name(field.data_type()),
+            expected:
+                "a list (or large list) of 0/1 values (bools or integers), or of integer labels \
+                       (-100 where the loss ignores a position) — a loss mask",
+        }),
+    }
 }
 
 /// The type rule for a token column.
@@ -212,8 +239,30 @@ impl TokenStore {
         rows: Option<Vec<u64>>,
         progress: impl FnMut(usize),
     ) -> Result<Self> {
+        Self::open_as(paths, name, rows, progress, accept_tokens)
+    }
+
+    /// Maps the loss-mask column `name` of `paths`, as [`TokenStore::open`] maps tokens but with the
+    /// mask's type rule ([`accept_mask`]: bools are read as 0/1 bytes, floats refused); attach it with
+    /// [`TokenStore::with_mask`], which checks its values.
+    pub fn open_mask<P: AsRef<Path>>(
+        paths: &[P],
+        name: &str,
+        rows: Option<Vec<u64>>,
+        progress: impl FnMut(usize),
+    ) -> Result<Self> {
+        Self::open_as(paths, name, rows, progress, accept_mask)
+    }
+
+    fn open_as<P: AsRef<Path>>(
+        paths: &[P],
+        name: &str,
+        rows: Option<Vec<u64>>,
+        progress: impl FnMut(usize),
+        accept: fn(&Field) -> Result<(), ReadProblem>,
+    ) -> Result<Self> {
         let mut store = Self::empty();
-        for_each_file(paths, name, accept_tokens, progress, |_, column| {
+        for_each_file(paths, name, accept, progress, |_, column| {
             store.add(name, &column)
         })?;
         store.map(rows)
@@ -226,6 +275,8 @@ impl TokenStore {
             starts: vec![0],
             lengths: Vec::new(),
             rows: None,
+            files: Vec::new(),
+            batch_files: Vec::new(),
             mask: None,
         }
     }
@@ -235,14 +286,42 @@ impl TokenStore {
     pub(crate) fn add(&mut self, name: &str, column: &Column) -> Result<(), ReadProblem> {
         if self.offsets.is_empty() {
             if let DataType::List(item) | DataType::LargeList(item) = column.field.data_type() {
-                self.values = values_for(item.data_type()).unwrap_or(Values::I32(Vec::new()));
+                let stored = match item.data_type() {
+                    DataType::Boolean => &DataType::UInt8, // a mask's bools, as 0/1 bytes
+                    other => other,
+                };
+                self.values = values_for(stored).unwrap_or(Values::I32(Vec::new()));
             }
         }
         append_lengths(name, &column.chunks, &mut self.lengths)?;
-        column
-            .chunks
-            .iter()
-            .try_for_each(|chunk| self.push(name, chunk))
+        // Files are far fewer than 2^32.
+        #[allow(clippy::cast_possible_truncation)]
+        let file = self.files.len() as u32;
+        self.files.push(column.guards.clone());
+        column.chunks.iter().try_for_each(|chunk| {
+            self.batch_files.push(file);
+            self.push(name, chunk)
+        })
+    }
+
+    /// Fails naming the file when a file that record batches `batches` read changed since it was mapped.
+    /// Each file is checked once a call (a batch's rows come from a few files, in runs).
+    fn check_files(&self, batches: impl Iterator<Item = usize>) -> Result<()> {
+        if self.files.iter().all(Vec::is_empty) {
+            return Ok(()); // a table in memory
+        }
+        let mut checked: Vec<u32> = Vec::new();
+        for batch in batches {
+            let file = self.batch_files[batch];
+            if checked.last() == Some(&file) || checked.contains(&file) {
+                continue;
+            }
+            checked.push(file);
+            self.files[file as usize]
+                .iter()
+                .try_for_each(|guard| guard.check())?;
+        }
+        Ok(())
     }
 
     /// Applies a row mapping: row `i` of the store becomes file row `rows[i]`.
@@ -267,7 +346,13 @@ impl TokenStore {
                 row: (self.file_rows() + batch_row.unwrap_or(0)) as u64,
             });
         }
-        self.values.push(&values);
+        if let Some(bools) = values.as_boolean_opt() {
+            // Bit-packed on disk: the mask's 0/1 bytes are made once (a byte a token, in memory).
+            let bytes: UInt8Array = bools.values().iter().map(|b| Some(u8::from(b))).collect();
+            self.values.push(&(std::sync::Arc::new(bytes) as ArrayRef));
+        } else {
+            self.values.push(&values);
+        }
         self.offsets.push(offsets);
         self.starts.push(self.file_rows() + chunk.len());
         Ok(())
@@ -320,30 +405,53 @@ impl TokenStore {
 
     /// The tokens of store row `index` (negative counts from the end), borrowed from the map.
     pub fn get(&self, index: i64) -> Result<Tokens<'_>> {
-        let (batch, range) = self.locate(self.resolve(index)?);
+        let row = self.resolve(index)?;
+        self.check_files(std::iter::once(self.batch_of(row).0))?;
+        let (batch, range) = self.locate(row);
         Ok(self.values.tokens(batch, range))
     }
 
-    /// Record batch and value range of store row `row` (already resolved).
-    fn locate(&self, row: usize) -> (usize, Range<usize>) {
+    /// Record batch and file row of store row `row` (already resolved), from the store's own arrays:
+    /// nothing mapped is read, so the files can be checked before anything is.
+    fn batch_of(&self, row: usize) -> (usize, usize) {
         let file_row = match &self.rows {
             // Mapped rows were checked against the file rows when the store was opened.
             Some(rows) => rows[row],
             None => row,
         };
-        let batch = self.starts.partition_point(|&s| s <= file_row) - 1;
+        (
+            self.starts.partition_point(|&s| s <= file_row) - 1,
+            file_row,
+        )
+    }
+
+    /// Record batch and value range of store row `row` (already resolved); reads the batch's offsets,
+    /// which lie in the mapped file.
+    fn locate(&self, row: usize) -> (usize, Range<usize>) {
+        let (batch, file_row) = self.batch_of(row);
         (
             batch,
             self.offsets[batch].range(file_row - self.starts[batch]),
         )
     }
 
-    /// Where the rows `indices` lie: record batch and value range of each, in order.
+    /// Where the rows `indices` lie: record batch and value range of each, in order. Every file they
+    /// read (offsets and values) is checked first: a changed one fails, naming it (`guard.rs`).
     pub(crate) fn locate_all<I: Copy + Into<i128>>(&self, indices: &[I]) -> Result<Vec<Located>> {
-        indices
+        let places = indices
             .iter()
-            .map(|&i| Ok(self.locate(self.resolve(i)?)))
-            .collect()
+            .map(|&i| Ok(self.batch_of(self.resolve(i)?)))
+            .collect::<Result<Vec<_>>>()?;
+        self.check_files(places.iter().map(|&(batch, _)| batch))?;
+        Ok(places
+            .into_iter()
+            .map(|(batch, file_row)| {
+                (
+                    batch,
+                    self.offsets[batch].range(file_row - self.starts[batch]),
+                )
+            })
+            .collect())
     }
 
     /// The tokens at a location from [`TokenStore::locate_all`].

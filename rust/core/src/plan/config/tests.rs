@@ -55,6 +55,9 @@ fn cost_models_must_be_finite_non_negative_and_not_zero() {
         (0.0, 0.0),
         (f64::NAN, 1.0),
         (1.0, f64::INFINITY),
+        (5e-324, 0.0), // a subnormal price: every sample in one batch
+        (1e-13, 0.0),
+        (1.0, 1e13),
     ] {
         let got = check(|c| c.cost = CostModel { linear, quadratic });
         assert!(
