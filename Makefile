@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 EXTRAS ?= dev,torch
 export PYO3_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: convergence figures demo test test-rust test-python fuzz lint bench build venv clean wheel wheel-test
+.PHONY: convergence figures demo test test-all test-rust test-python test-python-all test-clients-lowest mypy fuzz \
+	lint bench build venv clean wheel wheel-test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,14 +23,41 @@ demo: build
 	$(BIN)/dflash-batch demo
 	$(BIN)/dflash-batch analyze --demo
 
+# The fast lane (a few minutes on 2 cores): every test but the slow and multi-process ones.
 test: build test-rust test-python
+
+# Everything CI runs (.ci/run): the fast lane's tests, the slow and multi-process ones (torchrun, kill -9
+# and resume), lint and mypy, the adapters on the lowest client releases they support, and the wheel.
+test-all: build test-rust lint mypy test-python-all test-clients-lowest wheel-test
 
 test-rust:
 	cargo test --package dflash-batch-core
 	cargo clippy --workspace --all-targets -- -D warnings
 
 test-python:
+	DFLASH_REQUIRE_TORCH=1 $(BIN)/python -m pytest -m "not slow and not multiprocess"
+
+test-python-all:
 	DFLASH_REQUIRE_TORCH=1 $(BIN)/python -m pytest
+
+mypy: venv
+	$(BIN)/mypy python/dflash_batch
+
+# The adapters' tests on the lowest releases of their clients (tests/clients-lowest.txt), in a virtualenv
+# of their own that imports this checkout's built extension.
+LOWEST := .venv-lowest
+ADAPTER_TESTS := tests/test_hf.py tests/test_trainer.py tests/test_trainer_settings.py tests/test_trainer_text.py \
+	tests/test_accelerate.py tests/test_clients_resume.py tests/test_torch_recipes.py tests/test_state_rows.py \
+	tests/test_position.py
+test-clients-lowest: build
+	test -x $(LOWEST)/bin/python || $(PYTHON) -m venv $(LOWEST)
+	$(LOWEST)/bin/pip install --quiet --upgrade pip
+	$(LOWEST)/bin/pip install --quiet -r tests/clients-lowest.txt "torch==$$($(BIN)/python -c 'import torch; print(torch.__version__.split("+")[0])')" \
+		"numpy>=1.24" "pyarrow>=14" "tqdm>=4.60" "pytest>=8" "hypothesis>=6.100" "tokenizers>=0.15"
+	$(LOWEST)/bin/python -c "import site; open(site.getsitepackages()[0] + '/dflash_batch.pth', 'w').write('$(abspath python)\n')"
+	$(LOWEST)/bin/python -c "import transformers, accelerate, trl, lightning, torchdata; print('lowest clients:', \
+		transformers.__version__, accelerate.__version__, trl.__version__, lightning.__version__)"
+	DFLASH_REQUIRE_TORCH=1 $(LOWEST)/bin/python -m pytest -q $(ADAPTER_TESTS)
 
 # The adversarial suite at length (a few examples of it run in `make test`): FUZZ_EXAMPLES hypothesis
 # examples per entry point, each a batch of cases in a capped child; tallies land in fuzz-report.jsonl.
@@ -93,4 +121,4 @@ wheel-test: wheel
 	$(BIN)/python tests/_wheel_check.py dist
 
 clean:
-	rm -rf $(VENV) target dist
+	rm -rf $(VENV) $(LOWEST) target dist

@@ -6,7 +6,8 @@ one JSON file (``docs/figures.json``), and every figure in ``README.md`` and ``d
 whose text is that key's value in that format (rendered, only the value shows). ``python
 benchmarks/_figures.py`` rewrites every marker's text from the JSON; ``--check`` lists the ones that
 differ (``tests/test_docs_figures.py`` runs it, and recomputes the figures that are not timings). So no
-figure in the docs is typed by hand."""
+figure in the docs is typed by hand. The settings table of ``docs/usage.md`` is rewritten here too, from
+the settings' one declaration (:mod:`dflash_batch.settings`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import re
 import sys
 from pathlib import Path
 from typing import Any
+
+from dflash_batch import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "docs" / "figures.json"
@@ -112,7 +115,10 @@ def main() -> None:
     figures = json.loads(FIGURES.read_text())
     for page in pages():
         text = page.read_text()
-        if text != (new := render(text, figures)):
+        new = render(text, figures)
+        if settings.START in new:  # the settings table, from the one declaration
+            new = settings.written(new)
+        if text != new:
             page.write_text(new)
             print(f"updated {page.relative_to(ROOT)}")
 

@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("--save-steps", type=int, default=4)
     parser.add_argument("--trim-steps", action="store_true")
     parser.add_argument("--sft", action="store_true")
+    parser.add_argument("--predict", type=int, default=0, help="after training, predict this many rows")
     options = parser.parse_args()
 
     store = db.TokenStore(options.data)
@@ -150,8 +151,26 @@ def main() -> None:
         callbacks=[Kill()],
         **extra,
     )
-    result = trainer.train(resume_from_checkpoint=True if options.resume else None)
+    try:
+        result = trainer.train(resume_from_checkpoint=True if options.resume else None)
+    except db.PlanError as error:  # a refused resume, on every rank
+        record.write(json.dumps({"rank": rank, "refused": str(error)}) + "\n")
+        record.close()
+        leave()
     record.write(json.dumps({"rank": rank, "final_step": result.global_step, "steps": len(sampler)}) + "\n")
+    if options.predict:  # ragged rows in their order: one prediction per row, in order
+        rows = (
+            datasets.load_from_disk(options.data)
+            .select(range(options.predict))
+            .remove_columns([c for c in ("completion_mask",) if store.mask])
+        )
+        output = trainer.predict(rows)
+        labels = output.label_ids
+        named = [
+            row_ids({"input_ids": torch.as_tensor(labels[r : r + 1, :2]), "attention_mask": None})[0]
+            for r in range(len(labels))
+        ]
+        record.write(json.dumps({"rank": rank, "predicted": named, "shape": list(output.predictions.shape)}) + "\n")
     record.close()
     leave()
 

@@ -19,6 +19,8 @@ pytest.importorskip("datasets")
 
 import dflash_batch as db
 
+pytestmark = pytest.mark.multiprocess  # several processes: `make test-all`, not the fast lane
+
 HERE = Path(__file__).parent
 
 

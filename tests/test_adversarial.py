@@ -54,6 +54,7 @@ def check(cases, paths):
     assert len(outcomes) == len(cases)
 
 
+@pytest.mark.slow  # a child for each kind of failure, a hang among them
 def test_the_harness_names_each_kind_of_failure(paths):
     """A suite that cannot fail proves nothing: a signal, a hang, an undocumented exception type and a
     broken invariant are each reported against their case, and a documented error is not."""

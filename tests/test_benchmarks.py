@@ -20,6 +20,7 @@ def run(script: str, *args: str) -> str:
     return result.stdout
 
 
+@pytest.mark.slow  # runs a benchmark script
 def test_plan_benchmark():
     out = run("plan.py", "--no-big", "--repeats", "3", "--lhotse-samples", "2000")
     assert "dflash_batch, boundaries='auto'" in out and "plan ≤ 10 ms per epoch" in out
@@ -27,6 +28,7 @@ def test_plan_benchmark():
     assert "plan time per rank vs world_size" in out and "       512" in out
 
 
+@pytest.mark.slow  # runs a benchmark script
 def test_mixing_benchmark():
     out = run("mixing.py", "--samples", "20000", "--repeats", "2")
     assert "window_tv ≤ 0.075" in out and "frontier: balance_tolerance" in out and "0.05" in out
@@ -46,6 +48,7 @@ def test_mask_benchmark():
     assert "target ≤ 1.3×" in out and out.count("×   M") == 2 and "padded" in out and "packed" in out
 
 
+@pytest.mark.slow  # runs a benchmark script
 def test_read_benchmark(tmp_path):
     pytest.importorskip("datasets")
     out = run("read.py", "--rows", "3000", "--cache-dir", str(tmp_path), "--repeats", "2", "--batches", "5")
@@ -53,6 +56,7 @@ def test_read_benchmark(tmp_path):
     assert "megatron lengths (902,087) ≤ 20 ms" in out and "dflash_batch TokenStore.gather (megatron)" in out
 
 
+@pytest.mark.slow  # runs a benchmark script
 def test_loader_benchmark(tmp_path):
     pytest.importorskip("datasets")
     pytest.importorskip("torch")
@@ -80,6 +84,7 @@ def test_cuda_check_without_cuda_exits_2():
     assert result.returncode == 2 and "CUDA is not available" in result.stdout
 
 
+@pytest.mark.slow  # runs a benchmark script
 def test_train_gpu_dry_run_on_the_cpu():
     """The GPU training table's script runs end to end on a tiny model, so it works when a GPU comes."""
     pytest.importorskip("torch")

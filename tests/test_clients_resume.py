@@ -26,6 +26,8 @@ pytest.importorskip("datasets")
 
 import dflash_batch as db
 
+pytestmark = pytest.mark.multiprocess  # several processes: `make test-all`, not the fast lane
+
 HERE = Path(__file__).parent
 RUN = HERE / "_clients_run.py"
 NPROC, ACCUMULATION, EPOCHS = 2, 4, 2

@@ -65,6 +65,7 @@ def test_the_corpus_follows_the_seed_shares_and_holds_whole_files_out():
     assert "module" in kinds
 
 
+@pytest.mark.slow  # trains 12 small models
 def test_a_quick_smoke_run_trains_every_planned_sample_of_every_strategy(tmp_path):
     args = convergence.parse(
         ["--quick", "--steps", "3", "--seeds", "1", "--evals", "1", "--files", "120", "--out", str(tmp_path / "out"),

@@ -76,6 +76,7 @@ def _run(tmp_path: Path, world: int, bad_seed_rank: int | None = None) -> list[d
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built in")
+@pytest.mark.multiprocess  # 4 processes
 def test_four_ranks_train_under_ddp_on_disjoint_shares_of_every_epoch(tmp_path):
     results = _run(tmp_path, 4)
     assert [r["rank"] for r in results] == [0, 1, 2, 3] and {r["world"] for r in results} == {4}
@@ -86,6 +87,7 @@ def test_four_ranks_train_under_ddp_on_disjoint_shares_of_every_epoch(tmp_path):
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built in")
+@pytest.mark.multiprocess  # 2 processes
 def test_a_rank_with_another_seed_makes_every_rank_raise(tmp_path):
     results = _run(tmp_path, 2, bad_seed_rank=1)
     for r in results:

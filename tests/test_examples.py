@@ -11,6 +11,7 @@ import pytest
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
+@pytest.mark.multiprocess  # torchrun
 def test_ddp_example_runs_under_torchrun():
     torch = pytest.importorskip("torch")
     if not torch.distributed.is_available():

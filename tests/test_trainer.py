@@ -23,6 +23,8 @@ pytest.importorskip("datasets")
 
 import dflash_batch as db
 
+pytestmark = pytest.mark.multiprocess  # several processes: `make test-all`, not the fast lane
+
 RUN = Path(__file__).with_name("_trainer_run.py")
 TIMEOUT = 300
 

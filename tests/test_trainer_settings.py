@@ -5,6 +5,7 @@ datasets and dataset dicts refused naming the fix, and TRL's SFTTrainer composed
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 import warnings
@@ -71,6 +72,8 @@ def test_default_arguments_warn_about_nothing(data, tmp_path):
     ],
 )
 def test_each_setting_the_sampler_overrides_warns_once_naming_what_it_does(data, tmp_path, setting, value, says):
+    if setting not in {f.name for f in dataclasses.fields(transformers.TrainingArguments)}:
+        pytest.skip(f"this transformers {transformers.__version__} has no {setting}")
     said = quiet(data, tmp_path, args=arguments(tmp_path, **{setting: value}))
     assert len(said) == 1 and said[0].startswith(f"{setting}={value!r}") and says in said[0]
 

@@ -139,6 +139,10 @@ class Plan:
         """Share of sample pairs batched together here that are batched together again in ``other``;
         None when no batch holds two samples. Raises ValueError for plans of different datasets."""
 
+#: Every planning setting, declared once (``rust/python/src/settings.rs``): dicts of ``name``, ``type``,
+#: ``default`` (Python source), ``range`` and ``doc``, in the order of the signature and of checkpoints.
+SETTINGS: tuple[dict[str, str], ...]
+
 class Config:
     """A sampler's planning settings, each checked once (types here, ranges and the rules between
     settings when a ``Planner`` is built from it). Frozen; pickles as its keyword arguments. Bad
@@ -152,7 +156,7 @@ class Config:
         boundaries: str | int | Sequence[int] = "auto",
         seed: int = 0,
         shuffle: bool = True,
-        world_size: int = 1,
+        world_size: int | None = None,
         drop_last: bool = False,
         oversize: str = "error",
         pad_to_multiple_of: int = 1,
@@ -288,7 +292,7 @@ def collate_new(
     pad_to_multiple_of: int,
     dtype: str,
 ) -> tuple[
-    npt.NDArray[np.integer], npt.NDArray[np.integer], npt.NDArray[np.integer], npt.NDArray[np.integer], int, int
+    npt.NDArray[np.integer], npt.NDArray[np.integer], npt.NDArray[np.integer], npt.NDArray[np.integer], tuple[int, int]
 ]:
     """The padded batch ``indices`` in four new 1-D arrays of ``dtype`` ("int64" or "int32") owned by
     Rust, and ``rows``, ``L``: reshape each to ``[rows, L]``. Raises ValueError for another dtype,

@@ -27,7 +27,7 @@ def check_pair(store: Any, sampler: Any) -> None:
     mine = store.lengths()
     planned = sampler.schedule.lengths()[: len(mine)]
     if sampler.truncated:  # a long sample's first piece is planned at the row capacity
-        mine = np.minimum(mine, sampler.max_tokens)
+        mine = np.minimum(mine, int(sampler.max_tokens or 0))
     differs = np.flatnonzero(mine != planned)
     if len(differs):
         row = int(differs[0])

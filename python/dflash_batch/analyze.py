@@ -79,9 +79,10 @@ def strategies(
                 )
                 for s in (0, 1)
             ]  # fmt: skip
-            if epochs[0] is None:
+            done = [e for e in epochs if e is not None]
+            if len(done) < len(epochs):  # transformers without BatchRebalanceSampler
                 break
-            rows[name] = scored([e[:2] for e in epochs])
+            rows[name] = scored([e[:2] for e in done])
     schedule = sampler.schedule
     rows["dflash_batch"] = planned(schedule)
     config = schedule.config

@@ -18,8 +18,9 @@ from . import metrics
 SEED_EDGES = (0, 770, 1216, 1728, 2432, 3296, 8192)
 
 
-def efficiency(lengths: np.ndarray, order: np.ndarray, offsets: np.ndarray) -> float:
-    """Real tokens / padded tokens (rows × longest row per batch), by the code that scores plans."""
+def efficiency(lengths: np.ndarray, order: np.ndarray, offsets: np.ndarray) -> float | None:
+    """Real tokens / padded tokens (rows × longest row per batch), by the code that scores plans (None for
+    no batches)."""
     return metrics.efficiency(lengths, order, offsets)
 
 
@@ -126,7 +127,7 @@ def batch_rebalance(
     generator = torch.Generator()
     generator.manual_seed(peer.seed + peer.epoch)
     order = torch.randperm(len(lengths), generator=generator).tolist()
-    batches = []
+    batches: list[list[int]] = []
     for step in range(peer.num_global_batches):
         members = order[step * effective : (step + 1) * effective]
         # The peer's own assignment of one step (a benchmark baseline, not an integration).

@@ -80,10 +80,11 @@ class _Block:
 
     def handout(self) -> tuple[torch.Tensor, np.ndarray]:
         """The block's tensor (without use counts, a new one over it) and its array."""
-        return (self.tensor if self.counted else torch.from_numpy(self.array)), self.array
+        tensor = self.tensor if self.tensor is not None else torch.from_numpy(self.array)
+        return tensor, self.array
 
     def moved(self) -> bool:
-        return self.counted and self.tensor.data_ptr() != self.address
+        return self.tensor is not None and self.tensor.data_ptr() != self.address
 
 
 class BlockPool:

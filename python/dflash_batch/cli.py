@@ -106,7 +106,7 @@ def _demo_figures(lengths: np.ndarray, sampler: BucketSampler, ms: float, args: 
         "plan_ms": ms,
         "churn": sampler.plan(0).churn(sampler.plan(1)),
         "stats": {k: v for k, v in stats.items() if isinstance(v, (int, float, str, type(None)))},
-        "baselines": {name: float(value) for name, value in baseline.items()},
+        "baselines": {name: value for name, value in baseline.items() if value is not None},
     }
 
 

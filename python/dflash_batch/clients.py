@@ -44,7 +44,7 @@ def accelerate_reader(target: Any, global_view: type) -> str | None:
     link = getattr(active, "batch_sampler", None)
     while link is not None and len(chain) < _DEPTH:
         chain.append(link)
-        if link is target or (isinstance(link, global_view) and link.sampler is target):
+        if link is target or (isinstance(link, global_view) and getattr(link, "sampler", None) is target):
             break
         link = getattr(link, "batch_sampler", None)
     else:

@@ -58,7 +58,15 @@ def collate(
     return _collate(store.native, indices, pad_id, label_pad_id, pad_to_multiple_of, dtype, out)
 
 
-def _collate(inner, indices, pad_id, label_pad_id, pad_to_multiple_of, dtype, out) -> dict[str, np.ndarray]:
+def _collate(
+    inner: _core.TokenStore,
+    indices: np.ndarray,
+    pad_id: int,
+    label_pad_id: int,
+    pad_to_multiple_of: int,
+    dtype: Any,
+    out: dict[str, np.ndarray] | None,
+) -> dict[str, np.ndarray]:
     settings = (
         check_token("pad_id", pad_id),
         check_token("label_pad_id", label_pad_id),
@@ -68,7 +76,8 @@ def _collate(inner, indices, pad_id, label_pad_id, pad_to_multiple_of, dtype, ou
         *arrays, (rows, width) = _core.collate_new(inner, indices, *settings, output_dtype(dtype))
         return {key: array.reshape(rows, width) for key, array in zip(KEYS, arrays, strict=True)}
     buffers = _buffers(out)
-    rows, width = _core.collate_into(inner, indices, *buffers, *settings)
+    ids, mask, labels, positions = buffers
+    rows, width = _core.collate_into(inner, indices, ids, mask, labels, positions, *settings)
     return {key: _front(buffer, rows, width) for key, buffer in zip(KEYS, buffers, strict=True)}
 
 
@@ -214,8 +223,8 @@ class Collator:
         store = _rows_store([np.asarray(e[self.column] if isinstance(e, dict) else e) for e in examples], self.column)
         name = self._mask_column(examples[0])
         if name is not None:
-            masks = [np.asarray(e[name]) for e in examples]
-            masks = _rows_store([m.astype(np.int8) if m.dtype == bool else m for m in masks], name)
+            values = [np.asarray(e[name]) for e in examples]
+            masks = _rows_store([m.astype(np.int8) if m.dtype == bool else m for m in values], name)
             store = store.with_mask(masks, "labels" if name == "labels" else "binary")
         indices = np.arange(len(examples), dtype=np.int64)
         arrays = _collate(store, indices, self.pad_id, self.label_pad_id, self.pad_to_multiple_of, self.dtype, None)

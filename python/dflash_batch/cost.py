@@ -158,7 +158,9 @@ def measure_cost(
     device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     generator = torch.Generator().manual_seed(0)
-    timings, skipped, spreads = [], [], []
+    timings: list[tuple[int, int, float]] = []
+    skipped: list[tuple[int, int]] = []
+    spreads: list[float] = []
     for r, n in _progress(grid, progress):
         if skipped and any(r >= sr and n >= sn for sr, sn in skipped):
             skipped.append((r, n))
@@ -171,7 +173,9 @@ def measure_cost(
             torch.cuda.empty_cache()
             continue
         except Exception as error:
-            error.add_note(f"measure_cost: while timing a batch of {r} rows × {n} tokens")
+            note = getattr(error, "add_note", None)  # Python 3.11+
+            if note is not None:
+                note(f"measure_cost: while timing a batch of {r} rows × {n} tokens")
             raise
         timings.append((r, n, seconds))
         spreads.append(spread)

@@ -122,12 +122,13 @@ class Loader:
         self.store, self.sampler, self.prefetch = store, sampler, prefetch
         self._packed = sampler.mode == "packed"
         self._dtype = output_dtype(dtype if dtype is not None else torch.int64)
-        self._settings = {
+        self._settings: dict[str, int] = {
             "pad_id": check_token("pad_id", pad_id),
             "label_pad_id": check_token("label_pad_id", label_pad_id),
             "pad_to_multiple_of": padding_of(sampler, pad_to_multiple_of),
         }
-        collate(store, np.zeros(0, dtype=np.int64), **self._settings)  # validates the settings now
+        settings = self._settings  # validated now, on no rows
+        collate(store, np.zeros(0, dtype=np.int64), pad_id=settings["pad_id"], label_pad_id=settings["label_pad_id"])
         self.device, self.pin_memory = placement(device, pin_memory, reuse_buffers)
         cuda = self.device.type == "cuda"
         self.reuse_buffers = reuse_buffers
@@ -217,18 +218,23 @@ class Loader:
         import torch
 
         entries = np.asarray(batch)
-        settings = {"pad_id": self._settings["pad_id"], "label_pad_id": self._settings["label_pad_id"]}
+        pad_id, label_pad_id = self._settings["pad_id"], self._settings["label_pad_id"]
+        arrays: dict[str, Any]
         if self._packed:
             starts = lengths = None
             if self.sampler.truncated:  # entries may be later pieces of long samples
                 entries, starts, lengths = self.sampler.pieces(entries)
             capacity = int(self.sampler.max_tokens or 0)
             arrays = collate_packed(
-                self.store, entries, capacity=capacity, dtype=self._dtype, starts=starts, lengths=lengths, **settings
-            )
+                self.store, entries, capacity=capacity, pad_id=pad_id, label_pad_id=label_pad_id,
+                dtype=self._dtype, starts=starts, lengths=lengths,
+            )  # fmt: skip
         else:
             multiple = self._settings["pad_to_multiple_of"]
-            arrays = collate(self.store, entries, pad_to_multiple_of=multiple, dtype=self._dtype, **settings)
+            arrays = collate(
+                self.store, entries, pad_id=pad_id, label_pad_id=label_pad_id, pad_to_multiple_of=multiple,
+                dtype=self._dtype,
+            )  # fmt: skip
         return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in arrays.items()}
 
     def _collate_into(self, batch: np.ndarray, slot: dict[str, Any]) -> tuple[int, ...]:
@@ -253,17 +259,24 @@ class Loader:
         n = len(batch) * width
         block = slot["numpy"]
         out = {key: block[k * n : (k + 1) * n] for k, key in enumerate(KEYS)}
-        views = collate(self.store, batch, **settings, out=out)
+        views = collate(
+            self.store,
+            batch,
+            pad_id=settings["pad_id"],
+            label_pad_id=settings["label_pad_id"],
+            pad_to_multiple_of=multiple,
+            out=out,
+        )
         return views["input_ids"].shape
 
     def _capacity(self, plan: Any, world: int, rank: int, start: int) -> int:
         """Elements of the largest padded batch this rank runs from ``start`` on (the Rust core's
         ``largest_padded``); a packed row's capacity."""
         if self._packed:
-            return int(self.sampler.max_tokens)
+            return int(self.sampler.max_tokens or 0)
         return plan.largest_padded(start, rank, self._settings["pad_to_multiple_of"])
 
-    def _slots(self, capacity: int, steps: int) -> list[dict[str, Any]]:
+    def _slots(self, capacity: int, steps: int) -> list[dict[str, Any] | None]:
         """``prefetch + 1`` slots of ``capacity`` elements per array (pinned for CUDA), at most one more
         than the ``steps`` left to run; a ring larger than the machine's memory is refused up front."""
         import torch
@@ -279,7 +292,7 @@ class Loader:
         if self._fresh:  # `prefetch` tokens bound the batches in flight; each gets a block of the pool
             self._capacity_now = capacity
             return [None] * (count - 1)
-        slots = []
+        slots: list[dict[str, Any] | None] = []
         try:
             for _ in range(count):
                 block = torch.empty(len(keys) * capacity, dtype=dtype, pin_memory=self.pin_memory)

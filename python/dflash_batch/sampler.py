@@ -20,7 +20,7 @@ import numpy as np
 
 import dflash_batch._core as _core
 
-from . import label_tokens
+from . import label_tokens, settings
 from ._arguments import _bool, _check_rank, _default_ranks, _epoch, _length_chunks
 from ._core import Plan, PlanError
 from .batches import Batches, GlobalBatches
@@ -35,67 +35,22 @@ from .sources import is_source
 class BucketSampler:
     """Length-bucketed batches, reshuffled every epoch, with equal step counts on every rank.
 
-    Args:
-        lengths: token count of every sample: a 1-D numpy integer array (any width), a list of ints, a
-            pyarrow ``Array``/``ChunkedArray`` of integers (read without a copy where possible), or a
-            dataset to read them from with :func:`read_lengths` — an Arrow file, a ``save_to_disk``
-            directory, a glob, a list of paths, or a ``datasets.Dataset``.
-        batch_size: fixed rows per batch. Exactly one of ``batch_size`` and ``max_tokens``.
-        max_tokens: padded-token budget per batch: ``rows × round_up(longest row) ≤ max_tokens``; with a
-            ``cost`` model, a budget in its units: ``rows × cost(round_up(longest row)) ≤ max_tokens``.
-        boundaries: ``"auto"``: the fewest buckets whose predicted padding efficiency reaches
-            ``target_efficiency``, placed by an exact dynamic program over the length histogram; a bucket
-            count K (K optimized buckets); or explicit edges ``e_0 < … < e_K``, bucket ``i`` holding lengths
-            in ``(e_i, e_{i+1}]``. ``sampler.predicted_efficiency`` reports the prediction.
-        seed: seed of every random stream (``0 ≤ seed < 2**64``).
-        shuffle: reshuffle every epoch (training); ``False`` gives a deterministic length-sorted plan.
-        world_size, rank: default to ``torch.distributed`` when it is initialized, else 1 and 0.
-        drop_last: drop the last ``batches mod world_size`` batches instead of splitting batches so that
-            every rank gets the same number of steps.
-        oversize: for samples longer than ``max_tokens``: ``"error"`` (default) raises naming the row,
-            ``"skip"`` leaves them out (counted in ``plan.stats()["skipped"]``), and ``"truncate"``
-            (``mode="packed"``) splits each into ``max_tokens``-token pieces packed as separate
-            sequences — see :meth:`pieces`; ``sampler.truncated`` counts the samples split.
-        pad_to_multiple_of: padded lengths are rounded up to a multiple of this.
-        threads: planner threads (default: up to 8). The plan is identical for any value.
-        column: the lengths column when ``lengths`` is a dataset: an integer column, or a list column
-            such as ``"input_ids"`` (lengths from its offsets).
-        target_efficiency: the padding efficiency ``boundaries="auto"`` aims for (default 0.98).
-        accumulation: micro-batches per optimizer step (default ``None``: 1, or under
-            :class:`~dflash_batch.hf.BucketTrainer` its ``gradient_accumulation_steps``). Windows of
-            ``accumulation × world_size`` consecutive batches are what one optimizer step sees:
-            ``plan.stats()`` measures mixing over them, and rank balance matches each step's batches
-            by cost inside them without changing any window's contents. Pass your real value.
-        cost: ``"tokens"`` (default: a batch costs its padded tokens) or ``(a, b)``: a row of padded
-            length ``L`` costs ``a·L + b·L²`` (attention grows with the square of the length). The
-            budget (``max_tokens``) and rank balance use it, so long-sequence batches take fewer
-            tokens and ranks are matched on compute. Example: ``cost=(1, 1/4096)``.
-        balance_tolerance: ``None`` (default) keeps mixing first: steps are matched by cost only
-            inside each optimizer window. A number ``t`` (e.g. ``0.1``) forms every step, where the
-            data allows, from batches whose costs are within a factor ``1 + t``: lower rank imbalance,
-            less mixing (seed workload, 8 ranks × 4: p99 1.30 → 1.10, window_tv 0.069 → 0.15).
-        trim_steps: ``True`` trims each step's batches to a common cost and re-forms the rows trimmed
-            into extra steps spread through the epoch: ranks wait less (``accumulation=1``, attention
-            prices) for a few percent more steps and some mixing (docs/ranks.md).
-            Needs ``max_tokens``, padded rows, ``balance_tolerance=None``; epochs ≤ 16.7M samples.
-        mode: ``"padded"`` (default): rows padded to the batch's longest. ``"packed"``: samples
-            concatenated into rows of ``max_tokens`` tokens for varlen attention (FlashAttention
-            ``cu_seqlens``, SDPA document masks): each epoch the shuffled samples are packed best-fit
-            over a window of 255 open rows, so which samples share a row is random and rows are
-            ~99% real tokens; a batch is one row. ``plan.stats()["utilization"]`` is real tokens /
-            (rows × max_tokens). Collate with :func:`collate_packed` or the :class:`Loader`.
-        bucketed: with ``mode="packed"``, pack only samples of one length bucket together
-            (``boundaries``; ``"auto"``: 2 optimized buckets), which bounds each row's longest
-            sample (the kernel's ``max_seqlen``) at some cost in fill.
-        check_ranks: when ``torch.distributed`` is initialized with ``world_size`` ranks, the ranks
-            exchange the plan's fingerprint, seed and settings when an epoch's iteration starts and
-            all raise :class:`PlanError` naming what differs, instead of training on overlapping
-            samples or hanging (default ``True``; a collective: every rank iterates).
-        order: ``"stratified"`` (default): consecutive batches draw from the length buckets in proportion
-            to the data (a low-discrepancy interleaving, randomized every epoch), so every accumulation
-            window sees the dataset's length mix. ``"random"``: a seeded shuffle of the batches within
-            each of the epoch's (at most 16) groups. Shuffled epochs of up to 16.7M samples; larger ones
-            keep the order in which batches form (window_tv ≈ 0.15), which costs no extra pass.
+        Args:
+            lengths: token count of every sample: a 1-D numpy integer array (any width), a list of ints, a
+                pyarrow ``Array``/``ChunkedArray`` of integers (read without a copy where possible), or a
+                dataset to read them from with :func:`read_lengths` — an Arrow file, a ``save_to_disk``
+                directory, a glob, a list of paths, or a ``datasets.Dataset``.
+            rank: this process's rank (default: ``torch.distributed``'s, else torchrun's ``RANK``, else 0).
+            column: the lengths column when ``lengths`` is a dataset: an integer column, or a list column
+                such as ``"input_ids"`` (lengths from its offsets).
+            check_ranks: when ``torch.distributed`` is initialized with ``world_size`` ranks, the ranks
+                exchange the plan's fingerprint, seed and settings when an epoch's iteration starts and
+                all raise :class:`PlanError` naming what differs, instead of training on overlapping
+                samples or hanging (default ``True``; a collective: every rank iterates).
+
+        The planning settings (declared once, in :mod:`dflash_batch.settings`):
+
+    {settings}
     """
 
     def __init__(
@@ -108,12 +63,10 @@ class BucketSampler:
         seed: int = 0,
         shuffle: bool = True,
         world_size: int | None = None,
-        rank: int | None = None,
         drop_last: bool = False,
         oversize: str = "error",
         pad_to_multiple_of: int = 1,
         threads: int | None = None,
-        column: str = "seq_len",
         accumulation: int | None = None,
         target_efficiency: float = 0.98,
         order: str = "stratified",
@@ -121,8 +74,10 @@ class BucketSampler:
         balance_tolerance: float | None = None,
         mode: str = "padded",
         bucketed: bool = False,
-        check_ranks: bool = True,
         trim_steps: bool = False,
+        rank: int | None = None,
+        column: str = "seq_len",
+        check_ranks: bool = True,
     ) -> None:
         world_size, rank = _default_ranks(world_size, rank)
         # Every planning setting is checked once, in the core's binding; the schedule holds, pickles and
@@ -364,3 +319,6 @@ class BucketSampler:
             f"BucketSampler(num_samples={self.num_samples}, {size}, buckets={len(self.edges) - 1}, "
             f"seed={c.seed}, epoch={self.epoch}, rank={self._rank}/{self.world_size})"
         )
+
+
+BucketSampler.__doc__ = (BucketSampler.__doc__ or "").replace("{settings}", settings.docstring())

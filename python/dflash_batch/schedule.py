@@ -33,6 +33,10 @@ class Schedule:
     """
 
     __slots__ = ("_any_ranks", "_config", "_fingerprint", "_planner")
+    _config: _core.Config
+    _planner: _core.Planner
+    _fingerprint: str | None
+    _any_ranks: str | None
 
     def __init__(self, chunks: Iterable[np.ndarray], config: _core.Config) -> None:
         planner = _core.Planner(list(chunks), config)

@@ -247,21 +247,25 @@ class BucketTrainer(Trainer):
                 "gradient_accumulation_steps, sampler or number of processes; resume with the settings it was "
                 f"trained with (gradient_accumulation_steps={state.get('settings', {}).get('accumulation')})"
             )
+        # The Trainer fast-forwards the resumed epoch over the sampler's batches itself; its epoch is set
+        # here too, for Trainer releases that set it only on the loader they skip from.
+        sampler.set_epoch(counted[0])
 
     # -- evaluation and prediction ----------------------------------------------------------------------
 
-    def get_eval_dataloader(self, eval_dataset: Any = None) -> Loader:
+    def get_eval_dataloader(self, eval_dataset: Any = None) -> Loader:  # type: ignore[override]
         """A :class:`Loader` over the eval dataset: a ``shuffle=False`` plan (the same every time) with the
         training sampler's budget, this process's share of it, padded batches."""
         if eval_dataset is None and self.eval_dataset is None:
             raise ValueError("Trainer: evaluation requires an eval_dataset.")
         if isinstance(eval_dataset, str):
-            eval_dataset = self.eval_dataset[eval_dataset]
+            eval_dataset = self.eval_dataset[eval_dataset]  # type: ignore[index]
         dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
         if isinstance(dataset, dict):
             raise TypeError("BucketTrainer evaluates one eval_dataset at a time; pass its name to evaluate()")
         store = self.eval_store if (self.eval_store is not None and eval_dataset is None) else TokenStore(dataset)
         train = self.bucket_sampler
+        budget: dict[str, Any]
         if train.max_tokens:
             budget = {"max_tokens": train.max_tokens}
         else:

@@ -49,6 +49,8 @@ fn a_cost_model_past_f32_is_refused_instead_of_looping_forever() {
     use dflash_batch_core::CostModel;
     use dflash_batch_core::ErrorKind;
     // Batch costs beyond f32 were infinite, and the cost-class construction looped until the OOM killer.
+    // A coefficient past 1e12 is refused with the settings now (within that range a batch priced past
+    // f32 would need tens of millions of rows of 2^32 tokens; the planner's check stays for those).
     let huge = CostModel {
         linear: 1e39,
         quadratic: 0.0,
@@ -59,35 +61,9 @@ fn a_cost_model_past_f32_is_refused_instead_of_looping_forever() {
         ..Config::new(Batching::Rows(4))
     };
     let e = Planner::new(vec![3u32, 9, 27, 81], rows).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::InvalidCost { .. }), "{e}");
     assert!(
-        matches!(
-            e.kind(),
-            ErrorKind::CostOverflow {
-                rows: 4,
-                length: 81,
-                ..
-            }
-        ),
-        "{e}"
-    );
-    assert!(e.to_string().contains("scale a and b down together"), "{e}");
-    let tokens = Config {
-        cost: CostModel {
-            linear: 1e300,
-            quadratic: 1e300,
-        },
-        ..Config::new(Batching::Tokens(1 << 20))
-    };
-    let e = Planner::new(vec![3u32, 9], tokens).unwrap_err();
-    assert!(
-        matches!(
-            e.kind(),
-            ErrorKind::CostOverflow {
-                rows: 1,
-                length: 3,
-                ..
-            }
-        ),
+        e.to_string().contains("each 0 or between 1e-12 and 1e12"),
         "{e}"
     );
 }

@@ -12,28 +12,7 @@ use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use crate::choices::{cost_of, mode_of, order_of, oversize_of};
 use crate::errors::{invalid_setting, to_py};
 use crate::extract::{boundaries_of, count, flag, number, optional_count, seed_of, threads_of};
-
-/// The keyword arguments, in the order `settings()` and checkpoints list them.
-const KEYS: [&str; 18] = [
-    "batch_size",
-    "max_tokens",
-    "boundaries",
-    "seed",
-    "shuffle",
-    "world_size",
-    "drop_last",
-    "oversize",
-    "pad_to_multiple_of",
-    "threads",
-    "accumulation",
-    "target_efficiency",
-    "order",
-    "cost",
-    "balance_tolerance",
-    "mode",
-    "bucketed",
-    "trim_steps",
-];
+use crate::settings::{is_setting, names, SETTINGS};
 
 /// A sampler's planning settings, checked (frozen: a changed setting is a new `Config`).
 #[pyclass(frozen, name = "Config", module = "dflash_batch._core")]
@@ -46,11 +25,11 @@ pub(crate) struct Settings {
 
 #[pymethods]
 impl Settings {
-    /// Keyword arguments only, each one `BucketSampler` takes (`KEYS`); one left out takes its
+    /// Keyword arguments only, each one `BucketSampler` takes (`settings.rs`); one left out takes its
     /// default, and `None` is a value (refused where the setting needs one).
     #[new]
     #[pyo3(signature = (**kwargs), text_signature = "(*, batch_size=None, max_tokens=None, \
-        boundaries='auto', seed=0, shuffle=True, world_size=1, drop_last=False, oversize='error', \
+        boundaries='auto', seed=0, shuffle=True, world_size=None, drop_last=False, oversize='error', \
         pad_to_multiple_of=1, threads=None, accumulation=None, target_efficiency=0.98, \
         order='stratified', cost='tokens', balance_tolerance=None, mode='padded', bucketed=False, \
         trim_steps=False)")]
@@ -59,7 +38,7 @@ impl Settings {
         let kwargs = kwargs.unwrap_or(&empty);
         for key in kwargs.keys() {
             let key = key.extract::<String>()?;
-            if !KEYS.contains(&key.as_str()) {
+            if !is_setting(&key) {
                 return Err(PyTypeError::new_err(format!(
                     "Config() got an unexpected keyword argument '{key}'"
                 )));
@@ -121,7 +100,8 @@ impl Settings {
         let boundaries = boundaries_of(&given, boundaries)?;
         let seed = seed_of(&given, seed)?;
         let shuffle = flag(&given, "shuffle", shuffle, true)?;
-        let world_size = count(&given, "world_size", world_size, None)?;
+        // `None`: one rank (the sampler resolves torch.distributed's ranks before building a Config).
+        let world_size = count(&given, "world_size", world_size, Some(1))?;
         let drop_last = flag(&given, "drop_last", drop_last, false)?;
         let oversize = oversize_of(&given, oversize)?;
         let pad_to_multiple_of = count(&given, "pad_to_multiple_of", pad_to_multiple_of, None)?;
@@ -171,7 +151,7 @@ impl Settings {
     fn settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let given = self.given.bind(py);
         let out = PyDict::new(py);
-        for key in KEYS {
+        for key in SETTINGS.iter().map(|s| s.name) {
             let value = given
                 .get_item(key)?
                 .unwrap_or_else(|| py.None().into_bound(py));
@@ -217,10 +197,10 @@ impl Settings {
 
     /// The keyword argument `name` as checked (`None` for one not given a value).
     fn get<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
-        if !KEYS.contains(&name) {
+        if !is_setting(name) {
             return Err(invalid_setting(
                 "name",
-                format!("'{name}' is not a setting; use one of {}", KEYS.join(", ")),
+                format!("'{name}' is not a setting; use one of {}", names()),
             ));
         }
         Ok(self

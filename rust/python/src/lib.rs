@@ -17,6 +17,7 @@ mod config;
 mod metrics;
 mod plan;
 mod planning;
+mod settings;
 mod table;
 mod workload;
 
@@ -34,6 +35,7 @@ pub(crate) fn physical_memory() -> Option<u64> {
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<config::Settings>()?;
+    m.add("SETTINGS", settings::declared(m.py())?)?;
     m.add_class::<planning::Planner>()?;
     m.add_class::<plan::Plan>()?;
     m.add_class::<reading::TokenStore>()?;

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use crate::error::read::ReadProblem;
-use crate::read::dataset::read_failure;
+use crate::error::ErrorKind;
 
 /// One mapped file as it was when it was mapped.
 #[derive(Debug)]
@@ -62,6 +62,7 @@ impl FileGuard {
             }
             Ok(_) => return Ok(()),
         };
-        Err(read_failure(&self.path, problem))
+        let path = self.path.display().to_string();
+        Err(ErrorKind::Read { path, problem }.into())
     }
 }

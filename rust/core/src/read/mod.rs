@@ -1,6 +1,6 @@
 //! Reading a dataset: Arrow IPC files memory-mapped (`arrow.rs`), an integer or list column's
 //! lengths (`column.rs`), the files of a dataset in order (`dataset.rs`), and random access to any
-//! row's tokens (`tokens.rs`) with a loss mask beside them (`mask.rs`); a table already in memory read by the same rules (`table.rs`), and
+//! row's tokens (`tokens.rs`, their typed buffers in `values.rs`) with a loss mask beside them (`mask.rs`); a table already in memory read by the same rules (`table.rs`), and
 //! Megatron-LM indexed datasets (`.bin` + `.idx`) as one more kind of file (`megatron.rs`); mapped
 //! files are checked for changes before their rows are read (`guard.rs`).
 
@@ -12,3 +12,4 @@ pub mod mask;
 pub mod megatron;
 pub mod table;
 pub mod tokens;
+pub mod values;
