@@ -283,6 +283,10 @@ def run_selftest(case, _):
         check(False, "a deliberately broken invariant")
     if what == "documented":
         raise db.PlanError("a documented type")
+    if what == "undeclared_kind":
+        error = db.PlanError("a documented type of an undeclared kind")
+        error.kind = "bogus"
+        raise error
 
 
 RUNNERS = {
@@ -299,6 +303,27 @@ RUNNERS = {
 }
 
 
+def undeclared(error: BaseException) -> str | None:
+    """What is wrong with a library error's fields against the core's declared kinds (None: nothing): its
+    kind is declared (or invalid_setting, which names its setting), its reason a declared kind."""
+    import dflash_batch as db
+    from dflash_batch import _core
+
+    if not isinstance(error, db.Error):
+        return None
+    names = {k["name"] for k in _core.ERROR_KINDS}
+    kind, reason, setting = getattr(error, "kind", None), getattr(error, "reason", None), getattr(error, "setting", 0)
+    if kind is None:  # raised from Python without the core's fields: no kind to check
+        return None
+    if kind not in names:
+        return f"kind {kind!r} is not declared"
+    if reason is not None and reason not in names:
+        return f"reason {reason!r} is not declared"
+    if kind == "invalid_setting" and not setting:
+        return "an invalid_setting that names no setting"
+    return None
+
+
 def main() -> None:
     paths = json.loads(sys.argv[1])
     warnings.simplefilter("ignore")
@@ -312,6 +337,9 @@ def main() -> None:
             outcome = {"case": number, "outcome": "failed", "reason": f"invariant: {broken}"}
         except DOCUMENTED as error:
             outcome = {"case": number, "outcome": "raised", "type": type(error).__name__, "message": str(error)[:300]}
+            wrong = undeclared(error)
+            if wrong:
+                outcome = {"case": number, "outcome": "failed", "reason": f"{wrong}: {error}"[:500]}
         except BaseException as error:  # any other type is what this suite looks for
             reason = f"{type(error).__name__}: {error}"[:500] + "\n" + traceback.format_exc()[-1500:]
             outcome = {"case": number, "outcome": "failed", "reason": reason}

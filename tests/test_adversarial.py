@@ -33,7 +33,10 @@ def paths(tmp_path_factory):
     (root / "empty_file").write_bytes(b"")
     (root / "text_file").write_text("not arrow\n")
     os.mkfifo(root / "fifo")
+    os.mkfifo(root / "fifo_lengths.txt")  # a lengths file the CLI would have opened and waited on forever
+    (root / "zero_lengths.txt").symlink_to("/dev/zero")  # ... or read until memory ran out
     np.save(root / "lengths.npy", np.random.default_rng(0).integers(1, 500, 300))
+    (root / "one.txt").write_text("100\n")
     return {
         "store": str(store),
         "missing": str(root / "missing.arrow"),
@@ -43,6 +46,9 @@ def paths(tmp_path_factory):
         "devnull": "/dev/null",
         "fifo": str(root / "fifo"),
         "npy": str(root / "lengths.npy"),
+        "fifo_txt": str(root / "fifo_lengths.txt"),
+        "zero_txt": str(root / "zero_lengths.txt"),
+        "one_txt": str(root / "one.txt"),
         "png": str(root / "plot.png"),
         "unwritable_png": "/proc/no/such/dir/plot.png",
     }
@@ -57,12 +63,14 @@ def check(cases, paths):
 @pytest.mark.slow  # a child for each kind of failure, a hang among them
 def test_the_harness_names_each_kind_of_failure(paths):
     """A suite that cannot fail proves nothing: a signal, a hang, an undocumented exception type and a
-    broken invariant are each reported against their case, and a documented error is not."""
+    broken invariant and an error of a kind the core does not declare are each reported against their
+    case, and a documented error is not."""
     for what, expected in [
         ("abort", "ended with -6"),
         ("hang", "hung past the time limit"),
         ("undocumented", "KeyError"),
         ("broken", "invariant: a deliberately broken invariant"),
+        ("undeclared_kind", "kind 'bogus' is not declared"),
     ]:
         cases = [{"kind": "selftest", "what": "documented"}, {"kind": "selftest", "what": what}]
         outcomes, failures = run_cases(cases, paths, timeout=10)
@@ -140,7 +148,7 @@ INVALID = {
     "cost": st.one_of(st.just("flops"), st.tuples(st.sampled_from([-1.0, 1e30]), st.sampled_from([float("inf"), 0.0]))),
     "balance_tolerance": st.sampled_from([0.0, 1e9]),
     "mode": st.just("rolled"),
-    "threads": st.sampled_from([0, -1, 10**6]),
+    "threads": st.sampled_from([0, -1, 2**70]),
     "trim_steps": st.sampled_from(["yes", 2]),
 }
 
@@ -344,7 +352,12 @@ def cli_argv(draw):
     command = draw(st.sampled_from(["demo", "analyze", "analyze", "bogus"]))
     argv = [command]
     if command == "analyze":
-        argv += draw(st.sampled_from([["--demo"], ["@store"], ["@npy"], ["@missing"], ["@text_file"], []]))
+        argv += draw(
+            st.sampled_from(
+                [["--demo"], ["@store"], ["@npy"], ["@missing"], ["@text_file"], ["@fifo_txt"], ["@zero_txt"],
+                 ["@one_txt"], []]
+            )
+        )  # fmt: skip
     names = draw(st.lists(st.sampled_from(sorted(OPTIONS)), max_size=4, unique=True))
     for name in names:
         argv += [name, draw(st.sampled_from(OPTIONS[name]))]

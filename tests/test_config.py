@@ -82,7 +82,7 @@ WRONG_TYPES = {
 }  # fmt: skip
 WRONG_VALUES = {
     "batch_size": 0, "max_tokens": 2**63, "boundaries": "optimal", "seed": -1, "world_size": 0,
-    "oversize": "clip", "pad_to_multiple_of": 2**32, "threads": 10**6, "accumulation": 0,
+    "oversize": "clip", "pad_to_multiple_of": 2**32, "threads": 0, "accumulation": 0,
     "target_efficiency": 1.5, "order": "sorted", "cost": "flops", "balance_tolerance": -1.0, "mode": "dense",
 }  # fmt: skip
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import dflash_batch as db
 import pytest
 
+pytestmark = pytest.mark.multiprocess  # several processes: `make test-all`, not the fast lane
+
 TRAIN = r"""
 import json, os, sys
 import dflash_batch as db
-
-pytestmark = pytest.mark.multiprocess  # several processes: `make test-all`, not the fast lane
 
 log, ckpt, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 sampler = db.BucketSampler(db.seed_workload(4000, seed=2), max_tokens=16384, world_size=2, rank=1, seed=9)

@@ -28,6 +28,11 @@ def _length_chunks(lengths: Any) -> list[np.ndarray]:
     """Normalizes the accepted length inputs to 1-D integer numpy arrays (zero-copy where possible)."""
     if isinstance(lengths, (str, bytes)) or lengths is None or np.isscalar(lengths):
         raise TypeError(f"lengths must be an array of integers, got {type(lengths).__name__} {lengths!r:.40}")
+    if isinstance(lengths, (set, frozenset, dict)):  # numpy makes a 0-d object array of them
+        raise TypeError(
+            f"lengths must be an ordered sequence of integers (one per row), got a {type(lengths).__name__}; "
+            "pass a list or a numpy array in row order"
+        )
     if _is_arrow(lengths):
         return _arrow_chunks(lengths)
     if isinstance(lengths, Iterator):  # np.asarray makes a 0-d object array of it
@@ -38,10 +43,13 @@ def _length_chunks(lengths: Any) -> list[np.ndarray]:
     array = np.asarray(lengths)
     if array.size == 0:
         return [np.zeros(0, dtype=np.uint32)]
+    if isinstance(lengths, (list, tuple)) and any(isinstance(v, (bool, np.bool_)) for v in lengths):
+        _first_non_length(lengths)  # a bool among integers is not a token count: [1, True] is not [1, 1]
     if array.ndim != 1:
         raise PlanError(f"lengths must be 1-D, got an array of shape {array.shape}; pass one length per sample")
     if array.dtype.kind not in "iu":
-        _first_non_length(lengths if isinstance(lengths, (list, tuple)) else array)
+        if array.dtype.kind != "b":  # a missing or out-of-range value made numpy fall back: name it
+            _first_non_length(lengths if isinstance(lengths, (list, tuple)) else array)
         raise TypeError(f"lengths must be integers, got dtype {array.dtype}; convert with .astype(np.int64)")
     if not array.dtype.isnative:
         raise TypeError(
@@ -57,7 +65,7 @@ def _first_non_length(values: Any) -> None:
     non-integral values are left to the caller's ``TypeError``."""
     for row, value in enumerate(values):
         if isinstance(value, (bool, np.bool_)):
-            continue
+            raise TypeError(f"lengths row {row} is the bool {value!r}, not a token count; pass integers")
         if isinstance(value, (int, np.integer)):
             value = int(value)
             if value <= 0:

@@ -13,10 +13,13 @@ __version__: str
 PLAN_REVISION: int
 
 class Error(ValueError):
-    """The base of dflash_batch's own errors: ``kind`` names what went wrong (snake case, stable), and
-    ``row``, ``setting`` and ``path`` are set where the error knows them (else None)."""
+    """The base of dflash_batch's own errors: ``kind`` names what went wrong (snake case, stable; every
+    bad setting is ``invalid_setting``), ``reason`` the finer kind (``invalid_cost``, ``too_few_edges``,
+    ...; else the kind), and ``row``, ``setting`` and ``path`` are set where the error knows them (else
+    None). ``ERROR_KINDS`` lists every kind."""
 
     kind: str
+    reason: str
     row: int | None
     setting: str | None
     path: str | None
@@ -142,6 +145,9 @@ class Plan:
 #: Every planning setting, declared once (``rust/python/src/settings.rs``): dicts of ``name``, ``type``,
 #: ``default`` (Python source), ``range`` and ``doc``, in the order of the signature and of checkpoints.
 SETTINGS: tuple[dict[str, str], ...]
+#: Every error kind, declared once (``rust/core/src/error/fields.rs``): dicts of ``name``, ``exception``
+#: (the class raised) and ``invalid_setting`` (whether it is raised as a bad setting).
+ERROR_KINDS: tuple[dict[str, object], ...]
 
 class Config:
     """A sampler's planning settings, each checked once (types here, ranges and the rules between

@@ -9,5 +9,5 @@ from ._core import PlanError
 def invalid_setting(name: str, message: str) -> PlanError:
     """A ``PlanError`` (a ``ValueError``) of kind ``invalid_setting`` about setting ``name``."""
     error = PlanError(message)
-    error.kind, error.setting = "invalid_setting", name
+    error.kind, error.reason, error.setting = "invalid_setting", "invalid_setting", name
     return error

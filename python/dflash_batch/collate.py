@@ -223,6 +223,12 @@ class Collator:
         store = _rows_store([np.asarray(e[self.column] if isinstance(e, dict) else e) for e in examples], self.column)
         name = self._mask_column(examples[0])
         if name is not None:
+            lacking = next((i for i, e in enumerate(examples) if not isinstance(e, dict) or name not in e), None)
+            if lacking is not None:
+                raise ValueError(
+                    f"Collator(mask={self.mask!r}): row {lacking} of this batch has no {name!r} column, which row 0 "
+                    "has; every row of a dataset carries the same columns — fix the rows, or pass mask=None"
+                )
             values = [np.asarray(e[name]) for e in examples]
             masks = _rows_store([m.astype(np.int8) if m.dtype == bool else m for m in values], name)
             store = store.with_mask(masks, "labels" if name == "labels" else "binary")

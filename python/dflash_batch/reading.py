@@ -141,14 +141,24 @@ class TokenStore:
             return
 
     def _open_megatron_mask(self, source: Source, mask: str) -> None:
-        """A Megatron dataset's mask is a pair of its own beside each token pair, ``PREFIX_loss_mask``
-        (0/1, any integer dtype) or ``PREFIX_<mask>`` when named (``PREFIX_labels``: -100 ignored), with
-        the token pair's sequences and lengths (write it with the same indexed-dataset builder)."""
-        name = "loss_mask" if mask == "auto" else mask
-        halves = tuple(path[: -len(".idx")] + f"_{name}.idx" for path in source.paths)
+        """A Megatron dataset's mask is a pair of its own beside each token pair, ``PREFIX_<mask>`` (with
+        ``mask="auto"``, the first of :data:`MASK_COLUMNS` present, as for Arrow: ``PREFIX_labels`` with
+        -100 ignored, or a 0/1 ``PREFIX_loss_mask``...), with the token pair's sequences and lengths (write
+        it with the same indexed-dataset builder)."""
+
+        def halves_of(name: str) -> tuple[str, ...]:
+            return tuple(path[: -len(".idx")] + f"_{name}.idx" for path in source.paths)
+
+        candidates = MASK_COLUMNS if mask == "auto" else (mask,)
+        found = [n for n in candidates if all(os.path.exists(h) for h in halves_of(n))]
+        if mask == "auto" and not found:
+            partial = [n for n in candidates if any(os.path.exists(h) for h in halves_of(n))]
+            if not partial:
+                return
+            found = partial  # a mask beside some pairs only: refused below, naming the missing half
+        name = found[0] if found else mask
+        halves = halves_of(name)
         present = [os.path.exists(half) for half in halves]
-        if mask == "auto" and not any(present):
-            return
         if not all(present):
             missing = halves[present.index(False)]
             raise _core.DataError(

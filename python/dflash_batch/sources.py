@@ -73,8 +73,8 @@ def _once(paths: list[str]) -> list[str]:
     return _without_mask_pairs(list(dict.fromkeys(paths)))
 
 
-#: Suffixes of the Megatron mask pairs a ``TokenStore`` finds beside a token pair.
-MASK_PAIRS = ("_loss_mask.idx", "_labels.idx")
+#: Suffixes of the Megatron mask pairs a ``TokenStore`` finds beside a token pair (``MASK_COLUMNS``).
+MASK_PAIRS = ("_labels.idx", "_completion_mask.idx", "_assistant_masks.idx", "_loss_mask.idx")
 
 
 def _without_mask_pairs(paths: list[str]) -> list[str]:
@@ -103,7 +103,8 @@ def is_source(value: Any) -> bool:
 
 
 def is_dataset(value: Any) -> bool:
-    return type(value).__module__.startswith("datasets") and hasattr(value, "_data") and hasattr(value, "_indices")
+    """A ``datasets.Dataset`` (map-style, not a dict of splits or a stream), without importing datasets."""
+    return any(k.__name__ == "Dataset" and k.__module__.startswith("datasets") for k in type(value).__mro__)
 
 
 def _dataset_kind(value: Any) -> str | None:
@@ -247,12 +248,20 @@ def _data_error(message: str) -> Exception:
 
 
 def _from_dataset(dataset: Any) -> Source:
+    if len(dataset) == 0:
+        raise _data_error(
+            "the datasets.Dataset holds no rows (an empty select or filter leaves none); pass a dataset with at "
+            "least one sample"
+        )
     rows = None
-    if dataset._indices is not None:
-        rows = np.ascontiguousarray(dataset._indices.column(0).to_numpy(), dtype=np.uint64)
-    paths = _plain_files(dataset._data)
+    # `datasets` publishes no accessor for a dataset's indices mapping (`flatten_indices()` would copy
+    # every row): its `_indices` table is the one private field this library reads, to map rows in place.
+    indices = getattr(dataset, "_indices", None)
+    if indices is not None:
+        rows = np.ascontiguousarray(indices.column(0).to_numpy(), dtype=np.uint64)
+    paths = _plain_files(dataset.data)
     if paths is None:
-        return Source(table=dataset._data.table, rows=rows)
+        return Source(table=dataset.data.table, rows=rows)
     return Source(paths=tuple(paths), rows=rows)
 
 

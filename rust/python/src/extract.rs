@@ -140,18 +140,17 @@ pub(crate) fn threads_of(
         return Ok(None);
     };
     let value = int_of("threads", obj)?;
-    let most = 4 * std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     match value.extract::<usize>() {
-        Ok(t) if (1..=most).contains(&t) => {
+        Ok(t) if t >= 1 => {
+            // Kept as given (a configuration written on a bigger machine means the same here): the
+            // pool is capped to this machine's cores, and the plan is the same for any thread count.
             given.set_item("threads", t)?;
-            Ok(Some(t))
+            let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+            Ok(Some(t.min(cores)))
         }
         _ => Err(invalid_setting(
             "threads",
-            format!(
-                "threads={value} is invalid; pass 1 to {most} (4 × this machine's cores), or None \
-                 for the default"
-            ),
+            format!("threads={value} is invalid; pass a positive count (capped to this machine's cores), or None"),
         )),
     }
 }

@@ -36,6 +36,7 @@ pub(crate) fn physical_memory() -> Option<u64> {
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<config::Settings>()?;
     m.add("SETTINGS", settings::declared(m.py())?)?;
+    m.add("ERROR_KINDS", errors::declared(m.py())?)?;
     m.add_class::<planning::Planner>()?;
     m.add_class::<plan::Plan>()?;
     m.add_class::<reading::TokenStore>()?;
@@ -60,14 +61,20 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let base = m.py().get_type::<Error>();
     for (name, value) in [
         ("kind", Some("error")),
+        ("reason", Some("error")),
         ("row", None),
         ("setting", None),
         ("path", None),
     ] {
         base.setattr(name, value)?;
     }
-    m.py().get_type::<PlanError>().setattr("kind", "plan")?;
-    m.py().get_type::<DataError>().setattr("kind", "data")?;
+    for (class, kind) in [
+        (m.py().get_type::<PlanError>(), "plan"),
+        (m.py().get_type::<DataError>(), "data"),
+    ] {
+        class.setattr("kind", kind)?;
+        class.setattr("reason", kind)?;
+    }
     m.add("PlanError", m.py().get_type::<PlanError>())?;
     m.add("DataError", m.py().get_type::<DataError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

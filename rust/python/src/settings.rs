@@ -100,7 +100,7 @@ pub(crate) const SETTINGS: [Setting; 18] = [
         name: "threads",
         kind: "int | None",
         default: "None",
-        range: "≥ 1 (default: up to 8)",
+        range: "≥ 1, capped to this machine's cores (default: up to 8)",
         doc: "planner threads. The plan is identical for any value.",
     },
     Setting {

@@ -7,6 +7,7 @@
 use crate::error::read::ReadProblem;
 
 mod fields;
+pub use fields::{Family, Kind, KINDS};
 mod message;
 pub mod read;
 

@@ -67,6 +67,15 @@ pub enum ReadProblem {
         /// The row within the file.
         row: u64,
     },
+    /// A null inside a row of a list column (a token, or a loss-mask value).
+    NullValue {
+        /// The column.
+        column: String,
+        /// The row within the file.
+        row: u64,
+        /// What a value of the column is: `token` or `loss-mask value`.
+        what: &'static str,
+    },
     /// A length below zero.
     Negative {
         /// The column.
@@ -202,6 +211,11 @@ impl fmt::Display for ReadProblem {
                 f,
                 "has a null in column {column:?} at row {row}; every sample needs a length (drop or fill \
                  the null rows first)"
+            ),
+            P::NullValue { column, row, what } => write!(
+                f,
+                "has a null {what} in column {column:?} at row {row}; every {what} must be a value (fill \
+                 the nulls, or drop the rows that have them)"
             ),
             P::Negative { column, row, value } => write!(
                 f,

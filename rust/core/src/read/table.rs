@@ -83,7 +83,7 @@ impl TokenStore {
         name: &str,
         rows: Option<Vec<u64>>,
     ) -> Result<Self> {
-        Self::from_table_as(schema, batches, name, rows, accept_tokens)
+        Self::from_table_as(schema, batches, name, rows, accept_tokens, "token")
     }
 
     /// The loss-mask column `name` of a table, with the mask's type rule (as [`TokenStore::open_mask`]),
@@ -94,7 +94,7 @@ impl TokenStore {
         name: &str,
         rows: Option<Vec<u64>>,
     ) -> Result<Self> {
-        Self::from_table_as(schema, batches, name, rows, accept_mask)
+        Self::from_table_as(schema, batches, name, rows, accept_mask, "loss-mask value")
     }
 
     fn from_table_as(
@@ -103,13 +103,14 @@ impl TokenStore {
         name: &str,
         rows: Option<Vec<u64>>,
         accept: fn(&Field) -> std::result::Result<(), ReadProblem>,
+        what: &'static str,
     ) -> Result<Self> {
         let column = table_column(schema, batches, name, accept)?;
         crate::memory::reserve(
             "reading a column",
             column.rows() as u64 * READ_BYTES_PER_ROW,
         )?;
-        let mut store = Self::empty();
+        let mut store = Self::empty_of(what);
         store
             .add(name, &column)
             .map_err(|problem| read_failure(Path::new(IN_MEMORY), problem))?;

@@ -74,6 +74,8 @@ pub struct TokenStore {
     lengths: Vec<u32>,
     /// File row of each store row, when the store has a mapping (checked in range on open).
     rows: Option<Vec<usize>>,
+    /// What one value of the column is, for messages: `token`, or `loss-mask value`.
+    what: &'static str,
     /// The mapped files of each column added (one per file, or the pair's `.bin`), and the column of each
     /// record batch: what a read of rows checks first (`guard.rs`).
     files: Vec<Vec<Arc<FileGuard>>>,
@@ -91,7 +93,7 @@ impl TokenStore {
         rows: Option<Vec<u64>>,
         progress: impl FnMut(usize),
     ) -> Result<Self> {
-        Self::open_as(paths, name, rows, progress, accept_tokens)
+        Self::open_as(paths, name, rows, progress, accept_tokens, "token")
     }
 
     /// Maps the loss-mask column `name` of `paths`, as [`TokenStore::open`] maps tokens but with the
@@ -103,7 +105,7 @@ impl TokenStore {
         rows: Option<Vec<u64>>,
         progress: impl FnMut(usize),
     ) -> Result<Self> {
-        Self::open_as(paths, name, rows, progress, accept_mask)
+        Self::open_as(paths, name, rows, progress, accept_mask, "loss-mask value")
     }
 
     fn open_as<P: AsRef<Path>>(
@@ -112,12 +114,22 @@ impl TokenStore {
         rows: Option<Vec<u64>>,
         progress: impl FnMut(usize),
         accept: fn(&Field) -> Result<(), ReadProblem>,
+        what: &'static str,
     ) -> Result<Self> {
         let mut store = Self::empty();
+        store.what = what;
         for_each_file(paths, name, accept, progress, |_, column| {
             store.add(name, &column)
         })?;
         store.map(rows)
+    }
+
+    /// An empty store whose values are `what` (`token`, `loss-mask value`), for messages.
+    pub(crate) fn empty_of(what: &'static str) -> Self {
+        Self {
+            what,
+            ..Self::empty()
+        }
     }
 
     pub(crate) fn empty() -> Self {
@@ -127,6 +139,7 @@ impl TokenStore {
             starts: vec![0],
             lengths: Vec::new(),
             rows: None,
+            what: "token",
             files: Vec::new(),
             batch_files: Vec::new(),
             mask: None,
@@ -193,9 +206,10 @@ impl TokenStore {
         };
         if let Some(null) = first_null(values.as_ref()) {
             let batch_row = (0..chunk.len()).find(|&i| offsets.range(i).contains(&null));
-            return Err(ReadProblem::Null {
-                column: format!("{name} (a token)"),
+            return Err(ReadProblem::NullValue {
+                column: name.to_string(),
                 row: (self.file_rows() + batch_row.unwrap_or(0)) as u64,
+                what: self.what,
             });
         }
         if let Some(bools) = values.as_boolean_opt() {
