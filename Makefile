@@ -46,7 +46,8 @@ mypy: venv
 # The adapters' tests on the lowest releases of their clients (tests/clients-lowest.txt), in a virtualenv
 # of their own that imports this checkout's built extension.
 LOWEST := .venv-lowest
-ADAPTER_TESTS := tests/test_hf.py tests/test_trainer.py tests/test_trainer_settings.py tests/test_trainer_text.py \
+ADAPTER_TESTS := tests/test_hf.py tests/test_trainer.py tests/test_trainer_worlds.py tests/test_trainer_settings.py \
+	tests/test_trainer_text.py \
 	tests/test_accelerate.py tests/test_clients_resume.py tests/test_torch_recipes.py tests/test_state_rows.py \
 	tests/test_position.py
 test-clients-lowest: build

@@ -13,8 +13,6 @@ import pickle
 import threading
 import warnings
 
-import numpy as np
-import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -23,32 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 pytest.importorskip("torch")
 
 import dflash_batch as db
-
-ROWS = [list(range(1, int(n) + 1)) for n in np.random.default_rng(0).integers(2, 60, 80)]
-STORE = db.TokenStore(pa.table({"input_ids": ROWS}))
-
-
-def sampler(**kwargs) -> db.BucketSampler:
-    return db.BucketSampler(STORE.lengths(), max_tokens=128, seed=3, **kwargs)
-
-
-def rows(batch) -> list[int]:
-    """The dataset rows of a Loader batch (each row's length names it: rows are 1..n) or sampler batch."""
-    if isinstance(batch, dict):
-        return sorted(int(mask.sum()) for mask in batch["attention_mask"])
-    return sorted(len(ROWS[i]) for i in batch)
-
-
-def planned(epoch: int, start: int = 0) -> list[list[int]]:
-    plan = sampler().plan(epoch)
-    return [sorted(len(ROWS[i]) for i in plan[s]) for s in range(start, plan.steps)]
-
-
-def resumed_from(state: dict) -> list[list[int]]:
-    fresh = sampler()
-    fresh.load_state_dict(state)
-    return [rows(batch) for batch in fresh]
-
+from _position import STORE, planned, resumed_from, rows, sampler
 
 # -- rows 1–4 of issue 27 ---------------------------------------------------------------------------------
 
@@ -263,7 +236,9 @@ class PositionMachine(RuleBasedStateMachine):
         assert got == planned(self.epoch, start)[:k]
         if got or (k > len(got)):
             self.step, self.resume = start + len(got), False
-        if keep and len(got) == k and start + k < STEPS:
+        # Left open only if it has begun: the Loader at iter(), the sampler at its first next() (an
+        # unbegun sampler iterator begins wherever the position is then: nothing to supersede).
+        if keep and len(got) == k and start + k < STEPS and (k > 0 or on == "loader"):
             self.open = (iterator, start + k)
         else:
             iterator.close()

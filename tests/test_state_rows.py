@@ -24,26 +24,8 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 
 import dflash_batch as db  # noqa: E402
-
-ROWS = [list(range(1, int(n) + 1)) for n in np.random.default_rng(0).integers(2, 60, 80)]
-STORE = db.TokenStore(pa.table({"input_ids": ROWS}))
-
-
-def sampler(**kwargs) -> db.BucketSampler:
-    return db.BucketSampler(STORE.lengths(), max_tokens=128, seed=3, **kwargs)
-
-
-def rows_of(batch) -> list[int]:
-    """A batch's dataset rows, by their lengths (row lengths name the rows well enough here)."""
-    if isinstance(batch, dict):
-        return sorted(int(mask.sum()) for mask in batch["attention_mask"])
-    return sorted(len(ROWS[i]) for i in batch)
-
-
-def planned(epoch: int, start: int = 0) -> list[list[int]]:
-    plan = sampler().plan(epoch)
-    return [sorted(len(ROWS[i]) for i in plan[s]) for s in range(start, plan.steps)]
-
+from _position import STORE, planned, sampler  # noqa: E402
+from _position import rows as rows_of  # noqa: E402
 
 # -- row 1: moving the position while a loop runs ---------------------------------------------------------
 

@@ -56,6 +56,7 @@ from ..reading import TokenStore
 from ..sampler import BucketSampler
 from ..sources import refuse_collections_and_streams
 from . import hf_checks
+from .torch import Rows
 
 #: The state file the first process writes into every checkpoint folder (one position for all ranks).
 STATE_FILE = "dflash_batch.json"
@@ -349,7 +350,7 @@ class _TrainBatches(torch.utils.data.DataLoader):
     in the training thread; the next ones go through the Loader again)."""
 
     def __init__(self, loader: Loader) -> None:
-        super().__init__(_Rows(len(loader.store)), batch_sampler=loader.sampler, collate_fn=loader.collate)
+        super().__init__(Rows(len(loader.store)), batch_sampler=loader.sampler, collate_fn=loader.collate)
         self.loader = loader
 
     def __iter__(self) -> Iterator[dict[str, Any]]:  # type: ignore[override]
@@ -363,20 +364,3 @@ class _TrainBatches(torch.utils.data.DataLoader):
 
     def state_dict(self) -> dict[str, Any]:
         return self.loader.state_dict()
-
-
-class _Rows(torch.utils.data.Dataset):
-    """Row numbers as a map-style dataset: a ``DataLoader`` fetches a batch's indices and the Loader's
-    collation reads their tokens."""
-
-    def __init__(self, rows: int) -> None:
-        self.rows = rows
-
-    def __len__(self) -> int:
-        return self.rows
-
-    def __getitem__(self, index: int) -> int:
-        return index
-
-    def __getitems__(self, indices: Any) -> Any:
-        return indices

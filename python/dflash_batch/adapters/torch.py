@@ -12,12 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..collate import collate, collate_packed
 from ..reading import TokenStore
 from ..sampler import BucketSampler
 
-__all__ = ["StoreCollator", "loader"]
+__all__ = ["Rows", "StoreCollator", "loader"]
 
 
 def loader(store: TokenStore, sampler: BucketSampler, *, num_workers: int = 0, **kwargs: Any) -> Any:
@@ -38,7 +39,7 @@ def loader(store: TokenStore, sampler: BucketSampler, *, num_workers: int = 0, *
     collation = {key: kwargs.pop(key) for key in ("pad_id", "label_pad_id", "dtype") if key in kwargs}
     collator = StoreCollator(store, sampler, **collation)
     return StatefulDataLoader(
-        _Rows(len(store)), batch_sampler=sampler, collate_fn=collator, num_workers=num_workers, **kwargs
+        Rows(len(store)), batch_sampler=sampler, collate_fn=collator, num_workers=num_workers, **kwargs
     )
 
 
@@ -64,8 +65,6 @@ class StoreCollator:
         self.pieces = sampler.pieces(np.arange(sampler.schedule.entries)) if sampler.truncated else None
 
     def __call__(self, batch: Any) -> dict[str, Any]:
-        import torch
-
         entries = np.asarray(batch, dtype=np.int64)
         settings = {"pad_id": self.pad_id, "label_pad_id": self.label_pad_id, "dtype": self.dtype}
         if self.packed:
@@ -81,9 +80,9 @@ class StoreCollator:
         return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in arrays.items()}
 
 
-class _Rows:
+class Rows(torch.utils.data.Dataset):
     """Row numbers as a map-style dataset whose batch fetch returns the batch's indices (collation reads
-    the tokens)."""
+    the tokens): what a ``DataLoader`` over a sampler's index batches and a store fetches from."""
 
     def __init__(self, rows: int) -> None:
         self.rows = rows

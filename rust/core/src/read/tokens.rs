@@ -25,8 +25,7 @@ pub(crate) use crate::read::values::{accept_mask, accept_tokens};
 use crate::read::values::{values_for, Values};
 pub use crate::read::values::{Gathered, Tokens};
 
-/// A row's record batch and value range.
-pub(crate) type Located = (usize, Range<usize>);
+pub(crate) use crate::read::values::Located;
 
 /// One record batch's offsets, in the width the file stores.
 #[derive(Debug, Clone)]

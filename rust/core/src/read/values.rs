@@ -17,7 +17,8 @@ use arrow_schema::{DataType, Field};
 use crate::error::read::ReadProblem;
 use crate::error::Result;
 use crate::memory;
-use crate::read::tokens::Located;
+/// A row's record batch and value range.
+pub(crate) type Located = (usize, Range<usize>);
 
 /// Calls `$m!` with every stored token type as `Variant rust_type ArrowType "numpy name"`: the
 /// integer widths Arrow lists and Megatron indexed datasets hold, and Megatron's two float codes.
