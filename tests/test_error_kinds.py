@@ -77,7 +77,7 @@ def test_row2_analyze_refuses_a_fifo_or_a_device_lengths_file_without_reading_it
     zero.symlink_to("/dev/zero")
     for path in (fifo, zero):
         assert main(["analyze", str(path), "--no-peers"]) == 2
-        assert "is not a regular file" in capsys.readouterr().err
+        assert "not a regular file" in capsys.readouterr().err
 
 
 def test_row4_a_collator_batch_whose_later_row_lacks_the_mask_names_the_row():

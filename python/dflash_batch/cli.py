@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import stat
 import statistics
 import sys
 import time
@@ -16,6 +15,7 @@ from . import analyze as report
 from . import baselines
 from .reading import read_lengths
 from .sampler import BucketSampler
+from .sources import regular_file
 from .workload import SEED_SAMPLES, seed_workload
 
 
@@ -158,13 +158,10 @@ def _lengths(source: str, column: str) -> np.ndarray:
 
 
 def _checked_file(source: str) -> str:
-    """A lengths file this process opens itself: a regular file (a FIFO would block the open forever, a
-    device read forever), at most 1 GiB of text."""
-    mode = os.stat(source).st_mode
-    if not stat.S_ISREG(mode):
-        raise ValueError(f"{source} is not a regular file; pass a lengths file (.npy, .txt or .csv)")
-    if os.path.getsize(source) > 2**30:
-        raise ValueError(f"{source} is over 1 GiB of text; save the lengths as .npy (np.save) instead")
+    """A lengths file this process opens itself, through the library's opener of such files: a regular
+    file (a FIFO would block the open forever, a device read forever) of at most 1 GiB."""
+    regular_file(source, "pass a lengths file (.npy, or .txt/.csv with one integer per line) of at most 1 GiB; "
+                 "save larger ones as .npy with np.save", limit=2**30)  # fmt: skip
     return source
 
 

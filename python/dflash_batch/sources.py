@@ -82,9 +82,10 @@ def _without_mask_pairs(paths: list[str]) -> list[str]:
     return [p for p in paths if not any(p.endswith(s) and p[: -len(s)] + ".idx" in kept for s in MASK_PAIRS)]
 
 
-def _regular(path: str, fix: str) -> None:
-    """A file Python opens itself (a sidecar) must be a regular one: opening a FIFO blocks until a writer
-    comes, forever for a reader of a dataset."""
+def regular_file(path: str, fix: str, limit: int | None = None) -> None:
+    """A file Python opens itself (a sidecar, a lengths file the CLI reads) must be a regular one: opening a
+    FIFO blocks until a writer comes, forever for a reader of a dataset, and a device reads forever. With
+    ``limit``, a file over that many bytes is refused too (what a reader of text would hold in memory)."""
     try:
         mode = os.stat(path).st_mode
     except PermissionError as error:
@@ -93,6 +94,9 @@ def _regular(path: str, fix: str) -> None:
         kinds = {stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO", stat.S_ISSOCK: "a socket"}
         kind = next((name for test, name in kinds.items() if test(mode)), "a device")
         raise _data_error(f"{path} is {kind}, not a regular file; {fix}")
+    size = os.stat(path).st_size
+    if limit is not None and size > limit:
+        raise _data_error(f"{path} holds {size:,} bytes, over the {limit:,} this reads; {fix}")
 
 
 def is_source(value: Any) -> bool:
@@ -230,7 +234,7 @@ def _state_files(state: str) -> list[str]:
 def _json_object(path: str, expected: str, fix: str) -> dict:
     """A sidecar JSON file's object (``state.json``, ``dataset_dict.json``): anything else — not a regular
     file, not JSON in UTF-8, not an object — is a ``DataError`` naming the file and what was expected."""
-    _regular(path, f"it should be a file holding {expected}; {fix}")
+    regular_file(path, f"it should be a file holding {expected}; {fix}")
     try:
         with open(path, encoding="utf-8") as f:
             content = json.load(f)
