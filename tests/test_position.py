@@ -414,3 +414,30 @@ PositionMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_position_state_machine = PositionMachine.TestCase
+
+
+def test_the_current_epochs_plan_is_released_before_its_successor_is_planned():
+    """Two plans alive at once cost 500 MB at 100M samples (peak RSS 1.36 GiB instead of 0.86): the
+    cursor's own reference to the previous plan must be gone when the next one is planned."""
+    import weakref
+
+    from dflash_batch.cursor import Cursor
+
+    class Plan:
+        steps = 1
+
+    class Schedule:
+        def __init__(self) -> None:
+            self.previous: weakref.ref | None = None
+
+        def plan(self, epoch: int) -> Plan:
+            assert self.previous is None or self.previous() is None, "the previous plan is still alive"
+            plan = Plan()
+            self.previous = weakref.ref(plan)
+            return plan
+
+    cursor = Cursor(Schedule())  # type: ignore[arg-type]
+    cursor.plan()
+    for epoch in (1, 2):
+        cursor.set_epoch(epoch)
+        cursor.plan()

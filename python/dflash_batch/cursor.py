@@ -139,6 +139,7 @@ class Cursor:
             cached = self._cached
             if cached is not None and cached[0] == epoch and cached[1] is origin:
                 return cached[2]
+            del cached  # a local reference would keep the old plan alive while the next is planned
             current = epoch == self._epoch
             if current:  # released before planning its successor: one epoch's plan at a time
                 self._cached = None
