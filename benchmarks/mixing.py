@@ -12,6 +12,8 @@ time. Part 3 is synchronous efficiency — the share of GPU time spent on work w
 slowest every micro-batch (FSDP / ZeRO-3) or every optimizer step (DDP with ``no_sync``) — for the
 configurations people run, against its targets, with sorted static batches as the reference (≈ 1).
 Part 3 also scores ``trim_steps=True`` beside the settings it applies to: batches added and planning time.
+Part 5 plans mixtures of four sources against their targets, beside Megatron's greedy blending and HF
+``interleave_datasets`` (``_mixtures.py``).
 Every plan is checked first (every sample once, within budget).
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 
+import _mixtures
 import dflash_batch as db
 import numpy as np
 from _figures import write
@@ -196,6 +199,7 @@ def collect(samples: int, repeats: int, peers: bool = True) -> dict:
         "frontier": frontier,
         "sync": synchronous(lengths),
         **({"peers": peer_table(lengths)} if peers else {}),
+        "mixture": _mixtures.collect(len(lengths), max(3, repeats // 3)),
     }
 
 

@@ -96,14 +96,24 @@ def lhotse_bucketing(lengths: np.ndarray) -> tuple[float, float] | None:
     return seconds, baselines.efficiency(lengths, order, offsets)
 
 
+#: The mixture planned beside the single store: the seed workload's four sources (``db.seed_mixture``),
+#: weighted in tokens (chat and code down-sampled, math and safety up-sampled).
+MIXTURE = {"chat": 0.3, "code": 0.3, "math": 0.25, "safety": 0.15}
+
+
+def mixture_of(parts: dict) -> db.Mixture:
+    return db.Mixture({name: (parts[name], weight) for name, weight in MIXTURE.items()})
+
+
 def big_run(n: int, mode: str, lengths: str) -> dict:
     """Plans 3 epochs of n lengths in a fresh process (the caller's array deleted once the sampler holds
-    its own); reports the median plan seconds and the whole process's peak RSS."""
-    make = (
-        f"db.seed_workload({n}, seed=0)"
-        if lengths == "seed"
-        else f"np.random.default_rng(0).integers(1, 4097, {n}, dtype=np.uint32)"
-    )
+    its own); reports the median plan seconds and the whole process's peak RSS. ``lengths="mixture"``:
+    the seed workload's four sources, weighted as :data:`MIXTURE`."""
+    make = {
+        "seed": f"db.seed_workload({n}, seed=0)",
+        "uniform": f"np.random.default_rng(0).integers(1, 4097, {n}, dtype=np.uint32)",
+        "mixture": f"db.Mixture({{k: (v, {MIXTURE}[k]) for k, v in db.seed_mixture({n}, seed=0).items()}})",
+    }[lengths]
     code = f"""
 import json, resource, statistics, time
 import numpy as np
@@ -145,6 +155,8 @@ def main() -> None:
     rows.append(("dflash_batch, 6 optimized buckets", six_eff, six))
     auto, auto_eff, _ = plan_times(lengths, "auto", args.repeats)
     rows.append(("dflash_batch, boundaries='auto'", auto_eff, auto))
+    mixture = mixture_times(args.samples, args.repeats)
+    rows.append(("dflash_batch, 4 sources (a Mixture)", mixture[1], mixture[0]))
     seed_s = timings(lambda i: baselines.seed_bucketed(lengths, max_tokens=MAX_TOKENS, seed=i), 5)
     seed_eff = baselines.efficiency(lengths, *baselines.seed_bucketed(lengths, max_tokens=MAX_TOKENS))
     rows.append(("seed's 6-bucket shuffle (numpy)", seed_eff, seed_s))
@@ -156,12 +168,14 @@ def main() -> None:
     for name, eff, (median, best) in rows:
         print(f"{name:<36} {eff:>10.3f} {median * 1e3:>10.1f} {best * 1e3:>9.1f} {median / six[0]:>9.1f}")
     print(f"(planner construction, once per sampler: {six_build * 1e3:.1f} ms; × dflash uses medians)")
-    keys = ("six", "auto", "seed_numpy", "hf")
+    keys = ("six", "auto", "mixture", "seed_numpy", "hf")
     for key, (_, eff, (median, best)) in zip(keys, rows, strict=False):
         figures[key] = {"median": median, "best": best, "efficiency": eff, "ratio": median / six[0]}
     figures["six"]["build"] = six_build
     if "hf" in figures:
         figures["hf"]["ratio_auto"] = figures["hf"]["median"] / auto[0]
+    figures["mixture"]["ratio_auto"] = mixture[0][0] / auto[0]
+    print(f"(a mixture of 4 sources plans in {mixture[0][0] / auto[0]:.2f}× the single store's time, 'auto' edges both)")
     part = lengths[: args.lhotse_samples]
     lhotse = lhotse_bucketing(part) if len(part) else None
     if lhotse is not None:
@@ -190,7 +204,8 @@ def main() -> None:
     if not args.no_big:
         limit = 2**30 / 2**20  # 1 GiB
         print(f"\n{args.big:,} lengths, a fresh process each (targets: ≤ 2 s an epoch, ≤ 1 GiB peak RSS)")
-        for mode, lengths_kind in (("padded", "seed"), ("packed", "seed"), ("padded", "uniform 1-4096 uint32")):
+        kinds = (("padded", "seed"), ("packed", "seed"), ("padded", "uniform 1-4096 uint32"), ("padded", "mixture"))
+        for mode, lengths_kind in kinds:
             big = big_run(args.big, mode, lengths_kind.split()[0])
             seconds, rss = big["seconds"], big["peak_rss_mib"]
             figures.setdefault("big", {"samples": args.big})[f"{mode}_{lengths_kind.split()[0]}"] = big
@@ -199,6 +214,19 @@ def main() -> None:
                 f"{'MET' if seconds <= 2 else 'MISSED'}, peak RSS {rss:.0f} MiB {'MET' if rss <= limit else 'MISSED'}"
             )
     write(args.json, "plan", figures, "python benchmarks/plan.py")
+
+
+def mixture_times(samples: int, repeats: int) -> tuple[tuple[float, float], float]:
+    """((median, best) seconds per epoch, efficiency) of the seed workload's four sources as a mixture."""
+    mix = mixture_of(db.seed_mixture(samples, seed=0))
+    sampler = db.BucketSampler(mix, max_tokens=MAX_TOKENS, world_size=WORLD)
+    sampler.plan(0)  # sets the shared step count, as for the single store
+
+    def one(i):
+        sampler.set_epoch(i + 1)
+        sampler.plan()
+
+    return timings(one, repeats), sampler.plan(0).stats()["efficiency"]
 
 
 def same_steps(lengths: np.ndarray, epochs: int = 10) -> dict:

@@ -19,7 +19,10 @@ Scenarios (``--scenario``):
 * ``torch-workers``: plain DDP over torchdata's ``StatefulDataLoader(ds, batch_sampler=sampler,
   num_workers=2)``, whose workers fetch ahead, the loader's ``state_dict()`` in the checkpoint;
 * ``torch-workers-step``: the same over a plain torch ``DataLoader``: ``sampler.state_dict(step=...)`` with
-  the micro-batches the loop counted.
+  the micro-batches the loop counted;
+* ``torch-mixture``: plain DDP over a ``db.Loader`` of a two-source :class:`db.Mixture` of the dataset's
+  rows (:func:`mixture_of`: the first three fifths down-sampled to 0.3 of every epoch, the rest
+  up-sampled to 0.7), each micro-batch's ``source`` ids recorded.
 
     python -m torch.distributed.run --standalone --nproc_per_node=2 tests/_clients_run.py DATA OUT RECORD \
         --scenario S [--save-at N] [--kill-at N] [--resume]
@@ -75,6 +78,14 @@ class Progress:
 
 def sampler_of(store: db.TokenStore, **ranks) -> db.BucketSampler:
     return db.BucketSampler(store.lengths(), max_tokens=MAX_TOKENS, seed=SEED, accumulation=ACCUMULATION, **ranks)
+
+
+def mixture_of(data: str) -> db.Mixture:
+    """The dataset's rows as two sources: the first three fifths at 0.3 of each epoch, the rest at 0.7."""
+    rows = datasets.load_from_disk(data)
+    split = len(rows) * 3 // 5
+    parts = {"a": (rows.select(range(split)), 0.3), "b": (rows.select(range(split, len(rows))), 0.7)}
+    return db.Mixture({name: (db.TokenStore(part), weight) for name, (part, weight) in parts.items()}, unit="samples")
 
 
 def kill() -> None:
@@ -210,11 +221,17 @@ def run_torch(options: argparse.Namespace) -> None:
     record = Record(options.record, rank)
     store = db.TokenStore(options.data)
     sampler = sampler_of(store)
+    mixture = None
+    if options.scenario == "torch-mixture":
+        mixture = mixture_of(options.data)
+        sampler = db.BucketSampler(mixture, max_tokens=MAX_TOKENS, seed=SEED, accumulation=ACCUMULATION)
     # The dataset's own mask column (read apart from the store), to check every micro-batch's labels.
     masks = datasets.load_from_disk(options.data)[store.mask] if store.mask else None
     hf = datasets.load_from_disk(options.data)
     if options.scenario == "torch-loader":
         loader = saved = db.Loader(store, sampler)
+    elif options.scenario == "torch-mixture":
+        loader = saved = db.Loader(mixture, sampler)
     elif options.scenario == "torch-workers":
         from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -243,7 +260,10 @@ def run_torch(options: argparse.Namespace) -> None:
             with contextlib.nullcontext() if last else model.no_sync():
                 model(batch["input_ids"], batch["labels"]).backward()
             intact = _intact(batch, masks)
-            record.write(epoch=epoch, optimizer_steps=progress.optimizer_steps, rows=row_ids(batch), intact=intact)
+            sources = {"sources": batch["source"].tolist()} if "source" in batch else {}
+            record.write(
+                epoch=epoch, optimizer_steps=progress.optimizer_steps, rows=row_ids(batch), intact=intact, **sources
+            )
             if last:
                 optimizer.step()
                 optimizer.zero_grad()

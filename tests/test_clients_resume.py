@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("torch")
@@ -152,3 +153,34 @@ def test_plain_dataloader_with_workers_resumes_exactly_from_the_step_the_loop_sa
     """A plain torch ``DataLoader`` publishes nothing about what it fetched ahead: the loop's count, passed
     as ``state_dict(step=...)``, is the position."""
     killed_and_resumed(data, tmp_path, "torch-workers-step")
+
+
+def test_torchrun_ddp_with_a_mixture_resumes_exactly_with_every_rows_source(data, tmp_path):
+    """Issue 41: a mixture through a kill -9 and a resume on 2 processes — every micro-batch the plan's
+    rows (repeated where a source is up-sampled), each row's ``source`` id its source's."""
+    from _clients_run import MAX_TOKENS, SEED, mixture_of
+
+    assert run(data, tmp_path, "torch-mixture", "--kill-at", str(KILL_AT)) == 1
+    before = [line for line in records(tmp_path) if "rows" in line and line["optimizer_steps"] < SAVE_AT]
+    run(data, tmp_path, "torch-mixture", "--resume")
+    after = records(tmp_path)
+    trained = before + [line for line in after if "rows" in line]
+    mix = mixture_of(data)
+    for rank in range(NPROC):
+        sampler = db.BucketSampler(
+            mix, max_tokens=MAX_TOKENS, seed=SEED, world_size=NPROC, rank=rank, accumulation=ACCUMULATION
+        )
+        mine = [line for line in trained if line["rank"] == rank]
+        for epoch in range(EPOCHS):
+            plan = sampler.plan(epoch)
+            got = [line for line in mine if line["epoch"] == epoch]
+            assert [sorted(line["rows"]) for line in got] == [
+                sorted(plan[s * NPROC + rank].tolist()) for s in range(plan.steps)
+            ], f"rank {rank} epoch {epoch}"
+            for line in got:
+                assert line["sources"] == mix.source_of(line["rows"]).tolist(), "each row's own source"
+        finals = {line["final_steps"] for line in after if "final_steps" in line and line["rank"] == rank}
+        assert finals == {EPOCHS * math.ceil(len(sampler) / ACCUMULATION)}
+    # Both sources trained in their shares: 0.3 and 0.7 of every epoch's samples.
+    epoch0 = np.concatenate([line["rows"] for line in trained if line["epoch"] == 0])
+    assert np.bincount(mix.source_of(epoch0)).tolist() == [round(0.3 * len(mix)), len(mix) - round(0.3 * len(mix))]

@@ -10,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 #: The pages with runnable blocks, in the order of EXPECTED below.
-PAGES = [README, *(ROOT / "docs" / f"{name}.md" for name in ("trainers", "reading", "packing", "ranks"))]
+PAGES = [README, *(ROOT / "docs" / f"{name}.md" for name in ("trainers", "reading", "packing", "ranks", "mixtures"))]
 SOURCES = [(page, block) for page in PAGES for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.S)]
 BLOCKS = [block for _, block in SOURCES]
 
@@ -30,6 +30,9 @@ EXPECTED = {
     "Loader": lambda out: out == "torch.int64 True",
     "packing": lambda out: 0.97 < float(out) <= 1.0,
     "cost": lambda out: 0.5 < float(out) <= 1.0,
+    "mixture Loader": lambda out: out == "['chat', 'code']",
+    "mixture Trainer": lambda out: out == "['loss/chat', 'loss/code']",
+    "mixture TRL": lambda out: out == "completion_mask True",
 }
 
 
@@ -43,9 +46,9 @@ def test_every_block_is_checked():
 def test_readme_block_runs(index, name, capsys, tmp_path, monkeypatch):
     if name != "reading" and name != "packing":
         pytest.importorskip("torch")
-    if name in ("Trainer", "TRL", "packed HF", "cost"):
+    if name in ("Trainer", "TRL", "packed HF", "cost", "mixture Trainer", "mixture TRL"):
         pytest.importorskip("transformers")
-    if name == "TRL":
+    if name in ("TRL", "mixture TRL"):
         pytest.importorskip("trl")
     if name.startswith("accelerate"):
         pytest.importorskip("accelerate")

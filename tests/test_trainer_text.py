@@ -124,5 +124,5 @@ def test_a_sampler_of_another_kind_is_a_type_error(tmp_path):
     args = trl.SFTConfig(output_dir=str(tmp_path), report_to=[], use_cpu=True, max_length=None)
     with pytest.raises(TypeError, match=r"sampler must be a dflash_batch\.BucketSampler or a dict"):
         SFT(model=None, args=args, train_dataset=dataset("conversational"), sampler=[64])
-    with pytest.raises(TypeError, match=r"store must be a dflash_batch\.TokenStore or None"):
+    with pytest.raises(TypeError, match=r"store must be a dflash_batch\.TokenStore, a Mixture or None"):
         SFT(model=None, args=args, train_dataset=dataset("conversational"), sampler={}, store="ds")

@@ -14,9 +14,11 @@ from ._core import DataError, Error, Plan, PlanError, __version__
 from .collate import Collator, collate, collate_packed
 from .cost import CostFit, measure_cost
 from .loader import Loader
+from .mixture import Mixture
+from .per_source import SourceLosses
 from .reading import TokenStore, read_documents, read_lengths
 from .sampler import BucketSampler
-from .workload import SEED_SAMPLES, seed_workload
+from .workload import SEED_SAMPLES, seed_mixture, seed_workload
 
 __all__ = [
     "SEED_SAMPLES",
@@ -26,8 +28,10 @@ __all__ = [
     "DataError",
     "Error",
     "Loader",
+    "Mixture",
     "Plan",
     "PlanError",
+    "SourceLosses",
     "TokenStore",
     "__version__",
     "collate",
@@ -35,5 +39,6 @@ __all__ = [
     "measure_cost",
     "read_documents",
     "read_lengths",
+    "seed_mixture",
     "seed_workload",
 ]

@@ -88,6 +88,11 @@ class TokenStore:
         """The numpy dtype name of the tokens: an integer width (``int8`` … ``int64``, ``uint8`` …
         ``uint32``), or Megatron's ``float32``/``float64``."""
     def __len__(self) -> int: ...
+    @staticmethod
+    def concat(names: Sequence[str], parts: Sequence[TokenStore]) -> TokenStore:
+        """The stores ``parts`` as one (rows of the first, then the second, ...), sharing their mapped
+        files; each named in ``names`` for messages. Raises DataError of kind ``sources_differ`` naming the
+        first part whose token type or loss mask differs from the first's."""
     def with_mask(self, mask: TokenStore, kind: str) -> TokenStore:
         """This store with ``mask`` (same rows) as its loss mask: ``kind`` is ``"labels"`` or ``"binary"``."""
     def label_counts(
@@ -204,14 +209,54 @@ class Config:
     def price(self) -> tuple[float, float]:
         """``(a, b)``: a row of padded length L costs a·L + b·L² (``(1, 0)``: tokens)."""
 
+class Mixture:
+    """A mixture's sources (names, rows, weights) and settings, checked by the core."""
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        rows: Sequence[int],
+        weights: Sequence[float],
+        unit: str = "tokens",
+        max_repeat: float = 4.0,
+        epoch_size: int | None = None,
+    ) -> None:
+        """One entry of ``names``, ``rows`` and ``weights`` per source, in order. Raises PlanError of kind
+        ``invalid_setting`` for weights that do not sum to 1 or are negative or not finite, no sources, a
+        repeated name, ``max_repeat`` < 1, ``epoch_size`` 0 or an unknown ``unit``; of kind
+        ``empty_source`` for a source without rows; ValueError for lists of different lengths."""
+    @property
+    def names(self) -> list[str]:
+        """The sources' names."""
+    @property
+    def rows(self) -> list[int]:
+        """Rows of each source."""
+    @property
+    def weights(self) -> list[float]:
+        """Each source's weight."""
+    @property
+    def unit(self) -> str:
+        """``"tokens"`` or ``"samples"``."""
+    @property
+    def max_repeat(self) -> float:
+        """The most times a source's rows are trained per epoch."""
+    @property
+    def epoch_size(self) -> int | None:
+        """Samples or tokens of every epoch (``None``: the sources' total)."""
+    def settings(self) -> dict[str, object]:
+        """``weights`` (by name), ``rows``, ``unit``, ``max_repeat``, ``epoch_size`` as plain values."""
+
 class Planner:
     """Validated lengths and configuration, from which any epoch's plan is computed."""
 
-    def __init__(self, chunks: Sequence[npt.NDArray[np.integer]], config: Config) -> None:
+    def __init__(
+        self, chunks: Sequence[npt.NDArray[np.integer]], config: Config, mixture: Mixture | None = None
+    ) -> None:
         """Copies the lengths (``chunks`` of any integer dtype, concatenated; with
-        ``oversize="truncate"``, cut into pieces) and prepares the buckets. Raises PlanError for invalid
-        lengths or settings, TypeError for a wrong type, MemoryError when
-        the lengths do not fit."""
+        ``oversize="truncate"``, cut into pieces) and prepares the buckets; with ``mixture``, the lengths
+        are its sources' concatenated, each epoch selecting their shares. Raises PlanError for invalid
+        lengths or settings (kind ``source_too_small`` for a source its weight asks too much of),
+        TypeError for a wrong type, MemoryError when the lengths do not fit."""
     def plan(self, epoch: int) -> Plan:
         """Plans ``epoch`` (GIL released). Raises PlanError when the samples cannot give every rank a
         batch, MemoryError when planning cannot reserve its working memory."""
@@ -345,6 +390,14 @@ def churn(
 ) -> float | None:
     """Share of sample pairs batched together in ``a`` that are batched together again in ``b``; None
     when no batch of ``a`` holds two samples. Raises ValueError for inconsistent arrays."""
+
+SEED_SOURCES: list[str]
+
+def seed_sources(n: int, seed: int) -> tuple[npt.NDArray[np.uint32], tuple[int, int, int, int]]:
+    """``n`` seed-workload lengths split into the four sources of ``SEED_SOURCES`` (different length
+    profiles, 40/30/20/10 of the samples): the lengths grouped by source, and each source's count. Raises
+    OverflowError for a negative ``n`` or ``seed`` (``dflash_batch.seed_mixture`` checks them first),
+    MemoryError when they cannot be allocated."""
 
 def seed_lengths(n: int, seed: int) -> npt.NDArray[np.uint32]:
     """``n`` lengths of the seed workload (bins and shares of shared/CONTEXT.md), reproducible from

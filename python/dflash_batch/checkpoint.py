@@ -222,9 +222,11 @@ def differences(schedule: Schedule, state: dict[str, Any]) -> str:
     mine = {"num_samples": schedule.num_samples, "world_size": schedule.world_size, **settings(schedule)}
     theirs = {"num_samples": state.get("num_samples"), "world_size": state.get("world_size")}
     theirs.update(state.get("settings") or {})
-    differing = [
-        f"{key} {theirs[key]!r} vs {mine[key]!r}" for key in mine if key in theirs and theirs[key] != mine[key]
-    ]
+    differing = [_difference(key, theirs[key], mine[key]) for key in mine if key in theirs and theirs[key] != mine[key]]
+    if "mixture" in mine and "mixture" not in theirs and "settings" in state:
+        differing.append("a mixture of sources vs the checkpoint's single dataset")
+    if "mixture" in theirs and "mixture" not in mine:
+        differing.append("the checkpoint's mixture of sources vs a single dataset here")
     if differing:
         return "checkpoint vs this sampler: " + ", ".join(differing)
     if "settings" not in state:
@@ -237,6 +239,26 @@ def differences(schedule: Schedule, state: dict[str, Any]) -> str:
         f"the same {schedule.num_samples} samples and settings, but different lengths: another dataset, "
         "or the same one tokenized differently"
     )
+
+
+def _difference(key: str, theirs: Any, mine: Any) -> str:
+    """One differing setting in words; a mixture's, the source whose weight (or rows) differ."""
+    if key == "mixture" and isinstance(theirs, dict) and isinstance(mine, dict):
+        parts = []
+        for field in ("weights", "rows"):
+            if theirs.get(field) != mine.get(field):
+                a, b = theirs.get(field), mine.get(field)
+                if field == "weights" and isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
+                    parts += [f"weight of {name!r} {a[name]!r} vs {b[name]!r}" for name in a if a[name] != b[name]]
+                else:
+                    parts.append(f"mixture {field} {a!r} vs {b!r}")
+        parts += [
+            f"mixture {field} {theirs.get(field)!r} vs {mine.get(field)!r}"
+            for field in ("unit", "max_repeat", "epoch_size")
+            if theirs.get(field) != mine.get(field)
+        ]
+        return ", ".join(parts) or f"mixture {theirs!r} vs {mine!r}"
+    return f"{key} {theirs!r} vs {mine!r}"
 
 
 def trained_step(value: Any, handed_out: int, epoch: int) -> int:

@@ -7,6 +7,7 @@ Importing this module imports ``transformers``; ``dflash_batch`` itself never do
 
 from __future__ import annotations
 
-from .adapters.hf import LEGACY_STATE_FILE, STATE_FILE, BucketTrainer, packed_inputs, saved_state
+from .adapters.hf import BucketTrainer, packed_inputs
+from .adapters.hf_checkpoints import LEGACY_STATE_FILE, STATE_FILE, saved_state
 
 __all__ = ["LEGACY_STATE_FILE", "STATE_FILE", "BucketTrainer", "packed_inputs", "saved_state"]

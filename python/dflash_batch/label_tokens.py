@@ -39,3 +39,17 @@ def per_step(plan, counts: np.ndarray, accumulation: int) -> np.ndarray:
     window = accumulation * plan.world_size
     batches = per_batch(plan, counts)
     return np.add.reduceat(batches, np.arange(0, len(batches), window)) if len(batches) else batches
+
+
+def per_step_by_source(plan, counts: np.ndarray, accumulation: int, sources_of, sources: int) -> np.ndarray:
+    """Label tokens of every optimizer step of ``plan`` per source (int64, steps × ``sources``):
+    ``sources_of(rows)`` gives each planned row's source."""
+    window = accumulation * plan.world_size
+    offsets = np.asarray(plan.offsets, dtype=np.int64)
+    indices = np.asarray(plan.indices)
+    batches = len(offsets) - 1
+    steps = -(-batches // window) if batches else 0
+    batch_of = np.repeat(np.arange(batches), np.diff(offsets))
+    cell = (batch_of // window) * sources + sources_of(indices)
+    sums = np.bincount(cell, weights=counts[indices], minlength=steps * sources)
+    return sums.astype(np.int64).reshape(steps, sources)

@@ -55,6 +55,8 @@ from ._errors import invalid_setting
 from ._loader_checks import check_pair, padding_of, placement
 from .collate import KEYS, PACKED_KEYS, check_token, collate, collate_packed, output_dtype, pack_into
 from .cursor import Run
+from .from_plan import FromPlan
+from .mixture import Mixture
 from .pipeline import CudaTransfer, HostTransfer, Pipeline
 from .reading import TokenStore
 from .sampler import BucketSampler
@@ -74,7 +76,8 @@ class Loader:
     """Batches of ``store`` in ``sampler``'s order, padded and prefetched, as dicts of torch tensors.
 
     Args:
-        store: the :class:`TokenStore` with the token column.
+        store: the :class:`TokenStore` with the token column, or the :class:`Mixture` the sampler plans
+            (its sources' stores read as one).
         sampler: the :class:`BucketSampler` that plans the epochs (its lengths must be the store's).
         pad_id, label_pad_id: as for :func:`collate`.
         pad_to_multiple_of: the sampler's (its budgets count the padding, so it owns the value); passing
@@ -91,7 +94,11 @@ class Loader:
             together (an int; :meth:`BucketSampler.label_tokens`). A loss summed over a batch's label
             tokens and divided by it is the step's true token mean (multiply by ``world_size`` where DDP
             averages gradients over ranks). HF models take it as a keyword; other models may not, hence
-            off by default.
+            off by default. With a mixture it also adds ``"num_items_per_source"``: the same count per
+            source (a 1-D int64 tensor in the mixture's order), the denominators of per-source losses.
+
+    A sampler of a :class:`Mixture` adds ``"source"`` to every batch: the source number
+    (``sampler.mixture.names[i]``) of each row, or of each packed sample in ``cu_seqlens`` order (int64).
 
     With a ``mode="packed"`` sampler each batch is one packed row (see :func:`collate_packed`):
     ``input_ids``, ``labels``, ``position_ids``, ``seq_idx`` as ``[1, max_tokens]`` tensors,
@@ -116,6 +123,8 @@ class Loader:
     ) -> None:
         import torch
 
+        if isinstance(store, Mixture):
+            store = store.store
         check_pair(store, sampler)
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
             raise invalid_setting("prefetch", f"prefetch={prefetch!r} is invalid; pass an integer ≥ 1")
@@ -188,12 +197,11 @@ class Loader:
         return self._run_epoch(self._pipeline, run)
 
     def _run_epoch(self, pipeline: Pipeline, run: Run) -> Iterator[dict[str, Any]]:
-        counts = self.sampler.label_tokens(store=self.store) if self._num_items else None
-        accumulation, step, exhausted = self.sampler.accumulation, run.start, False
+        extras = FromPlan(self.sampler, self.store, self._num_items, self.device)
+        step, exhausted = run.start, False
         try:
             for batch in pipeline:
-                if counts is not None:
-                    batch["num_items_in_batch"] = int(counts[step // accumulation])
+                extras.add(batch, step, run.plan)
                 step += 1
                 run.advance(step)  # raises if a call moved the position while this loop ran
                 yield batch
@@ -235,7 +243,10 @@ class Loader:
                 self.store, entries, pad_id=pad_id, label_pad_id=label_pad_id, pad_to_multiple_of=multiple,
                 dtype=self._dtype,
             )  # fmt: skip
-        return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in arrays.items()}
+        out = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in arrays.items()}
+        if self.sampler.mixture is not None:
+            out["source"] = torch.from_numpy(self.sampler.sources_of(np.asarray(batch)))
+        return out
 
     def _collate_into(self, batch: np.ndarray, slot: dict[str, Any]) -> tuple[int, ...]:
         inner, settings = self.store.native, self._settings

@@ -27,6 +27,7 @@ from .batches import Batches, GlobalBatches
 from .clients import accelerate_reader
 from .cursor import Cursor, Run
 from .distributed import agree
+from .mixture import Mixture
 from .reading import read_lengths
 from .schedule import Schedule
 from .sources import is_source
@@ -37,9 +38,11 @@ class BucketSampler:
 
         Args:
             lengths: token count of every sample: a 1-D numpy integer array (any width), a list of ints, a
-                pyarrow ``Array``/``ChunkedArray`` of integers (read without a copy where possible), or a
+                pyarrow ``Array``/``ChunkedArray`` of integers (read without a copy where possible), a
                 dataset to read them from with :func:`read_lengths` — an Arrow file, a ``save_to_disk``
-                directory, a glob, a list of paths, or a ``datasets.Dataset``.
+                directory, a glob, a list of paths, or a ``datasets.Dataset`` — or a :class:`Mixture`:
+                its sources' rows, each epoch selecting every source's share and spreading the sources
+                through every optimizer step (batch indices are the mixture's rows).
             rank: this process's rank (default: ``torch.distributed``'s, else torchrun's ``RANK``, else 0).
             column: the lengths column when ``lengths`` is a dataset: an integer column, or a list column
                 such as ``"input_ids"`` (lengths from its offsets).
@@ -92,9 +95,13 @@ class BucketSampler:
         check_ranks = _bool("check_ranks", check_ranks)
         # The Rust planner keeps the only copy of the lengths (with oversize="truncate", cut into the
         # pieces it plans); nothing here holds on to the input.
-        if is_source(lengths):
-            lengths = read_lengths(lengths, column)
-        self._attach(Schedule(_length_chunks(lengths), config), rank, accumulation is not None, check_ranks)
+        if isinstance(lengths, Mixture):
+            schedule = Schedule(lengths.chunks(), config, lengths.spec)
+        else:
+            if is_source(lengths):
+                lengths = read_lengths(lengths, column)
+            schedule = Schedule(_length_chunks(lengths), config)
+        self._attach(schedule, rank, accumulation is not None, check_ranks)
 
     def _attach(self, schedule: Schedule, rank: int, accumulation_given: bool, check_ranks: bool) -> None:
         self._schedule, self._rank = schedule, rank
@@ -183,13 +190,32 @@ class BucketSampler:
         sampler it wraps, so that preparing ``DataLoader(batch_sampler=sampler)`` advances its epoch."""
         return self
 
-    def label_tokens(self, epoch: int | None = None, *, store: Any = None) -> np.ndarray:
+    def label_tokens(self, epoch: int | None = None, *, store: Any = None, by_source: bool = False) -> np.ndarray:
         """Label tokens of every optimizer step of ``epoch`` (default: the current one), all ranks and
         micro-batches together (int64): the ``num_items_in_batch`` that makes a summed loss the step's
         token mean. Each sample counts its tokens after the first, or with a ``store`` that has a loss
-        mask, those the mask keeps (see :mod:`dflash_batch.label_tokens`)."""
+        mask, those the mask keeps (see :mod:`dflash_batch.label_tokens`). ``by_source``: a mixture's
+        steps × sources array instead — each source's label tokens in each step, the denominators of
+        per-source losses."""
+        if isinstance(store, Mixture):
+            store = store.store
         counts = label_tokens.per_entry(self._schedule, store)
-        return label_tokens.per_step(self.plan(epoch), counts, self.accumulation)
+        plan = self.plan(epoch)
+        if not _bool("by_source", by_source):
+            return label_tokens.per_step(plan, counts, self.accumulation)
+        sources = len(self._schedule.mixture.names) if self._schedule.mixture is not None else 1
+        return label_tokens.per_step_by_source(plan, counts, self.accumulation, self._schedule.sources_of, sources)
+
+    @property
+    def mixture(self) -> _core.Mixture | None:
+        """The sources and weights of a sampler built from a :class:`Mixture` (names, rows, weights,
+        unit, ...), else ``None``."""
+        return self._schedule.mixture
+
+    def sources_of(self, batch: Any) -> np.ndarray:
+        """The source number (int64; ``mixture.names[i]``) of each row of ``batch`` (all 0 without a
+        mixture)."""
+        return self._schedule.sources_of(batch)
 
     @property
     def predicted_efficiency(self) -> float:

@@ -30,16 +30,24 @@ class Schedule:
         chunks: 1-D integer numpy arrays whose concatenation is every sample's length (one chunk per
             Arrow record batch needs no copy).
         config: the checked settings (:class:`dflash_batch._core.Config`).
+        mixture: the sources the lengths are, concatenated, with their weights (``_core.Mixture``).
     """
 
-    __slots__ = ("_any_ranks", "_config", "_fingerprint", "_planner")
+    __slots__ = ("_any_ranks", "_bounds", "_config", "_fingerprint", "_mixture", "_planner")
     _config: _core.Config
     _planner: _core.Planner
+    _mixture: _core.Mixture | None
+    _bounds: np.ndarray | None
     _fingerprint: str | None
     _any_ranks: str | None
 
-    def __init__(self, chunks: Iterable[np.ndarray], config: _core.Config) -> None:
-        planner = _core.Planner(list(chunks), config)
+    def __init__(
+        self, chunks: Iterable[np.ndarray], config: _core.Config, mixture: _core.Mixture | None = None
+    ) -> None:
+        planner = _core.Planner(list(chunks), config, mixture)
+        object.__setattr__(self, "_mixture", mixture)
+        bounds = None if mixture is None else np.concatenate([[0], np.cumsum(mixture.rows)]).astype(np.int64)
+        object.__setattr__(self, "_bounds", bounds)
         object.__setattr__(self, "_config", config)
         object.__setattr__(self, "_planner", planner)
         # Hashing every length costs a pass over them: done once, on first use.
@@ -57,8 +65,24 @@ class Schedule:
         return self._config
 
     def settings(self) -> dict[str, Any]:
-        """Every planning setting as plain values, ``world_size`` included (what checkpoints record)."""
-        return dict(self._config.settings())
+        """Every planning setting as plain values, ``world_size`` included (what checkpoints record), and a
+        mixture's sources and weights under ``"mixture"``."""
+        settings = dict(self._config.settings())
+        if self._mixture is not None:
+            settings["mixture"] = dict(self._mixture.settings())
+        return settings
+
+    @property
+    def mixture(self) -> _core.Mixture | None:
+        """The sources and weights the lengths are, when they are a mixture's."""
+        return self._mixture
+
+    def sources_of(self, rows: Any) -> np.ndarray:
+        """The source number (int64) of each of ``rows``: all 0 without a mixture."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self._bounds is None:
+            return np.zeros(rows.shape, dtype=np.int64)
+        return np.searchsorted(self._bounds, rows, side="right") - 1
 
     @property
     def world_size(self) -> int:
@@ -166,11 +190,11 @@ class Schedule:
         """The schedule with ``changes`` to its settings (same lengths); itself when nothing changes."""
         if all(self._config.get(key) == value for key, value in changes.items()):
             return self
-        return Schedule([self.dataset_lengths()], self._config.replace(**changes))
+        return Schedule([self.dataset_lengths()], self._config.replace(**changes), self._mixture)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The configuration and the lengths, never Rust memory: a copy rebuilds its planner.
-        return (_rebuild, (self.dataset_lengths(), self._config))
+        return (_rebuild, (self.dataset_lengths(), self._config, self._mixture))
 
     def __repr__(self) -> str:
         return (
@@ -179,5 +203,5 @@ class Schedule:
         )
 
 
-def _rebuild(lengths: np.ndarray, config: _core.Config) -> Schedule:
-    return Schedule([lengths], config)
+def _rebuild(lengths: np.ndarray, config: _core.Config, mixture: _core.Mixture | None = None) -> Schedule:
+    return Schedule([lengths], config, mixture)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._core import seed_lengths
+from ._core import SEED_SOURCES, seed_lengths, seed_sources
 from ._errors import invalid_setting
 
 #: Samples in the seed dataset.
@@ -18,8 +18,23 @@ SEED_SAMPLES = 902_087
 
 def seed_workload(n: int = SEED_SAMPLES, seed: int = 0) -> np.ndarray:
     """``n`` uint32 lengths of the seed workload, reproducible from ``seed`` (0 ≤ seed < 2**64)."""
+    n, seed = _checked(n, seed)
+    return seed_lengths(n, seed)
+
+
+def seed_mixture(n: int = SEED_SAMPLES, seed: int = 0) -> dict[str, np.ndarray]:
+    """The seed workload's ``n`` lengths split into four sources of different length profiles — chat,
+    code, math and safety, 40/30/20/10 of the samples, chat and safety shorter, code longer — as
+    ``{name: lengths}``: what the mixture benchmarks plan (the Rust core draws it, as for the benches)."""
+    n, seed = _checked(n, seed)
+    lengths, counts = seed_sources(n, seed)
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    return {name: lengths[bounds[i] : bounds[i + 1]] for i, name in enumerate(SEED_SOURCES)}
+
+
+def _checked(n: object, seed: object) -> tuple[int, int]:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise invalid_setting("n", f"n={n!r} is invalid; n must be an int >= 0")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
         raise invalid_setting("seed", f"seed={seed!r} is invalid; seed must be an int in [0, 2**64)")
-    return seed_lengths(int(n), int(seed))
+    return int(n), int(seed)

@@ -45,23 +45,21 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import Trainer, TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+from transformers import Trainer
+from transformers.trainer_utils import get_last_checkpoint
 
 from .. import checkpoint
 from .._core import PlanError
 from ..collate import Collator
 from ..loader import Loader
+from ..mixture import Mixture
+from ..per_source import SourceLosses
 from ..reading import TokenStore
 from ..sampler import BucketSampler
 from ..sources import refuse_collections_and_streams
 from . import hf_checks
+from .hf_checkpoints import STATE_FILE, Checkpoints, saved_state
 from .torch import Rows
-
-#: The state file the first process writes into every checkpoint folder (one position for all ranks).
-STATE_FILE = "dflash_batch.json"
-#: Per-rank state files of checkpoints written before 0.2 (read when ``STATE_FILE`` is absent).
-LEGACY_STATE_FILE = "dflash_batch_rank{rank}.json"
 
 
 def packed_inputs(batch: dict[str, Any]) -> dict[str, Any]:
@@ -76,8 +74,9 @@ def packed_inputs(batch: dict[str, Any]) -> dict[str, Any]:
     cu = batch["cu_seqlens"]
     inputs["cu_seq_lens_q"] = inputs["cu_seq_lens_k"] = cu
     inputs["max_length_q"] = inputs["max_length_k"] = batch["max_seqlen"]
-    if "num_items_in_batch" in batch:
-        inputs["num_items_in_batch"] = batch["num_items_in_batch"]
+    for key in ("num_items_in_batch", "source"):
+        if key in batch:
+            inputs[key] = batch[key]
     return inputs
 
 
@@ -91,7 +90,9 @@ class BucketTrainer(Trainer):
             ``mode``, ...): the sampler is then built from the store's lengths once the Trainer holds its
             dataset — the way for data a trainer tokenizes itself (TRL's conversational or
             prompt-completion text).
-        store: the :class:`TokenStore` holding the token column of ``train_dataset``. ``None`` (default):
+        store: the :class:`TokenStore` holding the token column of ``train_dataset`` (or the :class:`Mixture`
+            whose sources it concatenates: a sampler given as a dict is then built from the mixture, and
+            each source's mean token loss is logged as ``loss/<source>``). ``None`` (default):
             read from ``train_dataset`` as the Trainer holds it after preparing it (TRL tokenizes text and
             turns its masks into ``labels`` first), with the loss mask the dataset and arguments say.
         loader_kwargs: passed to :class:`Loader` (``pad_id``, ``prefetch``, ``dtype``, ...). The
@@ -104,7 +105,7 @@ class BucketTrainer(Trainer):
         self,
         *args: Any,
         sampler: BucketSampler | Mapping[str, Any],
-        store: TokenStore | None = None,
+        store: TokenStore | Mixture | None = None,
         loader_kwargs: dict[str, Any] | None = None,
         eval_store: TokenStore | None = None,
         **kwargs: Any,
@@ -114,29 +115,37 @@ class BucketTrainer(Trainer):
                 "sampler must be a dflash_batch.BucketSampler or a dict of its keyword arguments, got "
                 f"{type(sampler).__name__}"
             )
+        mixture: Mixture | None = None
+        if isinstance(store, Mixture):
+            mixture, store = store, store.store
         if store is not None and not isinstance(store, TokenStore):
-            raise TypeError(f"store must be a dflash_batch.TokenStore or None, got {type(store).__name__}")
+            raise TypeError(f"store must be a dflash_batch.TokenStore, a Mixture or None, got {type(store).__name__}")
         if eval_store is not None and not isinstance(eval_store, TokenStore):
             raise TypeError(f"eval_store must be a dflash_batch.TokenStore, got {type(eval_store).__name__}")
         user_collator = kwargs.get("data_collator", args[2] if len(args) > 2 else None)
         # Before the Trainer's own checks, which would say an iterable dataset lacks a length.
         refuse_collections_and_streams(kwargs.get("train_dataset", args[3] if len(args) > 3 else None))
         super().__init__(*args, **kwargs)
-        if store is None:
-            store = hf_checks.store_of(self.train_dataset, self.args)
+        tokens: TokenStore = (
+            store if isinstance(store, TokenStore) else hf_checks.store_of(self.train_dataset, self.args)
+        )
         if isinstance(sampler, Mapping):
             options = {"accumulation": self.args.gradient_accumulation_steps, **sampler}
-            sampler = BucketSampler(store.lengths(), **options)
+            sampler = BucketSampler(mixture if mixture is not None else tokens.lengths(), **options)
         hf_checks.settings_overridden(self.args, {"data_collator": user_collator}, sampler)
-        hf_checks.check_max_length(self.args, store.lengths())
-        hf_checks.check_dataset(self.train_dataset, store, self.args)
-        self.bucket_sampler, self.token_store, self.eval_store = sampler, store, eval_store
+        hf_checks.check_max_length(self.args, tokens.lengths())
+        hf_checks.check_dataset(self.train_dataset, tokens, self.args)
+        self.bucket_sampler, self.token_store, self.eval_store = sampler, tokens, eval_store
         self.user_collator = user_collator
         self.loader_kwargs = dict(loader_kwargs or {})
         self._check_sampler(sampler)
         self.train_loader: Loader | None = None
         self._planned: tuple[int, np.ndarray] | None = None  # (epoch, label tokens of its steps)
-        self.add_callback(_Checkpoints(self))
+        # A mixture's per-source token losses, logged as loss/<source> with the Trainer's loss, where the
+        # loss it extends hands back the logits it computed (a fused LM head, as TRL's, builds none).
+        logits = self._extends_the_trainers_loss()
+        self.source_losses = SourceLosses(sampler.mixture.names) if sampler.mixture is not None and logits else None
+        self.add_callback(Checkpoints(self))
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -199,6 +208,35 @@ class BucketTrainer(Trainer):
         if self._planned is None or self._planned[0] != epoch:
             self._planned = (epoch, self.bucket_sampler.label_tokens(epoch, store=self.token_store))
         return self._planned[1]
+
+    @classmethod
+    def _extends_the_trainers_loss(cls) -> bool:
+        """Whether the ``compute_loss`` after this class's is ``transformers.Trainer``'s own (TRL's builds
+        no logits, and returning outputs makes it run the model a second time)."""
+        after = cls.__mro__[cls.__mro__.index(BucketTrainer) + 1 :]
+        return next(klass for klass in after if "compute_loss" in vars(klass)) is Trainer
+
+    def compute_loss(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        """The Trainer's loss; a mixture's ``source`` ids stay out of the model, and each source's token
+        losses are taken from the logits it computed (logged as ``loss/<source>``)."""
+        source = inputs.pop("source", None)
+        inputs.pop("num_items_per_source", None)
+        if source is None or self.source_losses is None or not model.training:
+            return super().compute_loss(model, inputs, *args, **kwargs)
+        wanted = kwargs.pop("return_outputs", args[0] if args else False)
+        loss, outputs = super().compute_loss(model, inputs, True, *args[1:], **kwargs)
+        logits = outputs.get("logits") if isinstance(outputs, Mapping) else getattr(outputs, "logits", None)
+        if logits is not None and "labels" in inputs:
+            self.source_losses.add(logits.detach(), {**inputs, "source": source})
+        return (loss, outputs) if wanted else loss
+
+    def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+        """The Trainer's logs, with each source's mean token loss since the last log beside ``loss`` (a source
+        none of whose tokens trained since is left out of that line)."""
+        if self.source_losses is not None and "loss" in logs:
+            means = self.source_losses.means().items()
+            logs = {**logs, **{f"loss/{name}": value for name, value in means if not math.isnan(value)}}
+        super().log(logs, *args, **kwargs)
 
     # -- resume -----------------------------------------------------------------------------------------
 
@@ -298,49 +336,6 @@ class BucketTrainer(Trainer):
             drop_last=False,
         )
         return self.accelerator.prepare(loader)
-
-
-def saved_state(folder: str) -> dict[str, Any] | None:
-    """The dflash_batch state of a checkpoint folder (written by any number of processes), or ``None``."""
-    for name in (STATE_FILE, LEGACY_STATE_FILE.format(rank=0)):
-        path = os.path.join(folder, name)
-        if not os.path.exists(path):
-            continue
-        with open(path) as f:
-            try:
-                state = json.load(f)
-            except json.JSONDecodeError as error:
-                raise PlanError(
-                    f"{path} is not a dflash_batch state ({error}); delete it to resume from the Trainer's count alone"
-                ) from None
-        if not isinstance(state, dict):
-            raise PlanError(f"{path} is not a dflash_batch state (a {type(state).__name__}); delete it to resume")
-        return state
-    return None
-
-
-class _Checkpoints(TrainerCallback):
-    """Writes the position into every checkpoint folder the Trainer saves (its ``on_save`` event, after
-    the folder is complete), from the first process: every rank's position is the same."""
-
-    def __init__(self, trainer: BucketTrainer) -> None:
-        self.trainer = trainer
-
-    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        loader = self.trainer.train_loader
-        if loader is None or not state.is_world_process_zero:
-            return
-        folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
-        if not os.path.isdir(folder):
-            raise PlanError(
-                f"the Trainer saved a checkpoint, but {folder} is not there; dflash_batch writes its {STATE_FILE} "
-                "beside trainer_state.json in each checkpoint folder (hyperparameter searches, which save "
-                "elsewhere, are not supported)"
-            )
-        path = os.path.join(folder, STATE_FILE)
-        with open(path + ".tmp", "w") as f:
-            json.dump(loader.state_dict(), f)
-        os.replace(path + ".tmp", path)
 
 
 class _TrainBatches(torch.utils.data.DataLoader):

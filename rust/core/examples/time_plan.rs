@@ -3,10 +3,11 @@
 //! (defaults: 1 thread, 41 epochs, 6 buckets, accumulation 1, no tolerance; `packed`: packed rows;
 //! `packed-cost`: packed rows under the
 //! attention price `cost=(1, 1/30720)`; `stream`: auto buckets formed by the streaming loop larger epochs use; `sorted`: unshuffled;
-//! `rows`: batches of 8 rows; `trim`: auto buckets with `trim_steps`).
+//! `rows`: batches of 8 rows; `trim`: auto buckets with `trim_steps`; `mixture` / `mixture-packed`: the
+//! seed workload's four sources (`workload::seed_sources`) weighted 0.4/0.3/0.2/0.1 in tokens).
 #![allow(clippy::expect_used, missing_docs, clippy::print_stdout)]
-use dflash_batch_core::workload::{seed_lengths, SEED_SAMPLES};
-use dflash_batch_core::{Batching, Boundaries, Config, CostModel, Mode, Planner};
+use dflash_batch_core::workload::{seed_lengths, seed_sources, SEED_SAMPLES, SEED_SOURCES};
+use dflash_batch_core::{Batching, Boundaries, Config, CostModel, Mixture, Mode, Planner, Unit};
 use std::time::Instant;
 
 fn main() {
@@ -21,7 +22,10 @@ fn main() {
     let arg = |i: usize| std::env::args().nth(i);
     let (boundaries, mode) = match arg(3).as_deref() {
         Some("auto" | "stream" | "sorted" | "rows" | "trim") => (Boundaries::Auto, Mode::Padded),
-        Some("packed" | "packed-cost") => (Boundaries::Auto, Mode::Packed { bucketed: false }),
+        Some("packed" | "packed-cost" | "mixture-packed") => {
+            (Boundaries::Auto, Mode::Packed { bucketed: false })
+        }
+        Some("mixture") => (Boundaries::Auto, Mode::Padded),
         other => (
             Boundaries::Count(other.and_then(|a| a.parse().ok()).unwrap_or(6)),
             Mode::Padded,
@@ -52,10 +56,21 @@ fn main() {
             Batching::Tokens(16_384)
         })
     };
-    let lengths = seed_lengths(SEED_SAMPLES, 0).expect("the seed workload fits");
-    let mut planner = Planner::new(lengths, config)
-        .expect("valid config")
-        .with_threads(threads);
+    let mut planner = if shape.starts_with("mixture") {
+        let (lengths, counts) = seed_sources(SEED_SAMPLES, 0).expect("the seed workload fits");
+        let sources = SEED_SOURCES
+            .iter()
+            .zip(counts)
+            .zip([0.4, 0.3, 0.2, 0.1])
+            .map(|((name, rows), weight)| ((*name).to_string(), rows, weight));
+        let mixture = Mixture::new(sources, Unit::Tokens);
+        Planner::with_mixture(lengths, config, mixture)
+    } else {
+        let lengths = seed_lengths(SEED_SAMPLES, 0).expect("the seed workload fits");
+        Planner::new(lengths, config)
+    }
+    .expect("valid config")
+    .with_threads(threads);
     if shape == "stream" {
         planner = planner.with_streamed_epochs();
     }

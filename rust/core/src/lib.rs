@@ -71,6 +71,7 @@ pub use error::read::ReadProblem;
 pub use error::{Error, ErrorKind, Result};
 pub use plan::buckets::Buckets;
 pub use plan::config::{Batching, Boundaries, Config, CostModel, Mode, Order, Oversize};
+pub use plan::mixture::{Mixture, Source, Unit};
 pub use plan::output::{largest_padded, Plan, Stats};
 pub use plan::planner::Planner;
 pub use plan::resume::Resumed;

@@ -24,6 +24,10 @@ pub const ARRANGED_BYTES_PER_SAMPLE: u64 = 30;
 /// The same for streamed epochs (larger ones): the plan and the permutation, lengths carried with it.
 pub const STREAMED_BYTES_PER_SAMPLE: u64 = 12;
 
+/// What a mixture's epoch adds per sample (`plan/mixture/`): the population, the rows it is formed
+/// from, and the interleaving's pools and sources.
+pub const MIXTURE_BYTES_PER_SAMPLE: u64 = 20;
+
 /// Working memory per batch: offsets, costs and the balancing order.
 pub const PLAN_BYTES_PER_BATCH: u64 = 48;
 

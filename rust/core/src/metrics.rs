@@ -325,6 +325,7 @@ fn batch_of((offsets, indices): (&[u64], &[u32]), samples: usize) -> Vec<u32> {
 
 mod report;
 pub use report::{end_to_end, report, Report};
+pub mod sources;
 
 #[cfg(test)]
 mod tests;

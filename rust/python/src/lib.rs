@@ -15,6 +15,7 @@ mod reading;
 mod collating;
 mod config;
 mod metrics;
+mod mixture;
 mod plan;
 mod planning;
 mod settings;
@@ -38,6 +39,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SETTINGS", settings::declared(m.py())?)?;
     m.add("ERROR_KINDS", errors::declared(m.py())?)?;
     m.add_class::<planning::Planner>()?;
+    m.add_class::<mixture::Mixture>()?;
     m.add_class::<plan::Plan>()?;
     m.add_class::<reading::TokenStore>()?;
     m.add_function(wrap_pyfunction!(reading::read_lengths, m)?)?;
@@ -46,6 +48,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(collating::collate_into, m)?)?;
     m.add_function(wrap_pyfunction!(physical_memory, m)?)?;
     m.add_function(wrap_pyfunction!(workload::seed_lengths, m)?)?;
+    m.add_function(wrap_pyfunction!(workload::seed_sources, m)?)?;
+    m.add(
+        "SEED_SOURCES",
+        dflash_batch_core::workload::SEED_SOURCES.to_vec(),
+    )?;
     m.add_function(wrap_pyfunction!(collating::collate_new, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_slot, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_packed_slot, m)?)?;

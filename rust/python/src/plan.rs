@@ -211,6 +211,19 @@ impl Plan {
             "end_to_end_efficiency_step",
             end.map(|s| s.per_optimizer_step),
         )?;
+        if let (Some(figures), Some(mixture)) = (report.sources, self.planner.mixture()) {
+            let sources = PyDict::new(py);
+            for (part, source) in figures.parts.iter().zip(&mixture.sources) {
+                let one = PyDict::new(py);
+                one.set_item("samples", part.samples)?;
+                one.set_item("tokens", part.tokens)?;
+                one.set_item("share", part.share)?;
+                one.set_item("weight", source.weight)?;
+                sources.set_item(&source.name, one)?;
+            }
+            d.set_item("sources", sources)?;
+            d.set_item("source_tv", figures.source_tv)?;
+        }
         Ok(d)
     }
 

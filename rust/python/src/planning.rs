@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 use crate::arrays::read_only;
 use crate::config::Settings;
 use crate::errors::to_py;
+use crate::mixture::Mixture;
 use crate::plan::Plan;
 
 /// An array a Python caller receives: read-only, owned by Rust.
@@ -80,12 +81,14 @@ pub(crate) struct Planner {
 #[pymethods]
 impl Planner {
     /// `chunks`: 1-D integer numpy arrays whose concatenation is the lengths; `config`: the
-    /// settings, checked (`config.rs`).
+    /// settings, checked (`config.rs`); `mixture`: the sources the lengths are, concatenated.
     #[new]
+    #[pyo3(signature = (chunks, config, mixture=None))]
     fn new(
         py: Python<'_>,
         chunks: Vec<Bound<'_, PyAny>>,
         config: PyRef<'_, Settings>,
+        mixture: Option<PyRef<'_, Mixture>>,
     ) -> PyResult<Self> {
         let lengths = lengths_from_chunks(&chunks)?;
         let (config, threads, accumulation) = (
@@ -93,8 +96,12 @@ impl Planner {
             config.threads,
             config.core.accumulation,
         );
+        let mixture = mixture.map(|m| m.core.clone());
         let planner = py
-            .detach(|| CorePlanner::new(lengths, config))
+            .detach(|| match mixture {
+                Some(mixture) => CorePlanner::with_mixture(lengths, config, mixture),
+                None => CorePlanner::new(lengths, config),
+            })
             .map_err(to_py)?;
         let planner = match threads {
             Some(t) => planner.with_threads(t),

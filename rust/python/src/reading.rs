@@ -195,6 +195,22 @@ impl TokenStore {
         self.store.len()
     }
 
+    /// The stores `parts` as one (rows of the first, then the second, ...), each named in `names`
+    /// for messages: one token type and the same loss mask, or a `DataError` naming the source.
+    #[staticmethod]
+    fn concat(py: Python<'_>, names: Vec<String>, parts: Vec<PyRef<'_, Self>>) -> PyResult<Self> {
+        if names.len() != parts.len() {
+            return Err(PyValueError::new_err("concat takes one name per store"));
+        }
+        let named: Vec<(&str, &CoreStore)> = names
+            .iter()
+            .map(String::as_str)
+            .zip(parts.iter().map(|p| &p.store))
+            .collect();
+        let store = py.detach(|| CoreStore::concat(&named)).map_err(to_py)?;
+        Ok(Self::over(store))
+    }
+
     /// This store with `mask` (a store over the same rows) as its loss mask, which every collation
     /// applies: `kind` is `"labels"` (-100 ignored) or `"binary"` (0 ignored).
     fn with_mask(&self, py: Python<'_>, mask: PyRef<'_, Self>, kind: &str) -> PyResult<Self> {

@@ -16,3 +16,17 @@ pub(crate) fn seed_lengths(
         .map_err(crate::errors::to_py)?;
     Ok(PyArray1::from_vec(py, lengths))
 }
+
+/// `n` seed-workload lengths split into four sources of different length profiles (the core's
+/// `seed_sources`): the lengths grouped by source, and each source's count.
+#[pyfunction]
+pub(crate) fn seed_sources(
+    py: Python<'_>,
+    n: usize,
+    seed: u64,
+) -> PyResult<(Bound<'_, PyArray1<u32>>, [u32; 4])> {
+    let (lengths, counts) = py
+        .detach(|| dflash_batch_core::workload::seed_sources(n, seed))
+        .map_err(crate::errors::to_py)?;
+    Ok((PyArray1::from_vec(py, lengths), counts))
+}

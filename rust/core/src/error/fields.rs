@@ -104,6 +104,12 @@ kinds! {
     MaskLength => "mask_length", Data, false;
     MaskValue => "mask_value", Data, false;
     RowOutOfRange => "row_out_of_range", Index, false;
+    MixtureSetting => "mixture_setting", Plan, true;
+    EmptySource => "empty_source", Plan, false;
+    MixtureWeight => "mixture_weight", Plan, true;
+    MixtureWeights => "mixture_weights", Plan, true;
+    SourceTooSmall => "source_too_small", Plan, false;
+    SourcesDiffer => "sources_differ", Data, false;
 }
 
 impl ErrorKind {
@@ -131,6 +137,8 @@ impl ErrorKind {
             Self::TrimSetting { .. } => Some("trim_steps"),
             Self::TruncateSetting { .. } => Some("oversize"),
             Self::PackedSetting { .. } => Some("mode"),
+            Self::MixtureSetting { setting, .. } => Some(setting),
+            Self::MixtureWeight { .. } | Self::MixtureWeights { .. } => Some("weights"),
             _ => None,
         }
     }

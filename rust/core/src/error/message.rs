@@ -64,6 +64,34 @@ impl fmt::Display for Error {
                 f,
                 "{problem}; pass the starts and lengths that sampler.pieces(batch) returns for the batch"
             ),
+            K::MixtureSetting { problem, .. } => write!(f, "{problem}"),
+            K::EmptySource { source } => write!(
+                f,
+                "source '{source}' of the mixture has no rows; give it data, or leave it out of the mixture"
+            ),
+            K::MixtureWeight { source, weight } => write!(
+                f,
+                "source '{source}' has weight {weight}; weights must be finite and ≥ 0 (0 leaves a source \
+                 out of every epoch)"
+            ),
+            K::MixtureWeights { sum } => write!(
+                f,
+                "the mixture's weights sum to {sum}, not 1; pass each source's share of an epoch (e.g. 0.6 \
+                 and 0.4)"
+            ),
+            K::SourceTooSmall { source, weight, total, share, tokens, max_repeat } => {
+                let unit = if *tokens { "tokens" } else { "samples" };
+                // Counts stay far below 2^53; the ratio is for the message.
+                #[allow(clippy::cast_precision_loss)]
+                let repeats = *share as f64 / (*total).max(1) as f64;
+                write!(
+                    f,
+                    "source '{source}' holds {total} {unit}, but its weight {weight} asks for {share} {unit} \
+                     an epoch ({repeats:.2} times its data), more than max_repeat={max_repeat}; raise \
+                     max_repeat, lower its weight, add data to it, or shorten the epoch (epoch_size)"
+                )
+            }
+            K::SourcesDiffer { source, problem } => write!(f, "source '{source}' {problem}"),
             K::PackedSetting { problem } => write!(f, "mode='packed' {problem}"),
             K::TrimSetting { problem } => write!(f, "trim_steps=True {problem}"),
             K::TruncateSetting { problem } => write!(f, "oversize='truncate' {problem}"),

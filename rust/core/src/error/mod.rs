@@ -266,6 +266,55 @@ pub enum ErrorKind {
         /// The value found, or the column's type.
         found: String,
     },
+    /// A mixture's setting that cannot be planned (no sources, a repeated name, `max_repeat`,
+    /// `epoch_size`, sources that do not hold the lengths given, or a planning setting a mixture
+    /// does not take).
+    MixtureSetting {
+        /// The setting.
+        setting: &'static str,
+        /// What is wrong with it, and the fix.
+        problem: String,
+    },
+    /// A mixture's source with no rows.
+    EmptySource {
+        /// The source's name.
+        source: String,
+    },
+    /// A mixture's weight that is negative, infinite or not a number.
+    MixtureWeight {
+        /// The source's name.
+        source: String,
+        /// The weight, formatted.
+        weight: String,
+    },
+    /// A mixture's weights that do not sum to 1.
+    MixtureWeights {
+        /// The weights and their sum, formatted.
+        sum: String,
+    },
+    /// A source whose weight asks for more of it per epoch than `max_repeat` copies hold.
+    SourceTooSmall {
+        /// The source's name.
+        source: String,
+        /// Its weight, formatted.
+        weight: String,
+        /// Its admitted samples (or tokens).
+        total: u64,
+        /// What its weight asks for per epoch, in the same unit.
+        share: u64,
+        /// Whether the unit is tokens.
+        tokens: bool,
+        /// The cap, formatted.
+        max_repeat: String,
+    },
+    /// Sources of a mixture whose token stores cannot be read as one (another token type, another
+    /// loss mask).
+    SourcesDiffer {
+        /// The source that differs from the first.
+        source: String,
+        /// What differs, and the fix.
+        problem: String,
+    },
     /// A row index past the end of a dataset.
     RowOutOfRange {
         /// The index asked for.

@@ -3,12 +3,13 @@
 //! it — useful work over what the ranks spend, waiting and padding included.
 
 use crate::lengths::{with_lengths, Length};
+use crate::metrics::sources::{sources, SourceFigures};
 use crate::metrics::{
     batch_costs, rank_imbalance, synchronous, window_tv, Deciles, Imbalance, Synchronous,
 };
 
 /// The mixing and balance figures of one of `planner`'s plans, given as CSR.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Report {
     /// [`window_tv`] over windows of the given size; `None` without a complete window.
     pub window_tv: Option<f64>,
@@ -18,6 +19,8 @@ pub struct Report {
     pub synchronous: Option<Synchronous>,
     /// [`end_to_end`] efficiency under the configuration's cost model.
     pub end_to_end: Option<Synchronous>,
+    /// The sources of a mixture's plan ([`sources`](crate::metrics::sources::sources)).
+    pub sources: Option<SourceFigures>,
 }
 
 /// End-to-end efficiency: the useful work of the plan's steps (each sample's own `a·l + b·l²`; batch
@@ -57,14 +60,28 @@ pub fn report(
 ) -> crate::error::Result<Report> {
     // A batch's cost, a step's ratio, and (packed) a batch's time.
     let mut bytes = offsets.len() as u64 * 24;
-    if deciles.get().is_none() {
+    let mixture = planner.mixture();
+    if mixture.is_some() {
+        // The plan's own lengths and their deciles: a mixture's epoch is not the rows once each.
+        bytes += indices.len() as u64 * 16;
+    } else if deciles.get().is_none() {
         bytes += Deciles::bytes(planner.lengths());
     }
     crate::memory::reserve("computing a plan's stats", bytes)?;
-    let deciles = deciles.get_or_init(|| Deciles::of_lengths(planner.lengths()));
-    Ok(
-        with_lengths!(planner.lengths(), lengths => report_with(planner.config(), lengths, deciles, (offsets, indices), window)),
-    )
+    let csr = (offsets, indices);
+    Ok(with_lengths!(planner.lengths(), lengths => {
+        let own;
+        let deciles = match mixture {
+            Some(_) => {
+                own = Deciles::new(&crate::plan::resume::lengths_of(lengths, indices));
+                &own
+            }
+            None => deciles.get_or_init(|| Deciles::of_lengths(planner.lengths())),
+        };
+        let mut report = report_with(planner.config(), lengths, deciles, csr, window);
+        report.sources = mixture.map(|m| sources(csr, lengths, m, window));
+        report
+    }))
 }
 
 fn report_with<L: Length>(
@@ -127,5 +144,6 @@ fn report_with<L: Length>(
         imbalance: rank_imbalance(&costs, world),
         synchronous: synchronous(&costs, world, accumulation),
         end_to_end,
+        sources: None,
     }
 }

@@ -8,6 +8,7 @@ pub(crate) mod config;
 pub(crate) mod fingerprint;
 pub(crate) mod form;
 pub(crate) mod histogram;
+pub mod mixture;
 pub(crate) mod optimize;
 pub(crate) mod output;
 pub(crate) mod permute;

@@ -50,7 +50,7 @@ pub(crate) fn random_permutation(
     epoch: u64,
     pool: Option<&rayon::ThreadPool>,
 ) -> Vec<u32> {
-    let scattered = scatter_into_chunks::<u32>(n, None, seed, epoch, pool);
+    let scattered = scatter_into_chunks::<u32>(n, None, None, seed, epoch, pool);
     let mut out = scattered.rows;
     let pieces = split_chunks(&mut out, &scattered.starts);
     run(
@@ -76,8 +76,11 @@ pub struct Scattered<L> {
 
 /// Step 1. With `source`, also writes `source[r]` next to every element `r`: the scatter reads
 /// elements in order, so this costs one sequential read, and saves every later reader a random one.
+/// With `elements` (an epoch's population, `n` of them), element `i` is `elements[i]` rather than `i`:
+/// the permutation is of the population, read in order as well.
 pub fn scatter_into_chunks<L: Length>(
     n: usize,
+    elements: Option<&[u32]>,
     source: Option<&[L]>,
     seed: u64,
     epoch: u64,
@@ -113,6 +116,7 @@ pub fn scatter_into_chunks<L: Length>(
                 let mut rows = Slots::new(owned);
                 let mut values = Slots::new(owned_values);
                 for_each_chunk_id(range, s, bits, seed, epoch, |r, c| {
+                    let r = elements.map_or(r, |e| e[r as usize]);
                     rows.push(c, r);
                     values.push(c, source[r as usize]);
                 });
@@ -126,7 +130,14 @@ pub fn scatter_into_chunks<L: Length>(
                 .collect();
             run(pool, work, |(s, (owned, range))| {
                 let mut rows = Slots::new(owned);
-                for_each_chunk_id(range, s, bits, seed, epoch, |r, c| rows.push(c, r));
+                match elements {
+                    Some(e) => {
+                        for_each_chunk_id(range, s, bits, seed, epoch, |r, c| {
+                            rows.push(c, e[r as usize]);
+                        });
+                    }
+                    None => for_each_chunk_id(range, s, bits, seed, epoch, |r, c| rows.push(c, r)),
+                }
             });
         }
     }

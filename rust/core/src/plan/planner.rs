@@ -35,8 +35,9 @@ use crate::plan::balance::balance_classes;
 use crate::plan::buckets::Buckets;
 use crate::plan::config::{Batching, Config, Mode};
 use crate::plan::form::{ByBucket, Epoch, Former, ARRANGE_MAX_SAMPLES, COMPANION_MIN_SAMPLES};
+use crate::plan::mixture::{interleave, reserve_interleave, Mix};
 use crate::plan::output::{row_range, Plan, Stats};
-use crate::plan::prepare::prepare;
+use crate::plan::prepare::{prepare, Prepared};
 use crate::plan::rules::Rules;
 use crate::plan::split::{drop_to, expand_per_batch, gather, split_to};
 use crate::plan::truncate::{cut_long, Later};
@@ -71,7 +72,10 @@ pub struct Planner {
     /// Under `Oversize::Truncate`, the later pieces of the samples split (`truncate.rs`); the lengths
     /// are then the planned entries' lengths.
     pub(super) later: Option<Later>,
-    pool: PrivatePool,
+    /// The sources of a mixture and their quotas (`mixture/`): every epoch then plans the rows it
+    /// selects, and interleaves their sources last.
+    pub(super) mix: Option<Mix>,
+    pub(super) pool: PrivatePool,
 }
 
 impl Planner {
@@ -86,14 +90,28 @@ impl Planner {
             lengths.len() as u64 * memory::PREPARE_BYTES_PER_SAMPLE,
         )?;
         let prepared = with_lengths!(&lengths, v => prepare(v, &config))?;
+        Ok(Self::assemble(lengths, config, prepared, later, None))
+    }
+
+    /// The planner of prepared lengths (and of a mixture's sources, when `mix` is given).
+    pub(super) fn assemble(
+        lengths: Lengths,
+        config: Config,
+        prepared: Prepared,
+        later: Option<Later>,
+        mix: Option<Mix>,
+    ) -> Self {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
-        let by_bucket =
-            (config.shuffle && config.mode == Mode::Padded && lengths.len() <= ARRANGE_MAX_SAMPLES)
-                .then(|| {
-                    let buckets = prepared.buckets.count();
-                    with_lengths!(&lengths, v => ByBucket::new(v, &prepared.rules, buckets))
-                });
-        Ok(Self {
+        // A mixture's epochs group the rows they select (`mixture/planning.rs`).
+        let by_bucket = (mix.is_none()
+            && config.shuffle
+            && config.mode == Mode::Padded
+            && lengths.len() <= ARRANGE_MAX_SAMPLES)
+            .then(|| {
+                let buckets = prepared.buckets.count();
+                with_lengths!(&lengths, v => ByBucket::new(v, &prepared.rules, buckets))
+            });
+        Self {
             lengths,
             config,
             buckets: prepared.buckets,
@@ -108,8 +126,25 @@ impl Planner {
             by_bucket,
             target: OnceLock::new(),
             later,
+            mix,
             pool: PrivatePool::new(threads),
-        })
+        }
+    }
+
+    /// Rows left out of every plan for not fitting a batch (`oversize="skip"`).
+    fn skipped(&self) -> u64 {
+        match &self.mix {
+            Some(mix) => mix.skipped,
+            None => self.lengths.len() as u64 - self.admitted,
+        }
+    }
+
+    /// Samples an epoch plans: the admitted rows, or a mixture's reference selection (epoch 0's).
+    pub(super) fn epoch_samples(&self) -> usize {
+        match &self.mix {
+            Some(_) => usize::try_from(self.admitted).unwrap_or(usize::MAX),
+            None => self.lengths.len(),
+        }
     }
 
     /// Uses `threads` worker threads (1 = plan on the calling thread). The plan does not change.
@@ -164,25 +199,15 @@ impl Planner {
         &self.config
     }
 
+    /// The mixture whose sources this planner plans, if any.
+    pub fn mixture(&self) -> Option<&crate::plan::mixture::Mixture> {
+        self.mix.as_ref().map(|mix| &mix.spec)
+    }
+
     /// The lengths of the planned entries: the samples' (under `Oversize::Truncate`, every row's
     /// first piece, then the later pieces; [`Planner::dataset_lengths`] gives the rows').
     pub fn lengths(&self) -> &Lengths {
         &self.lengths
-    }
-
-    /// Fingerprint of the lengths and configuration (see `fingerprint.rs`).
-    pub fn fingerprint(&self) -> u64 {
-        with_lengths!(&self.lengths, v => crate::plan::fingerprint::fingerprint(v, &self.config))
-    }
-
-    /// Fingerprint of the lengths and configuration as if for one rank: the same for any
-    /// `world_size`, so a checkpoint can be resumed on another number of ranks.
-    pub fn fingerprint_any_ranks(&self) -> u64 {
-        let config = Config {
-            world_size: 1,
-            ..self.config.clone()
-        };
-        with_lengths!(&self.lengths, v => crate::plan::fingerprint::fingerprint(v, &config))
     }
 
     /// Plans `epoch`: every batch of every rank, in training order.
@@ -193,9 +218,12 @@ impl Planner {
     /// Bytes an epoch's planning allocates at its peak, at most (`tests/memory_peaks.rs` holds every
     /// path to it): per sample, and per batch for epochs of few samples a batch.
     pub fn plan_bytes(&self) -> u64 {
-        let samples = self.lengths.len() as u64;
+        let samples = self.epoch_samples() as u64;
         let per_sample = if self.by_bucket.is_some() {
             memory::ARRANGED_BYTES_PER_SAMPLE
+        } else if self.mix.is_some() {
+            // The population, its grouping by bucket and the interleaved pools (`mixture/`).
+            memory::ARRANGED_BYTES_PER_SAMPLE + memory::MIXTURE_BYTES_PER_SAMPLE
         } else {
             memory::STREAMED_BYTES_PER_SAMPLE
         };
@@ -215,7 +243,10 @@ impl Planner {
         let (mut order, mut formed, key, reformed) = self.form_within(&former, epoch);
         let target = self.target_batches(&former, None);
         let world_size = self.config.world_size;
-        let mut real_tokens = self.admitted_tokens;
+        let mut real_tokens = match &self.mix {
+            Some(_) => tokens_of(lengths, &order), // this epoch's selection
+            None => self.admitted_tokens,
+        };
         let cost = |members: &[u32]| self.cost(lengths, members);
         let mut split_batches = 0;
         let (mut dropped, mut dropped_batches) = (0, 0);
@@ -250,7 +281,7 @@ impl Planner {
             }
         }
         let epoch_key = key;
-        if self.config.shuffle && lengths.len() <= ARRANGE_MAX_SAMPLES {
+        if self.config.shuffle && self.epoch_samples() <= ARRANGE_MAX_SAMPLES {
             if let Some(ppm) = self.config.balance_tolerance_ppm {
                 // Batch numbers fit in u32: at most one batch per sample.
                 #[allow(clippy::cast_possible_truncation)]
@@ -285,6 +316,11 @@ impl Planner {
             }
             .into());
         }
+        if let Some(mix) = &self.mix {
+            let pool = self.pool.get();
+            reserve_interleave(pool.as_ref().map_or(1, |p| p.current_num_threads()))?;
+            interleave(&mut order, lengths, mix, pool.as_deref());
+        }
         let (min_rows, max_rows) = row_range(&formed.offsets);
         let stats = Stats {
             batches,
@@ -292,7 +328,7 @@ impl Planner {
             samples: order.len() as u64,
             real_tokens,
             padded_tokens: formed.padded_tokens,
-            skipped: self.lengths.len() as u64 - self.admitted,
+            skipped: self.skipped(),
             dropped,
             dropped_batches,
             split_batches,
@@ -308,10 +344,12 @@ impl Planner {
     /// plan's rows truncated to those formed.
     pub(super) fn form<L: Length>(&self, former: &Former<'_, L>, key: u64) -> (Vec<u32>, Epoch) {
         let pool = self.pool.get();
-        let (mut order, formed) = if let Some(by_bucket) = &self.by_bucket {
+        let (mut order, formed) = if let Some(mix) = &self.mix {
+            self.form_population(former, mix, key, pool.as_deref())
+        } else if let Some(by_bucket) = &self.by_bucket {
             former.form_by_bucket(by_bucket, key, pool.as_deref())
         } else if self.config.shuffle {
-            former.form_shuffled(key, pool.as_deref())
+            former.form_shuffled(None, key, pool.as_deref())
         } else {
             former.form_sorted()
         };
@@ -329,6 +367,7 @@ impl Planner {
             companion_min: self.companion_min,
             general_only: self.general_only,
             shortest: self.shortest,
+            arranged: self.epoch_samples() <= ARRANGE_MAX_SAMPLES,
         }
     }
 

@@ -20,10 +20,33 @@ pub(crate) struct Prepared {
 }
 
 pub(crate) fn prepare<L: Length>(lengths: &[L], config: &Config) -> Result<Prepared> {
+    prepare_with(lengths, config, None)
+}
+
+/// [`prepare`], with the edges optimized for `epoch` — the lengths one epoch trains, when they are not
+/// the dataset's once each (a mixture's: sources up- and down-sampled). They cover every admitted
+/// length of `lengths` either way.
+pub(crate) fn prepare_with<L: Length>(
+    lengths: &[L],
+    config: &Config,
+    epoch: Option<&[u32]>,
+) -> Result<Prepared> {
     check_lengths(lengths)?;
     check_cost_range(lengths, config)?;
     let admit_max = admission(lengths, config)?;
-    let (buckets, predicted_efficiency) = choose_buckets(lengths, config, admit_max)?;
+    let (buckets, predicted_efficiency) = match epoch {
+        None => choose_buckets(lengths, lengths, config, admit_max)?,
+        Some(epoch) => {
+            // The admitted extremes once more, so the optimized edges reach every length.
+            let admitted = lengths
+                .iter()
+                .map(|&l| l.into())
+                .filter(|&l| l <= admit_max);
+            let (lo, hi) = admitted.fold((u32::MAX, 0), |(lo, hi), l| (lo.min(l), hi.max(l)));
+            let sample: Vec<u32> = epoch.iter().copied().chain([lo, hi]).collect();
+            choose_buckets(lengths, &sample, config, admit_max)?
+        }
+    };
     let longest = lengths.iter().copied().max().map_or(0, Into::into);
     let rules = Rules::new(&buckets, config, admit_max, longest);
     let mut bucket_capacity = vec![0u32; buckets.count()];
@@ -45,6 +68,14 @@ pub(crate) fn prepare<L: Length>(lengths: &[L], config: &Config) -> Result<Prepa
         admitted_tokens,
         shortest,
     })
+}
+
+/// The longest admitted length, once the lengths and the cost model are checked (what a mixture needs
+/// to select only samples that fit, before its edges are chosen).
+pub(crate) fn admitted_max<L: Length>(lengths: &[L], config: &Config) -> Result<u32> {
+    check_lengths(lengths)?;
+    check_cost_range(lengths, config)?;
+    admission(lengths, config)
 }
 
 fn check_lengths<L: Length>(lengths: &[L]) -> Result<()> {
@@ -174,13 +205,16 @@ fn largest_admitted(config: &Config, budget: u64) -> u32 {
 /// (0.991 unbucketed).
 const PACKED_BUCKETS: usize = 2;
 
-fn choose_buckets<L: Length>(
+/// The buckets for `lengths` (every admitted one covered), their edges optimized for the lengths of
+/// `sample` (the lengths themselves, or an epoch's).
+fn choose_buckets<L: Length, M: Length>(
     lengths: &[L],
+    sample: &[M],
     config: &Config,
     admit_max: u32,
 ) -> Result<(Buckets, f64)> {
     let keep = |l: u32| l <= admit_max;
-    let histogram = Histogram::new(lengths, keep);
+    let histogram = Histogram::new(sample, keep);
     let boundaries = match (config.mode, &config.boundaries) {
         (Mode::Padded, boundaries) => boundaries,
         (Mode::Packed { bucketed: false }, Boundaries::Auto) => {

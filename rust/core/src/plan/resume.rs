@@ -16,6 +16,7 @@
 use crate::error::{ErrorKind, Result};
 use crate::lengths::to_usize;
 use crate::lengths::{with_lengths, Length, Lengths};
+use crate::plan::mixture::{interleave, reserve_interleave};
 use crate::plan::output::{Plan, Stats};
 use crate::plan::planner::Planner;
 
@@ -35,7 +36,11 @@ impl Planner {
         crate::memory::reserve("resuming on other ranks", self.lengths().len() as u64 * 8)?;
         let mut config = self.config().clone();
         config.world_size = old_world;
-        let old = Planner::new(Lengths::clone(self.lengths()), config)?.plan(epoch)?;
+        let old = match &self.mix {
+            Some(mix) => Planner::with_mixture(self.lengths().clone(), config, mix.spec.clone()),
+            None => Planner::new(Lengths::clone(self.lengths()), config),
+        }?
+        .plan(epoch)?;
         let steps = old.len() as u64 / u64::from(old_world);
         if step > steps {
             return Err(ErrorKind::ResumeStepOutOfRange {
@@ -53,9 +58,10 @@ impl Planner {
         Ok(left)
     }
 
-    /// Plans `epoch` over only the samples `rows` (row numbers of this planner's lengths), with this
-    /// configuration: the rest of an epoch re-planned after a resume on another number of ranks.
-    /// Indices are row numbers of the full lengths; buckets are chosen for the subset.
+    /// Plans `epoch` over only the samples `rows` (row numbers of this planner's lengths, repeated
+    /// where a mixture repeats them), with this configuration: the rest of an epoch re-planned after a
+    /// resume on another number of ranks. Indices are row numbers of the full lengths; buckets are
+    /// chosen for the subset; a mixture's sources are interleaved through it as in any epoch.
     pub fn plan_subset(&self, epoch: u64, rows: &[u32]) -> Result<Plan> {
         let n = self.lengths().len();
         if let Some(&row) = rows.iter().find(|&&r| r as usize >= n) {
@@ -73,6 +79,11 @@ impl Planner {
         let (offsets, mut indices, stats) = sub.into_parts();
         for index in &mut indices {
             *index = rows[*index as usize];
+        }
+        if let Some(mix) = &self.mix {
+            let pool = self.pool.get();
+            reserve_interleave(pool.as_ref().map_or(1, |p| p.current_num_threads()))?;
+            with_lengths!(self.lengths(), v => interleave(&mut indices, v, mix, pool.as_deref()));
         }
         Ok(Plan::new(offsets, indices, world_size, epoch, stats))
     }
@@ -102,16 +113,14 @@ impl Planner {
         }
     }
 
-    /// Plans `epoch` over every row plus `carried` (rows carried from the epoch before, see
-    /// [`Planner::plan_resumed`]); indices are rows of the dataset.
+    /// Plans `epoch` over every row (a mixture's selection for it) plus `carried` (rows carried from
+    /// the epoch before, see [`Planner::plan_resumed`]); indices are rows of the dataset.
     pub fn plan_carrying(&self, epoch: u64, carried: &[u32]) -> Result<Plan> {
         if carried.is_empty() {
             return self.plan(epoch);
         }
-        // `Planner::new` refused more rows than a u32 index addresses.
-        #[allow(clippy::cast_possible_truncation)]
-        let rows = self.lengths().len() as u32;
-        let all: Vec<u32> = (0..rows).chain(carried.iter().copied()).collect();
+        let mut all = self.selected_rows(epoch);
+        all.extend_from_slice(carried);
         self.plan_subset(epoch, &all)
     }
 
@@ -126,7 +135,7 @@ impl Planner {
 }
 
 /// The lengths of `rows`, widened.
-fn lengths_of<L: Length>(lengths: &[L], rows: &[u32]) -> Vec<u32> {
+pub(crate) fn lengths_of<L: Length>(lengths: &[L], rows: &[u32]) -> Vec<u32> {
     rows.iter().map(|&r| lengths[r as usize].into()).collect()
 }
 

@@ -132,7 +132,7 @@ impl Planner {
                 return steps_target(&[first, first], &self.config, self.admitted);
             }
             let mut counts = vec![first];
-            if self.lengths.len() <= ARRANGE_MAX_SAMPLES {
+            if self.epoch_samples() <= ARRANGE_MAX_SAMPLES {
                 counts.extend((1..=CALIBRATION_DRAWS).map(|i| count(calibration_key(i))));
             }
             steps_target(&counts, &self.config, self.admitted)

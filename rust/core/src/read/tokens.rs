@@ -27,6 +27,8 @@ pub use crate::read::values::{Gathered, Tokens};
 
 pub(crate) use crate::read::values::Located;
 
+mod concat;
+
 /// One record batch's offsets, in the width the file stores.
 #[derive(Debug, Clone)]
 enum Offsets {

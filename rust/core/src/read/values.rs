@@ -101,6 +101,18 @@ macro_rules! token_enums {
                 }
             }
 
+            /// Appends `other`'s record batches; `false` (nothing appended) when its type differs.
+            pub(crate) fn extend(&mut self, other: &Values) -> bool {
+                match (self, other) {
+                    $((Values::$v(mine), Values::$v(theirs)) => {
+                        mine.extend(theirs.iter().cloned());
+                        true
+                    })*
+                    #[allow(unreachable_patterns)]
+                    _ => false,
+                }
+            }
+
             pub(crate) fn tokens(&self, batch: usize, range: Range<usize>) -> Tokens<'_> {
                 match self {
                     $(Values::$v(v) => Tokens::$v(&v[batch][range]),)*

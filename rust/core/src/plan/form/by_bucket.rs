@@ -71,6 +71,25 @@ impl ByBucket {
         }
     }
 
+    /// Groups `rows` (an epoch's population: rows of `lengths`, repeated where a mixture up-samples
+    /// a source) that `rules` admits by bucket, as [`ByBucket::new`] groups every row.
+    pub(crate) fn from_rows<L: Length>(
+        rows: &[u32],
+        lengths: &[L],
+        rules: &Rules,
+        buckets: usize,
+    ) -> Self {
+        let pairs = rows
+            .iter()
+            .map(|&r| u64::from(r) << 32 | u64::from(lengths[r as usize].into()));
+        let (pairs, starts) = group_by_bucket(pairs, rules, buckets);
+        Self {
+            pairs,
+            starts,
+            spare: Mutex::new(Vec::new()),
+        }
+    }
+
     /// An epoch buffer as long as `pairs`: the spare one, or a new one. Its contents are garbage.
     fn take_buffer(&self) -> Vec<u64> {
         let spare = self.spare.lock().map(|mut s| std::mem::take(&mut *s));

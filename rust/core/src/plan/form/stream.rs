@@ -18,7 +18,7 @@ use crate::plan::form::open::PerBucket;
 use crate::plan::form::pack::Packer;
 use crate::plan::form::rule::{flush, for_each_sample, take, Filling, OpenBatches, Written};
 use crate::plan::form::tight::Tight;
-use crate::plan::form::{ARRANGE_MAX_SAMPLES, MAX_GROUPS};
+use crate::plan::form::MAX_GROUPS;
 use crate::plan::permute::{scatter_into_chunks, shuffle_chunk, shuffle_chunk_pair, Scattered};
 use crate::plan::rules::{table_lookup, Rules};
 use crate::plan::split::reorder_region;
@@ -47,6 +47,8 @@ pub(crate) struct Former<'a, L> {
     pub(crate) general_only: bool,
     /// The shortest admitted length (a packed row with less room than this is full).
     pub(crate) shortest: u32,
+    /// Whether epochs are small enough to order and balance their batches (`ARRANGE_MAX_SAMPLES`).
+    pub(crate) arranged: bool,
 }
 
 impl<L: Length> Former<'_, L> {
@@ -62,17 +64,20 @@ impl<L: Length> Former<'_, L> {
         (order, total)
     }
 
-    /// Forms a shuffled epoch. The permutation's chunks are grouped into fixed groups (set by `n`
-    /// alone); each parallel task shuffles its group's chunks and streams them right away while they
-    /// are in cache, writing batches into the group's own slice and flushing its partial batches at
-    /// its end. The groups are then concatenated, closing any gaps left by skipped samples.
+    /// Forms a shuffled epoch of every row, or of `population` (a mixture's epoch: rows, repeated
+    /// where a source is up-sampled). The permutation's chunks are grouped into fixed groups (set by
+    /// `n` alone); each parallel task shuffles its group's chunks and streams them right away while
+    /// they are in cache, writing batches into the group's own slice and flushing its partial batches
+    /// at its end. The groups are then concatenated, closing any gaps left by skipped samples.
     pub(crate) fn form_shuffled(
         &self,
+        population: Option<&[u32]>,
         epoch: u64,
         pool: Option<&rayon::ThreadPool>,
     ) -> (Vec<u32>, Epoch) {
         let seed = self.config.seed;
-        let n = self.lengths.len();
+        let n = population.map_or(self.lengths.len(), <[u32]>::len);
+        let arranged = self.arranged;
         // Past a few cache sizes the stream's random length lookups go to DRAM; then the scatter
         // carries each row's length along (one sequential read) so the stream reads them in order.
         let source = (n >= self.companion_min).then_some(self.lengths);
@@ -80,7 +85,7 @@ impl<L: Length> Former<'_, L> {
             rows: mut order,
             mut companion,
             starts,
-        } = scatter_into_chunks(n, source, seed, epoch, pool);
+        } = scatter_into_chunks(n, population, source, seed, epoch, pool);
         let chunks = starts.len() - 1;
         let groups = chunks.min(MAX_GROUPS);
         let group_starts: Vec<usize> = (0..=groups).map(|g| starts[g * chunks / groups]).collect();
@@ -114,7 +119,7 @@ impl<L: Length> Former<'_, L> {
                     }
                 }
             }
-            let mut formed = Formed::new(n <= ARRANGE_MAX_SAMPLES);
+            let mut formed = Formed::new(arranged);
             // Groups number at most MAX_GROUPS.
             #[allow(clippy::cast_possible_truncation)]
             let group = g as u32;
@@ -137,7 +142,7 @@ impl<L: Length> Former<'_, L> {
                 None => self.stream(piece, values.as_deref(), &mut formed, end),
             };
             formed.main = formed.offsets.len() - 1;
-            if n <= ARRANGE_MAX_SAMPLES {
+            if arranged {
                 let arranged = composed.is_some();
                 self.arrange_and_balance(piece, &mut formed, complete, (epoch, group), arranged);
             }
@@ -153,7 +158,7 @@ impl<L: Length> Former<'_, L> {
         if matches!(self.config.mode, Mode::Packed { .. }) {
             // Rows the groups left open, packed together (see `pack.rs`); they join the tail.
             let mut rows = std::mem::take(&mut total.leftover);
-            let mut formed = Formed::new(n <= ARRANGE_MAX_SAMPLES);
+            let mut formed = Formed::new(arranged);
             // The epoch's last stream: its own flush stream id, after the groups'.
             #[allow(clippy::cast_possible_truncation)]
             let last = End::Last(epoch, MAX_GROUPS as u32);

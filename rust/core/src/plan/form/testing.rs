@@ -24,6 +24,7 @@ pub(crate) fn with_former<T>(
         companion_min: usize::MAX,
         general_only: false,
         shortest: 1,
+        arranged: true,
     };
     test(&former, &rules)
 }

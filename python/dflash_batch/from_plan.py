@@ -1,0 +1,46 @@
+"""What a :class:`~dflash_batch.Loader` batch carries from the plan besides its tensors: the label tokens
+of its optimizer step (``num_items_in_batch``), and for a mixture each row's source (``source``) and
+each source's label tokens in the step (``num_items_per_source``). All are read from the epoch's plan —
+the same on every rank, without communication."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class FromPlan:
+    """The per-step counts of one epoch's plan, and the sources of its batches' rows.
+
+    Args:
+        sampler: the Loader's sampler (its current epoch's plan).
+        store: the token store (its loss mask decides which tokens count).
+        num_items: whether to add the label counts.
+        device: where the small tensors go (the batch's device).
+    """
+
+    def __init__(self, sampler: Any, store: Any, num_items: bool, device: Any) -> None:
+        self._sampler, self._device = sampler, device
+        self._mixed = sampler.mixture is not None
+        self._counts = sampler.label_tokens(store=store) if num_items else None
+        self._by_source = sampler.label_tokens(store=store, by_source=True) if num_items and self._mixed else None
+        self._accumulation = sampler.accumulation
+        self._world, self._rank = sampler.world_size, sampler.rank
+
+    def add(self, batch: dict[str, Any], step: int, plan: Any) -> None:
+        """Adds to ``batch`` — step ``step`` of this rank in ``plan`` — what it carries from the plan."""
+        window = step // self._accumulation
+        if self._counts is not None:
+            batch["num_items_in_batch"] = int(self._counts[window])
+        if self._mixed:
+            rows = plan[step * self._world + self._rank]
+            batch["source"] = self._on_device(self._sampler.sources_of(rows))
+        if self._by_source is not None:
+            batch["num_items_per_source"] = self._on_device(self._by_source[window].copy())
+
+    def _on_device(self, array: np.ndarray) -> Any:
+        import torch
+
+        tensor = torch.from_numpy(array)
+        return tensor if self._device.type == "cpu" else tensor.to(self._device)

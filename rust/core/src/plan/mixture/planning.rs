@@ -1,0 +1,133 @@
+//! The planner's side of a mixture: building a planner of its sources, and forming an epoch of the
+//! rows it selects (the rest of the pipeline is the planner's own, over those rows).
+
+use crate::error::{ErrorKind, Result};
+use crate::lengths::{with_lengths, Length, Lengths};
+use crate::memory;
+use crate::plan::config::{Config, Mode, Oversize};
+use crate::plan::form::{ByBucket, Epoch, Former};
+use crate::plan::mixture::select::Population;
+use crate::plan::mixture::{Mix, Mixture};
+use crate::plan::planner::Planner;
+use crate::plan::prepare::{admitted_max, prepare_with};
+use crate::plan::resume::lengths_of;
+use crate::plan::steps::REFERENCE_KEY;
+use crate::pool::PrivatePool;
+
+impl Planner {
+    /// Plans epochs of `mixture`'s sources, whose lengths are `lengths` concatenated in the mixture's
+    /// order: each epoch selects every source's share and interleaves the sources through training
+    /// order (`plan/mixture/`). Bucket edges are optimized for epoch 0's selection, and cover every
+    /// admitted row. Indices of the plans are rows of the concatenation, repeated where a source is
+    /// up-sampled.
+    pub fn with_mixture(
+        lengths: impl Into<Lengths>,
+        config: Config,
+        mixture: Mixture,
+    ) -> Result<Self> {
+        config.validate()?;
+        refuse_settings(&config)?;
+        let lengths: Lengths = lengths.into();
+        memory::reserve(
+            "preparing the planner",
+            lengths.len() as u64 * memory::PREPARE_BYTES_PER_SAMPLE,
+        )?;
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+        let pool = PrivatePool::new(threads);
+        let (mix, reference) = with_lengths!(&lengths, v => reference(v, &config, mixture, &pool))?;
+        let epoch = with_lengths!(&lengths, v => lengths_of(v, &reference.rows));
+        let mut prepared = with_lengths!(&lengths, v => prepare_with(v, &config, Some(&epoch)))?;
+        prepared.admitted = reference.rows.len() as u64;
+        prepared.admitted_tokens = reference.tokens;
+        Ok(Self::assemble(lengths, config, prepared, None, Some(mix)))
+    }
+
+    /// Forms the epoch of draws `key` of a mixture: its selection (`select.rs`), grouped by bucket and
+    /// cut as the planner's own rows are (padded epochs up to `ARRANGE_MAX_SAMPLES`), else streamed.
+    pub(in crate::plan) fn form_population<L: Length>(
+        &self,
+        former: &Former<'_, L>,
+        mix: &Mix,
+        key: u64,
+        pool: Option<&rayon::ThreadPool>,
+    ) -> (Vec<u32>, Epoch) {
+        let population = mix.population(former.lengths, self.config().seed, key, pool);
+        if former.arranged && self.config().mode == Mode::Padded {
+            let buckets = self.buckets().count();
+            let by_bucket =
+                ByBucket::from_rows(&population.rows, former.lengths, former.rules, buckets);
+            drop(population);
+            return former.form_by_bucket(&by_bucket, key, pool);
+        }
+        former.form_shuffled(Some(&population.rows), key, pool)
+    }
+
+    /// The rows epoch `epoch`'s own draws select (the population the plan of an epoch carrying rows
+    /// from the one before starts from), or every row without a mixture.
+    pub(in crate::plan) fn selected_rows(&self, epoch: u64) -> Vec<u32> {
+        match &self.mix {
+            Some(mix) => with_lengths!(self.lengths(), v => {
+                let pool = self.pool.get();
+                mix.population(v, self.config().seed, epoch, pool.as_deref()).rows
+            }),
+            // `Planner::new` refused more rows than a u32 index addresses.
+            #[allow(clippy::cast_possible_truncation)]
+            None => (0..self.lengths().len() as u32).collect(),
+        }
+    }
+}
+
+/// Settings a mixture does not take.
+fn refuse_settings(config: &Config) -> Result<()> {
+    let refuse = |setting, problem: &str| {
+        Err(ErrorKind::MixtureSetting {
+            setting,
+            problem: problem.to_string(),
+        }
+        .into())
+    };
+    if config.oversize == Oversize::Truncate {
+        return refuse(
+            "oversize",
+            "oversize='truncate' does not combine with a mixture (a source's share would count pieces \
+             of samples); pass oversize='error' or 'skip', or cut long samples when tokenizing",
+        );
+    }
+    if !config.shuffle {
+        return refuse(
+            "shuffle",
+            "shuffle=False plans rows in length order for evaluation, but a mixture selects and mixes \
+             its sources afresh every epoch; evaluate each source with a sampler of its own",
+        );
+    }
+    Ok(())
+}
+
+/// The mixture checked against `lengths`, and epoch 0's selection (what the edges are optimized for,
+/// and what the step count every epoch shares is set from).
+fn reference<L: Length>(
+    lengths: &[L],
+    config: &Config,
+    mixture: Mixture,
+    pool: &PrivatePool,
+) -> Result<(Mix, Population)> {
+    let admit_max = admitted_max(lengths, config)?;
+    let mix = Mix::new(mixture, lengths, |l| l <= admit_max)?;
+    let reference = mix.population(lengths, config.seed, REFERENCE_KEY, pool.get().as_deref());
+    if reference.rows.is_empty() {
+        return Err(ErrorKind::MixtureSetting {
+            setting: "weights",
+            problem: "the mixture selects no sample for an epoch (every source with weight holds only \
+                      samples that fit no batch); give weight to a source whose samples fit max_tokens"
+                .to_string(),
+        }
+        .into());
+    }
+    if u32::try_from(reference.rows.len()).is_err() {
+        return Err(ErrorKind::TooManySamples {
+            count: reference.rows.len(),
+        }
+        .into());
+    }
+    Ok((mix, reference))
+}
