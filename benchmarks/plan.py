@@ -175,7 +175,8 @@ def main() -> None:
     if "hf" in figures:
         figures["hf"]["ratio_auto"] = figures["hf"]["median"] / auto[0]
     figures["mixture"]["ratio_auto"] = mixture[0][0] / auto[0]
-    print(f"(a mixture of 4 sources plans in {mixture[0][0] / auto[0]:.2f}× the single store's time, 'auto' edges both)")
+    ratio = mixture[0][0] / auto[0]
+    print(f"(a mixture of 4 sources plans in {ratio:.2f}× the single store's time, 'auto' edges both)")
     part = lengths[: args.lhotse_samples]
     lhotse = lhotse_bucketing(part) if len(part) else None
     if lhotse is not None:

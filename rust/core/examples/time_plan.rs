@@ -1,10 +1,11 @@
 //! Times planning of the seed workload:
-//! `cargo run --release --example time_plan -- THREADS EPOCHS [BUCKETS|auto|packed] [ACCUMULATION] [TOLERANCE_PPM]`
+//! `cargo run --release --example time_plan -- THREADS EPOCHS [BUCKETS|auto|packed] [ACCUMULATION] [TOLERANCE_PPM] [SAMPLES]`
 //! (defaults: 1 thread, 41 epochs, 6 buckets, accumulation 1, no tolerance; `packed`: packed rows;
 //! `packed-cost`: packed rows under the
 //! attention price `cost=(1, 1/30720)`; `stream`: auto buckets formed by the streaming loop larger epochs use; `sorted`: unshuffled;
 //! `rows`: batches of 8 rows; `trim`: auto buckets with `trim_steps`; `mixture` / `mixture-packed`: the
-//! seed workload's four sources (`workload::seed_sources`) weighted 0.4/0.3/0.2/0.1 in tokens).
+//! seed workload's four sources (`workload::seed_sources`) weighted 0.3/0.3/0.25/0.15 in tokens, as
+//! `benchmarks/plan.py` weights them).
 #![allow(clippy::expect_used, missing_docs, clippy::print_stdout)]
 use dflash_batch_core::workload::{seed_lengths, seed_sources, SEED_SAMPLES, SEED_SOURCES};
 use dflash_batch_core::{Batching, Boundaries, Config, CostModel, Mixture, Mode, Planner, Unit};
@@ -33,6 +34,7 @@ fn main() {
     };
     let accumulation = arg(4).and_then(|a| a.parse().ok()).unwrap_or(1);
     let balance_tolerance_ppm = arg(5).and_then(|a| a.parse().ok());
+    let samples = arg(6).and_then(|a| a.parse().ok()).unwrap_or(SEED_SAMPLES);
     let shape = arg(3).unwrap_or_default();
     let config = Config {
         shuffle: shape != "sorted",
@@ -57,16 +59,16 @@ fn main() {
         })
     };
     let mut planner = if shape.starts_with("mixture") {
-        let (lengths, counts) = seed_sources(SEED_SAMPLES, 0).expect("the seed workload fits");
+        let (lengths, counts) = seed_sources(samples, 0).expect("the seed workload fits");
         let sources = SEED_SOURCES
             .iter()
             .zip(counts)
-            .zip([0.4, 0.3, 0.2, 0.1])
+            .zip([0.3, 0.3, 0.25, 0.15])
             .map(|((name, rows), weight)| ((*name).to_string(), rows, weight));
         let mixture = Mixture::new(sources, Unit::Tokens);
         Planner::with_mixture(lengths, config, mixture)
     } else {
-        let lengths = seed_lengths(SEED_SAMPLES, 0).expect("the seed workload fits");
+        let lengths = seed_lengths(samples, 0).expect("the seed workload fits");
         Planner::new(lengths, config)
     }
     .expect("valid config")

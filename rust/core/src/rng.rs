@@ -31,8 +31,6 @@ pub enum Stream {
     Balance(u32),
     /// The Fisher–Yates of bucket `b`'s rows (`by_bucket.rs`).
     Bucket(u32),
-    /// The permutation of source `s`'s rows in one cycle of a mixture (`mixture/select.rs`).
-    Source(u32),
 }
 
 impl Stream {
@@ -45,7 +43,6 @@ impl Stream {
             Stream::Order(g) => (1 << 63) | (3 << 32) | u64::from(g),
             Stream::Balance(b) => (1 << 63) | (4 << 32) | u64::from(b),
             Stream::Bucket(b) => (1 << 63) | (5 << 32) | u64::from(b),
-            Stream::Source(s) => (1 << 63) | (6 << 32) | u64::from(s),
         }
     }
 }

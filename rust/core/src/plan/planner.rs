@@ -243,10 +243,7 @@ impl Planner {
         let (mut order, mut formed, key, reformed) = self.form_within(&former, epoch);
         let target = self.target_batches(&former, None);
         let world_size = self.config.world_size;
-        let mut real_tokens = match &self.mix {
-            Some(_) => tokens_of(lengths, &order), // this epoch's selection
-            None => self.admitted_tokens,
-        };
+        let mut real_tokens = formed.tokens.unwrap_or(self.admitted_tokens);
         let cost = |members: &[u32]| self.cost(lengths, members);
         let mut split_batches = 0;
         let (mut dropped, mut dropped_batches) = (0, 0);

@@ -151,6 +151,9 @@ pub(crate) struct Epoch {
     pub(crate) padded_tokens: u64,
     /// Packed streams' leftover samples (see [`Formed::leftover`]).
     pub(crate) leftover: Vec<u32>,
+    /// The tokens of the samples formed, when whoever chose them counted them (a mixture's selection);
+    /// else they are the planner's admitted tokens.
+    pub(crate) tokens: Option<u64>,
     /// Rows, sizes and costs of tail batches waiting for every group to be placed.
     tail_rows: Vec<u32>,
     tail_sizes: Vec<u32>,

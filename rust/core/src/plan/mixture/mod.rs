@@ -165,6 +165,42 @@ impl Mixture {
     }
 }
 
+/// A source's admitted rows: all of its range, or a list when the rules leave some out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Own<'a> {
+    Range(u32, u32),
+    List(&'a [u32]),
+}
+
+impl Own<'_> {
+    pub(crate) fn len(self) -> usize {
+        match self {
+            Own::Range(lo, hi) => (hi - lo) as usize,
+            Own::List(rows) => rows.len(),
+        }
+    }
+
+    /// Appends the rows to `out`.
+    pub(crate) fn extend_into(self, out: &mut Vec<u32>) {
+        match self {
+            Own::Range(lo, hi) => out.extend(lo..hi),
+            Own::List(rows) => out.extend_from_slice(rows),
+        }
+    }
+
+    /// Their tokens.
+    fn tokens<L: Length>(self, lengths: &[L]) -> u64 {
+        let sum = |ls: &[L]| ls.iter().map(|&l| u64::from(l.into())).sum::<u64>();
+        match self {
+            Own::Range(lo, hi) => sum(&lengths[lo as usize..hi as usize]),
+            Own::List(rows) => rows
+                .iter()
+                .map(|&r| u64::from(lengths[r as usize].into()))
+                .sum(),
+        }
+    }
+}
+
 /// One source's quota of every epoch: whole copies of its admitted rows plus `rest` (samples or
 /// tokens) from its cycle (`select.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,8 +218,9 @@ pub(crate) struct Mix {
     /// Each source's admitted rows when the rules leave some out (`oversize="skip"`):
     /// `admitted[admitted_starts[s]..admitted_starts[s + 1]]`; else every row is admitted.
     admitted: Option<(Vec<u32>, Vec<usize>)>,
-    /// Each source's admitted total in the unit (samples, or tokens).
+    /// Each source's admitted total in the unit (samples, or tokens), and its admitted tokens.
     totals: Vec<u64>,
+    tokens: Vec<u64>,
     pub(crate) quotas: Vec<Quota>,
     /// Rows no source admits (`oversize="skip"`).
     pub(crate) skipped: u64,
@@ -216,6 +253,7 @@ impl Mix {
             bounds,
             admitted,
             totals: Vec::with_capacity(sources),
+            tokens: Vec::with_capacity(sources),
             quotas: Vec::new(),
             skipped: 0,
         };
@@ -223,25 +261,23 @@ impl Mix {
             mix.skipped = (lengths.len() - rows.len()) as u64;
         }
         for s in 0..sources {
-            let total = match mix.spec.unit {
-                Unit::Samples => mix.rows_of(s).len() as u64,
-                Unit::Tokens => mix
-                    .rows_of(s)
-                    .iter()
-                    .map(|&r| u64::from(lengths[r as usize].into()))
-                    .sum(),
-            };
-            mix.totals.push(total);
+            let own = mix.rows_of(s);
+            let (tokens, samples) = (own.tokens(lengths), own.len() as u64);
+            mix.tokens.push(tokens);
+            mix.totals.push(match mix.spec.unit {
+                Unit::Samples => samples,
+                Unit::Tokens => tokens,
+            });
         }
         mix.quotas = mix.apportion()?;
         Ok(mix)
     }
 
-    /// Source `s`'s admitted rows.
-    pub(crate) fn rows_of(&self, s: usize) -> std::borrow::Cow<'_, [u32]> {
+    /// Source `s`'s admitted rows: its whole range, or the listed ones when some are left out.
+    pub(crate) fn rows_of(&self, s: usize) -> Own<'_> {
         match &self.admitted {
-            Some((rows, starts)) => std::borrow::Cow::Borrowed(&rows[starts[s]..starts[s + 1]]),
-            None => std::borrow::Cow::Owned((self.bounds[s]..self.bounds[s + 1]).collect()),
+            Some((rows, starts)) => Own::List(&rows[starts[s]..starts[s + 1]]),
+            None => Own::Range(self.bounds[s], self.bounds[s + 1]),
         }
     }
 

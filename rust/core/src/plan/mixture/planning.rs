@@ -52,14 +52,18 @@ impl Planner {
         pool: Option<&rayon::ThreadPool>,
     ) -> (Vec<u32>, Epoch) {
         let population = mix.population(former.lengths, self.config().seed, key, pool);
-        if former.arranged && self.config().mode == Mode::Padded {
+        let tokens = Some(population.tokens);
+        let (order, mut formed) = if former.arranged && self.config().mode == Mode::Padded {
             let buckets = self.buckets().count();
             let by_bucket =
                 ByBucket::from_rows(&population.rows, former.lengths, former.rules, buckets);
             drop(population);
-            return former.form_by_bucket(&by_bucket, key, pool);
-        }
-        former.form_shuffled(Some(&population.rows), key, pool)
+            former.form_by_bucket(&by_bucket, key, pool)
+        } else {
+            former.form_shuffled(Some(&population.rows), key, pool)
+        };
+        formed.tokens = tokens;
+        (order, formed)
     }
 
     /// The rows epoch `epoch`'s own draws select (the population the plan of an epoch carrying rows
