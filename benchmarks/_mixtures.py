@@ -7,8 +7,9 @@ the longest), weighted 0.3/0.3/0.25/0.15 (chat and code down-sampled, math and s
   one sample's tokens in tokens);
 * ``source_tv``: per optimizer step's window, ½ Σ |share − weight|, the mean over windows (and p99);
 * padding efficiency / packed fill and the rank figures, beside the single store (the same seed workload
-  planned without sources) — interleaving swaps only equal-length samples, so they follow the lengths;
-* planning time per epoch against the single store, in the same run.
+  planned without sources) — choosing only moves whole batches, so they follow the batches;
+* planning time per epoch against the single store, in the same run;
+* the reach of choosing: the padded source TV of the same split at 20K, 50K and 200K samples.
 
 Beside them, the peers' ways, bucketed the same way afterwards: Megatron's ``BlendedDataset`` (each
 position goes to the source furthest behind its weight, a source's samples taken in a shuffled order,
@@ -80,8 +81,21 @@ def collect(samples: int, repeats: int) -> dict:
         row["share_gap"] = int(np.abs(got - want).max())
         rows[key] = row
         show(name, row, "samples")
+    rows["density"] = density()
     report(rows)
     return rows
+
+
+def density(sizes: tuple[int, ...] = (20_000, 50_000, 200_000)) -> dict:
+    """The padded per-window source TV (tokens) of the same four-source split at smaller sizes: batches
+    trade places only with batches of nearly their mean length, and small epochs have fewer of them."""
+    out = {}
+    for n in sizes:
+        parts = db.seed_mixture(n, seed=0)
+        mix = db.Mixture({name: (parts[name], WEIGHTS[name]) for name in WEIGHTS}, unit="tokens")
+        out[str(n)] = float(np.mean([sampler_of(mix, "padded").plan(e).stats()["source_tv"] for e in (1, 2, 3)]))
+    print("source TV by epoch size (padded, tokens): " + ", ".join(f"{n:>7} {tv:.4f}" for n, tv in out.items()))
+    return out
 
 
 def sampler_of(lengths, mode: str) -> db.BucketSampler:

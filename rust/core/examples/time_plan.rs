@@ -5,8 +5,9 @@
 //! attention price `cost=(1, 1/30720)`; `stream`: auto buckets formed by the streaming loop larger epochs use; `sorted`: unshuffled;
 //! `rows`: batches of 8 rows; `trim`: auto buckets with `trim_steps`; `mixture` / `mixture-packed`: the
 //! seed workload's four sources (`workload::seed_sources`) weighted 0.3/0.3/0.25/0.15 in tokens, as
-//! `benchmarks/plan.py` weights them).
+//! `benchmarks/plan.py` weights them; `TIME_PLAN_TV=1` prints their per-window source TV).
 #![allow(clippy::expect_used, missing_docs, clippy::print_stdout)]
+use dflash_batch_core::metrics::sources::sources;
 use dflash_batch_core::workload::{seed_lengths, seed_sources, SEED_SAMPLES, SEED_SOURCES};
 use dflash_batch_core::{Batching, Boundaries, Config, CostModel, Mixture, Mode, Planner, Unit};
 use std::time::Instant;
@@ -100,6 +101,22 @@ fn main() {
         .fold(0xcbf2_9ce4_8422_2325u64, |h, &v| {
             (h ^ v).wrapping_mul(0x0100_0000_01b3)
         });
+    if let Some(mixture) = planner
+        .mixture()
+        .filter(|_| std::env::var_os("TIME_PLAN_TV").is_some())
+    {
+        // TIME_PLAN_TV=1: the per-window source TV of epochs 1-4 (`metrics::sources`).
+        let (lengths, _) = seed_sources(samples, 0).expect("the seed workload fits");
+        let window = (accumulation * 8) as usize;
+        let tv: Vec<f64> = (1..=4u64)
+            .map(|e| {
+                let plan = planner.plan(e).expect("plan");
+                let figures = sources((plan.offsets(), plan.indices()), &lengths, mixture, window);
+                figures.source_tv.unwrap_or(f64::NAN)
+            })
+            .collect();
+        println!("source tv of epochs 1-4: {tv:.4?}");
+    }
     println!(
         "threads {threads}: median {:.2} ms, best {:.2} ms, plan {digest:016x}",
         times[times.len() / 2],

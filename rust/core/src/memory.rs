@@ -24,9 +24,15 @@ pub const ARRANGED_BYTES_PER_SAMPLE: u64 = 30;
 /// The same for streamed epochs (larger ones): the plan and the permutation, lengths carried with it.
 pub const STREAMED_BYTES_PER_SAMPLE: u64 = 12;
 
-/// What a mixture's epoch adds per sample (`plan/mixture/`): the population, the rows it is formed
-/// from, and the interleaving's pools and sources.
-pub const MIXTURE_BYTES_PER_SAMPLE: u64 = 20;
+/// What a mixture's epoch adds per sample (`plan/mixture/`): its selection in an epoch buffer (a row
+/// and a length each) and a bucket's copy while the bucket is filled, or the rows listed for the
+/// streamed path.
+pub const MIXTURE_BYTES_PER_SAMPLE: u64 = 16;
+
+/// What a mixture's planner keeps per row (`plan/mixture/select.rs`): each admitted row with its
+/// length in its group, a token prefix sum every 16 rows, and while the groups are regrouped by
+/// bucket, both copies.
+pub const MIXTURE_GROUP_BYTES: u64 = 17;
 
 /// Working memory per batch: offsets, costs and the balancing order.
 pub const PLAN_BYTES_PER_BATCH: u64 = 48;

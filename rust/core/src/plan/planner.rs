@@ -35,7 +35,7 @@ use crate::plan::balance::balance_classes;
 use crate::plan::buckets::Buckets;
 use crate::plan::config::{Batching, Config, Mode};
 use crate::plan::form::{ByBucket, Epoch, Former, ARRANGE_MAX_SAMPLES, COMPANION_MIN_SAMPLES};
-use crate::plan::mixture::{interleave, reserve_interleave, Mix};
+use crate::plan::mixture::{Labels, Mix};
 use crate::plan::output::{row_range, Plan, Stats};
 use crate::plan::prepare::{prepare, Prepared};
 use crate::plan::rules::Rules;
@@ -73,8 +73,13 @@ pub struct Planner {
     /// are then the planned entries' lengths.
     pub(super) later: Option<Later>,
     /// The sources of a mixture and their quotas (`mixture/`): every epoch then plans the rows it
-    /// selects, and interleaves their sources last.
+    /// selects, with batches chosen for their sources (`mixture/`).
     pub(super) mix: Option<Mix>,
+    /// Which source each row is of, when forming chooses batches for sources: a mixture's, or the
+    /// part of one a re-planned epoch holds (`resume.rs`).
+    pub(super) labels: Option<Labels>,
+    /// Epoch size up to which batches are arranged and balanced (`ARRANGE_MAX_SAMPLES`).
+    arrange_max: usize,
     pub(super) pool: PrivatePool,
 }
 
@@ -126,6 +131,8 @@ impl Planner {
             by_bucket,
             target: OnceLock::new(),
             later,
+            labels: mix.as_ref().map(Mix::labels),
+            arrange_max: ARRANGE_MAX_SAMPLES,
             mix,
             pool: PrivatePool::new(threads),
         }
@@ -172,6 +179,21 @@ impl Planner {
     pub fn with_streamed_epochs(mut self) -> Self {
         self.by_bucket = None;
         self
+    }
+
+    /// Forms epochs past `samples` samples as huge ones are formed (unarranged, in formation
+    /// order), so tests reach that path on small inputs.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_arrange_limit(mut self, samples: usize) -> Self {
+        self.arrange_max = samples;
+        self.by_bucket = self.by_bucket.filter(|_| self.lengths.len() <= samples);
+        self
+    }
+
+    /// Whether epochs are small enough to arrange and balance their batches.
+    pub(super) fn arranged(&self) -> bool {
+        self.epoch_samples() <= self.arrange_max
     }
 
     /// Carries lengths through the permutation from `samples` on (a speed/memory trade that never
@@ -222,7 +244,7 @@ impl Planner {
         let per_sample = if self.by_bucket.is_some() {
             memory::ARRANGED_BYTES_PER_SAMPLE
         } else if self.mix.is_some() {
-            // The population, its grouping by bucket and the interleaved pools (`mixture/`).
+            // The selection in its epoch buffer and a bucket's copy, or the listed rows (`mixture/`).
             memory::ARRANGED_BYTES_PER_SAMPLE + memory::MIXTURE_BYTES_PER_SAMPLE
         } else {
             memory::STREAMED_BYTES_PER_SAMPLE
@@ -278,7 +300,7 @@ impl Planner {
             }
         }
         let epoch_key = key;
-        if self.config.shuffle && self.epoch_samples() <= ARRANGE_MAX_SAMPLES {
+        if self.config.shuffle && self.arranged() {
             if let Some(ppm) = self.config.balance_tolerance_ppm {
                 // Batch numbers fit in u32: at most one batch per sample.
                 #[allow(clippy::cast_possible_truncation)]
@@ -313,11 +335,6 @@ impl Planner {
             }
             .into());
         }
-        if let Some(mix) = &self.mix {
-            let pool = self.pool.get();
-            reserve_interleave(pool.as_ref().map_or(1, |p| p.current_num_threads()))?;
-            interleave(&mut order, lengths, mix, pool.as_deref());
-        }
         let (min_rows, max_rows) = row_range(&formed.offsets);
         let stats = Stats {
             batches,
@@ -337,12 +354,16 @@ impl Planner {
         Ok(Plan::new(formed.offsets, order, world_size, epoch, stats))
     }
 
-    /// One forming pass (shuffle, form, order inside groups) of the random draws keyed `key`; the
-    /// plan's rows truncated to those formed.
-    pub(super) fn form<L: Length>(&self, former: &Former<'_, L>, key: u64) -> (Vec<u32>, Epoch) {
+    /// One forming pass (shuffle, form, order inside groups) of the random draws keyed `key`, over a
+    /// mixture's selection keyed `select`; the plan's rows truncated to those formed.
+    pub(super) fn form<L: Length>(
+        &self,
+        former: &Former<'_, L>,
+        (select, key): (u64, u64),
+    ) -> (Vec<u32>, Epoch) {
         let pool = self.pool.get();
         let (mut order, formed) = if let Some(mix) = &self.mix {
-            self.form_population(former, mix, key, pool.as_deref())
+            self.form_population(former, mix, (select, key), pool.as_deref())
         } else if let Some(by_bucket) = &self.by_bucket {
             former.form_by_bucket(by_bucket, key, pool.as_deref())
         } else if self.config.shuffle {
@@ -364,7 +385,8 @@ impl Planner {
             companion_min: self.companion_min,
             general_only: self.general_only,
             shortest: self.shortest,
-            arranged: self.epoch_samples() <= ARRANGE_MAX_SAMPLES,
+            arranged: self.arranged(),
+            labels: self.labels.as_ref(),
         }
     }
 

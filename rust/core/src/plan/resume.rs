@@ -16,7 +16,6 @@
 use crate::error::{ErrorKind, Result};
 use crate::lengths::to_usize;
 use crate::lengths::{with_lengths, Length, Lengths};
-use crate::plan::mixture::{interleave, reserve_interleave};
 use crate::plan::output::{Plan, Stats};
 use crate::plan::planner::Planner;
 
@@ -61,7 +60,7 @@ impl Planner {
     /// Plans `epoch` over only the samples `rows` (row numbers of this planner's lengths, repeated
     /// where a mixture repeats them), with this configuration: the rest of an epoch re-planned after a
     /// resume on another number of ranks. Indices are row numbers of the full lengths; buckets are
-    /// chosen for the subset; a mixture's sources are interleaved through it as in any epoch.
+    /// chosen for the subset; a mixture's batches are chosen for its sources as in any epoch.
     pub fn plan_subset(&self, epoch: u64, rows: &[u32]) -> Result<Plan> {
         let n = self.lengths().len();
         if let Some(&row) = rows.iter().find(|&&r| r as usize >= n) {
@@ -71,19 +70,27 @@ impl Planner {
             }
             .into());
         }
-        // The subset's lengths, and their narrower copy inside the sub-planner.
-        crate::memory::reserve("re-planning the rest of an epoch", rows.len() as u64 * 8)?;
-        let lengths: Vec<u32> = with_lengths!(self.lengths(), v => lengths_of(v, rows));
-        let sub = Planner::new(lengths, self.config().clone())?.plan(epoch)?;
+        if u32::try_from(rows.len()).is_err() {
+            return Err(ErrorKind::TooManySamples { count: rows.len() }.into());
+        }
+        // The subset's lengths, and their narrower copy inside the sub-planner; with sources, the
+        // rows grouped by source and those labelled, for its forming to choose batches by them.
+        crate::memory::reserve("re-planning the rest of an epoch", rows.len() as u64 * 12)?;
+        let (rows, labels) = match &self.labels {
+            Some(labels) => {
+                let (grouped, labels) = labels.group(rows);
+                (std::borrow::Cow::Owned(grouped), Some(labels))
+            }
+            None => (std::borrow::Cow::Borrowed(rows), None),
+        };
+        let lengths: Vec<u32> = with_lengths!(self.lengths(), v => lengths_of(v, &rows));
+        let mut sub = Planner::new(lengths, self.config().clone())?;
+        sub.labels = labels;
+        let sub = sub.plan(epoch)?;
         let (world_size, epoch) = (sub.world_size(), sub.epoch());
         let (offsets, mut indices, stats) = sub.into_parts();
         for index in &mut indices {
             *index = rows[*index as usize];
-        }
-        if let Some(mix) = &self.mix {
-            let pool = self.pool.get();
-            reserve_interleave(pool.as_ref().map_or(1, |p| p.current_num_threads()))?;
-            with_lengths!(self.lengths(), v => interleave(&mut indices, v, mix, pool.as_deref()));
         }
         Ok(Plan::new(offsets, indices, world_size, epoch, stats))
     }

@@ -17,7 +17,7 @@
 
 use crate::lengths::{with_lengths, Length};
 use crate::plan::config::{Batching, Config};
-use crate::plan::form::{Epoch, Former, ARRANGE_MAX_SAMPLES};
+use crate::plan::form::{Epoch, Former};
 use crate::plan::planner::Planner;
 
 /// The draws that set every epoch's batch count: epoch 0's.
@@ -31,6 +31,9 @@ pub(crate) const REFORM_ATTEMPTS: u64 = 16;
 pub(crate) fn reform_key(epoch: u64, attempt: u64) -> u64 {
     epoch.wrapping_add(attempt.wrapping_mul(0x9E37_79B9_7F4A_7C15))
 }
+
+/// Attempts that keep a mixture's selection before it is drawn again too (see `form_within`).
+pub(crate) const RESELECT_AFTER: u64 = REFORM_ATTEMPTS / 2;
 
 /// Other draws formed once, besides epoch 0's, to measure how much the count scatters (epochs up to
 /// `ARRANGE_MAX_SAMPLES` samples; each costs one forming pass, once per planner).
@@ -98,7 +101,7 @@ impl Planner {
         former: &Former<'_, L>,
         epoch: u64,
     ) -> (Vec<u32>, Epoch, u64, u64) {
-        let (order, formed) = self.form(former, epoch);
+        let (order, formed) = self.form(former, (epoch, epoch));
         let target = self.target_batches(former, (epoch == REFERENCE_KEY).then_some(&formed));
         if self.fits(&formed, target) {
             return (order, formed, epoch, 0);
@@ -107,12 +110,21 @@ impl Planner {
         drop((order, formed));
         for attempt in 1..=REFORM_ATTEMPTS {
             let key = reform_key(epoch, attempt);
-            let (order, formed) = self.form(former, key);
+            // A mixture keeps the epoch's selection for the first half of the attempts (only the
+            // forming draws change, so a down-sampled source's cycle holds: `mixture/select.rs`),
+            // then selects again too: under a row count per batch the selection alone sets the
+            // batch count, and other forming draws cannot lower it.
+            let select = if attempt <= RESELECT_AFTER {
+                epoch
+            } else {
+                key
+            };
+            let (order, formed) = self.form(former, (select, key));
             if self.fits(&formed, target) {
                 return (order, formed, key, attempt);
             }
         }
-        let (order, formed) = self.form(former, REFERENCE_KEY);
+        let (order, formed) = self.form(former, (REFERENCE_KEY, REFERENCE_KEY));
         (order, formed, REFERENCE_KEY, REFORM_ATTEMPTS + 1)
     }
 
@@ -135,7 +147,7 @@ impl Planner {
         reference: Option<&Epoch>,
     ) -> usize {
         *self.target.get_or_init(|| {
-            let count = |key| self.form(former, key).1.offsets.len() - 1;
+            let count = |key| self.form(former, (key, key)).1.offsets.len() - 1;
             let first = reference.map_or_else(|| count(REFERENCE_KEY), |f| f.offsets.len() - 1);
             let fixed = !self.config.shuffle
                 || (self.by_bucket.is_some() && matches!(self.config.batching, Batching::Rows(_)));
@@ -143,7 +155,7 @@ impl Planner {
                 return steps_target(&[first, first], &self.config, self.admitted);
             }
             let mut counts = vec![first];
-            if self.epoch_samples() <= ARRANGE_MAX_SAMPLES {
+            if self.arranged() {
                 counts.extend((1..=CALIBRATION_DRAWS).map(|i| count(calibration_key(i))));
             }
             steps_target(&counts, &self.config, self.admitted)

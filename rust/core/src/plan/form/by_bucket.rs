@@ -32,7 +32,7 @@ use crate::plan::arrange::arrange;
 use crate::plan::balance::{balance_windows, Unit};
 use crate::plan::config::Mode;
 use crate::plan::form::batches::{Epoch, Formed};
-use crate::plan::form::cut::{group_by_bucket, place, Batches, Derived};
+use crate::plan::form::cut::{group_by_bucket, length_of, place, row_of, Batches, Derived};
 use crate::plan::form::rule::closing_order;
 use crate::plan::form::stream::Former;
 use crate::plan::form::trim::spread;
@@ -71,25 +71,6 @@ impl ByBucket {
         }
     }
 
-    /// Groups `rows` (an epoch's population: rows of `lengths`, repeated where a mixture up-samples
-    /// a source) that `rules` admits by bucket, as [`ByBucket::new`] groups every row.
-    pub(crate) fn from_rows<L: Length>(
-        rows: &[u32],
-        lengths: &[L],
-        rules: &Rules,
-        buckets: usize,
-    ) -> Self {
-        let pairs = rows
-            .iter()
-            .map(|&r| u64::from(r) << 32 | u64::from(lengths[r as usize].into()));
-        let (pairs, starts) = group_by_bucket(pairs, rules, buckets);
-        Self {
-            pairs,
-            starts,
-            spare: Mutex::new(Vec::new()),
-        }
-    }
-
     /// An epoch buffer as long as `pairs`: the spare one, or a new one. Its contents are garbage.
     fn take_buffer(&self) -> Vec<u64> {
         let spare = self.spare.lock().map(|mut s| std::mem::take(&mut *s));
@@ -105,11 +86,6 @@ impl ByBucket {
             *spare = buffer;
         }
     }
-
-    /// Admitted rows.
-    pub(crate) fn len(&self) -> usize {
-        self.pairs.len()
-    }
 }
 
 impl<L: Length> Former<'_, L> {
@@ -120,11 +96,39 @@ impl<L: Length> Former<'_, L> {
         epoch: u64,
         pool: Option<&rayon::ThreadPool>,
     ) -> (Vec<u32>, Epoch) {
-        debug_assert!(matches!(self.config.mode, Mode::Padded));
-        let n = by_bucket.len();
         // Reused across epochs: zeroing a fresh one cost as much as a tenth of the epoch (measured).
         let mut shuffled = by_bucket.take_buffer();
-        let tasks: Vec<_> = split_chunks(&mut shuffled, &by_bucket.starts)
+        let formed = self.form_buckets(
+            &by_bucket.starts,
+            &mut shuffled,
+            epoch,
+            pool,
+            |b, rng, rows| {
+                shuffle_into(
+                    rng,
+                    &by_bucket.pairs[by_bucket.starts[b]..by_bucket.starts[b + 1]],
+                    rows,
+                );
+            },
+        );
+        by_bucket.give_back(shuffled);
+        formed
+    }
+
+    /// Forms a shuffled padded epoch whose bucket `b` holds `shuffled[starts[b]..starts[b + 1]]`,
+    /// written there by `fill(b, rng, rows)` with the bucket's random stream: the planner's rows
+    /// shuffled, or a mixture's selection (`mixture/select.rs`).
+    pub(crate) fn form_buckets(
+        &self,
+        starts: &[usize],
+        shuffled: &mut [u64],
+        epoch: u64,
+        pool: Option<&rayon::ThreadPool>,
+        fill: impl Fn(usize, &mut Pcg64, &mut [u64]) + Sync,
+    ) -> (Vec<u32>, Epoch) {
+        debug_assert!(matches!(self.config.mode, Mode::Padded));
+        let n = shuffled.len();
+        let tasks: Vec<_> = split_chunks(shuffled, starts)
             .into_iter()
             .enumerate()
             .collect();
@@ -133,18 +137,14 @@ impl<L: Length> Former<'_, L> {
             tasks,
             |(_, rows)| rows.len(),
             |(b, rows)| {
-                let first = by_bucket.starts[b];
                 // Bucket counts fit in u32 (the planner caps them at 65,535).
                 #[allow(clippy::cast_possible_truncation)]
                 let mut rng = Pcg64::new(self.config.seed, epoch, Stream::Bucket(b as u32));
-                shuffle_into(
-                    &mut rng,
-                    &by_bucket.pairs[first..by_bucket.starts[b + 1]],
-                    rows,
-                );
-                self.cut(rows, first)
+                fill(b, &mut rng, rows);
+                self.cut(rows, starts[b])
             },
         );
+        let shuffled = &*shuffled;
 
         let groups = (n / GROUP_ROWS).clamp(1, MAX_GROUPS);
         let share = |cut: &Batches, g: usize| {
@@ -160,7 +160,7 @@ impl<L: Length> Former<'_, L> {
         let mut order = vec![0u32; n];
         let mut regions = split_chunks(&mut order, &region_starts);
         let partial_region = regions.pop().unwrap_or_default();
-        let partials = self.place_partials(&cuts, &shuffled, partial_region, epoch);
+        let partials = self.place_partials(&cuts, shuffled, partial_region, epoch);
         let tasks: Vec<_> = regions.into_iter().enumerate().collect();
         let parts = run(pool, tasks, |(g, out)| {
             let mut batches = Batches::with_capacity(cuts.iter().map(|c| share(c, g).len()).sum());
@@ -169,7 +169,7 @@ impl<L: Length> Former<'_, L> {
             }
             // Groups number at most MAX_GROUPS.
             #[allow(clippy::cast_possible_truncation)]
-            self.place_group(batches, &shuffled, out, epoch, g as u32)
+            self.place_group(batches, shuffled, out, epoch, g as u32)
         });
 
         let batches: usize = cuts.iter().map(Batches::len).sum();
@@ -179,7 +179,6 @@ impl<L: Length> Former<'_, L> {
         }
         total.append(&mut order, region_starts[groups], partials);
         total.finish(&mut order);
-        by_bucket.give_back(shuffled);
         (order, total)
     }
 
@@ -197,6 +196,14 @@ impl<L: Length> Former<'_, L> {
         let m = batches.len();
         let derived = Derived::new(&batches, config);
         let mut sequence = arrange(&derived.mean, m, m, config.order, config.seed, epoch, group);
+        if let Some(labels) = self.labels {
+            let mut parts = labels.parts(m);
+            for (b, (&s, &e)) in batches.starts.iter().zip(&batches.ends).enumerate() {
+                let rows = shuffled[s as usize..e as usize].iter();
+                parts.add_batch(b, rows.map(|&pair| (row_of(pair), length_of(pair))));
+            }
+            parts.choose(&mut sequence, &derived.mean);
+        }
         let main = m / config.window() * config.window();
         let cost = &derived.cost;
         let mut rng = balance_windows(

@@ -31,6 +31,7 @@ mod window;
 
 pub(crate) use batches::Epoch;
 pub(crate) use by_bucket::ByBucket;
+pub(crate) use cut::{length_of, row_of};
 pub(crate) use stream::Former;
 
 /// Samples from which the scatter carries lengths along for the stream: below, the lengths array

@@ -17,6 +17,7 @@ pub(crate) fn with_former<T>(
     let rules = Rules::new(&buckets, config, longest, longest);
     let bucket_capacity: Vec<u32> = (0..buckets.count()).map(|_| u32::MAX).collect();
     let former = Former {
+        labels: None,
         lengths,
         config,
         rules: &rules,

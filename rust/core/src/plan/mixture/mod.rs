@@ -1,35 +1,41 @@
 //! Mixtures: several sources with weights, planned as one epoch.
 //!
 //! A [`Mixture`] names its sources in order; the planner's lengths are theirs concatenated (source
-//! `s` holds rows `bounds[s]..bounds[s + 1]`). Two stages of the epoch pipeline know about sources,
-//! and nothing between them does:
+//! `s` holds rows `bounds[s]..bounds[s + 1]`). Three steps of the epoch pipeline know about
+//! sources, and nothing between them does:
 //!
 //! 1. **Select** (`select.rs`, before forming): each source's quota of the epoch — its weight of the
 //!    epoch's size, in samples or in tokens ([`Unit`]), rounded by largest remainder so the quotas
-//!    add up exactly — as whole copies of its rows plus a slice of a seeded permutation of them.
-//!    Successive epochs take successive slices of one permutation (a *cycle*), so a down-sampled
-//!    source walks through its rows before repeating any, and no row appears twice in an epoch
-//!    beyond its whole copies. The selection is keyed like the forming draws: an epoch formed again
-//!    to keep the shared step count (`steps.rs`) selects again, and the reference draws select as
-//!    epoch 0 did, so every epoch has the same steps.
-//! 2. **Interleave** (`interleave.rs`, after the ranks are balanced): samples of equal length are
-//!    interchangeable for every batching rule — padding, packing, costs and rank balance depend on
-//!    lengths alone — so the stage swaps equal-length samples between the plan's slots until every
-//!    stretch of training order carries each source near its share. Efficiency, fill and balance
-//!    are those of the same lengths planned without sources, bit for bit.
+//!    add up exactly — as whole copies of its rows plus a slice of its *cycle*, an order of its rows
+//!    in which every bucket is spread evenly. Successive epochs take successive slices of one
+//!    cycle, so a down-sampled source walks through its rows before repeating any, and no row
+//!    appears twice in an epoch beyond its whole copies. The selection is keyed by the epoch: an
+//!    epoch formed again to keep the shared step count (`steps.rs`) draws other forming draws over
+//!    the same selection, and only the last resort, the reference draws, selects as epoch 0 did.
+//! 2. **Spread** (`select.rs`, filling each bucket): a bucket's rows are shuffled source by source
+//!    and merged by time, so every stretch of the bucket, and every batch cut from it, holds the
+//!    sources in proportion.
+//! 3. **Choose** (`choose.rs`, after each forming group is arranged, before ranks are balanced):
+//!    batches of nearly the same mean length trade places so that every stretch of training order
+//!    carries each source near its share. Batches keep their rows: efficiency, fill and balance are
+//!    those of the same batches without sources.
 //!
-//! Rejected: stratifying each bucket's shuffle by source (measured on the seed workload split into
-//! four sources of different length profiles, 8 ranks × 4: per-window source TV 0.053 → 0.036, as
-//! each window draws batches from dozens of buckets whose rounding errors add up; interleaving
-//! reaches 0.014, against 0.010 for the best any assignment of these lengths can do); single-source
-//! batches (a window of 32 batches holds shares only in steps of 1/32); and sampling sources by
-//! deficit before forming, as Megatron's blending does (the forming shuffle then undoes it).
+//! Measured on the seed workload split into four sources of different length profiles (weights
+//! 0.3/0.3/0.25/0.15 in tokens, 8 ranks × 4, 16K tokens; `time_plan` with `TIME_PLAN_TV=1`):
+//! per-window source TV 0.056 with none of this, 0.037 spread alone, 0.019 chosen alone, 0.015
+//! both; the best any assignment of these lengths allows is about 0.010. Rejected: swapping
+//! samples of equal length between slots of the finished plan, a sequential decision per sample
+//! (0.015 as well, at 23 of a 41 ms epoch and 2.1 of a 4.8 s one at 100M samples, against ~3 ms
+//! and ~0.7 s here); single-source batches (a window of 32 batches holds shares only in steps of
+//! 1/32); and sampling sources by deficit before forming, as Megatron's blending does (the forming
+//! shuffle then undoes it).
 
-mod interleave;
+mod choose;
 mod planning;
 mod select;
 
-pub(crate) use interleave::{interleave, reserve as reserve_interleave};
+pub(crate) use choose::Labels;
+pub(crate) use select::{Groups, Selection};
 
 use crate::error::{ErrorKind, Result};
 use crate::lengths::Length;
@@ -180,14 +186,6 @@ impl Own<'_> {
         }
     }
 
-    /// Appends the rows to `out`.
-    pub(crate) fn extend_into(self, out: &mut Vec<u32>) {
-        match self {
-            Own::Range(lo, hi) => out.extend(lo..hi),
-            Own::List(rows) => out.extend_from_slice(rows),
-        }
-    }
-
     /// Their tokens.
     fn tokens<L: Length>(self, lengths: &[L]) -> u64 {
         let sum = |ls: &[L]| ls.iter().map(|&l| u64::from(l.into())).sum::<u64>();
@@ -224,15 +222,22 @@ pub(crate) struct Mix {
     pub(crate) quotas: Vec<Quota>,
     /// Rows no source admits (`oversize="skip"`).
     pub(crate) skipped: u64,
+    /// The admitted rows in groups, what every epoch selects from (`select.rs`).
+    pub(crate) groups: Groups,
+    seed: u64,
 }
 
 impl Mix {
     /// Checks `mixture` against `lengths` (admitting a length where `admits` says) and sets every
     /// source's quota; a source too small for its weight under the cap is refused, naming it.
+    /// Its rows are grouped per source, in orders seeded by `seed` ([`Mix::regroup`] groups them by
+    /// bucket too).
     pub(crate) fn new<L: Length>(
         mixture: Mixture,
         lengths: &[L],
         admits: impl Fn(u32) -> bool,
+        seed: u64,
+        pool: Option<&rayon::ThreadPool>,
     ) -> Result<Self> {
         mixture.validate(lengths.len())?;
         let bounds = mixture.bounds();
@@ -256,6 +261,8 @@ impl Mix {
             tokens: Vec::with_capacity(sources),
             quotas: Vec::new(),
             skipped: 0,
+            groups: Groups::empty(),
+            seed,
         };
         if let Some((rows, _)) = &mix.admitted {
             mix.skipped = (lengths.len() - rows.len()) as u64;
@@ -270,6 +277,8 @@ impl Mix {
             });
         }
         mix.quotas = mix.apportion()?;
+        let groups = Groups::new(sources, |s| mix.rows_of(s), lengths, seed, pool);
+        mix.groups = groups;
         Ok(mix)
     }
 
@@ -281,15 +290,34 @@ impl Mix {
         }
     }
 
+    /// Groups the rows by bucket (`bucket_of(length)`, below `buckets`) inside each source.
+    pub(crate) fn regroup(&mut self, buckets: usize, bucket_of: impl Fn(u32) -> usize) {
+        let groups = std::mem::replace(&mut self.groups, Groups::empty());
+        self.groups = groups.by_bucket(buckets, bucket_of);
+    }
+
+    /// The selection of forming key `key` (`select.rs`).
+    pub(crate) fn select(&self, key: u64) -> Selection {
+        self.groups.select(self, self.seed, key)
+    }
+
+    /// The rows of forming key `key`'s selection (repeated where a source is up-sampled).
+    pub(crate) fn population(&self, key: u64) -> Vec<u32> {
+        self.groups.rows(&self.select(key))
+    }
+
+    /// Which source each row is of, for forming to choose batches by (`choose.rs`).
+    pub(crate) fn labels(&self) -> Labels {
+        let tokens = self.spec.unit == Unit::Tokens;
+        Labels {
+            bounds: self.bounds.clone(),
+            tokens,
+        }
+    }
+
     /// Sources in the mixture.
     pub(crate) fn len(&self) -> usize {
         self.bounds.len() - 1
-    }
-
-    /// Source of `row`.
-    #[inline]
-    pub(crate) fn source_of(&self, row: u32) -> usize {
-        self.bounds.partition_point(|&b| b <= row) - 1
     }
 
     /// Every source's share of an epoch by largest remainder (the shares add up to the epoch's size

@@ -5,8 +5,7 @@ use crate::error::{ErrorKind, Result};
 use crate::lengths::{with_lengths, Length, Lengths};
 use crate::memory;
 use crate::plan::config::{Config, Mode, Oversize};
-use crate::plan::form::{ByBucket, Epoch, Former};
-use crate::plan::mixture::select::Population;
+use crate::plan::form::{Epoch, Former};
 use crate::plan::mixture::{Mix, Mixture};
 use crate::plan::planner::Planner;
 use crate::plan::prepare::{admitted_max, prepare_with};
@@ -16,8 +15,9 @@ use crate::pool::PrivatePool;
 
 impl Planner {
     /// Plans epochs of `mixture`'s sources, whose lengths are `lengths` concatenated in the mixture's
-    /// order: each epoch selects every source's share and interleaves the sources through training
-    /// order (`plan/mixture/`). Bucket edges are optimized for epoch 0's selection, and cover every
+    /// order: each epoch selects every source's share (`select.rs`) and forming chooses each group's
+    /// batches for the sources (`choose.rs`). Bucket edges are optimized for the reference selection
+    /// drawn before buckets exist (each source's share, from one group per source), and cover every
     /// admitted row. Indices of the plans are rows of the concatenation, repeated where a source is
     /// up-sampled.
     pub fn with_mixture(
@@ -30,39 +30,50 @@ impl Planner {
         let lengths: Lengths = lengths.into();
         memory::reserve(
             "preparing the planner",
-            lengths.len() as u64 * memory::PREPARE_BYTES_PER_SAMPLE,
+            lengths.len() as u64 * (memory::PREPARE_BYTES_PER_SAMPLE + memory::MIXTURE_GROUP_BYTES),
         )?;
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
         let pool = PrivatePool::new(threads);
-        let (mix, reference) = with_lengths!(&lengths, v => reference(v, &config, mixture, &pool))?;
-        let epoch = with_lengths!(&lengths, v => lengths_of(v, &reference.rows));
+        let (mut mix, reference) =
+            with_lengths!(&lengths, v => reference(v, &config, mixture, &pool))?;
+        let epoch = with_lengths!(&lengths, v => lengths_of(v, &reference));
+        drop(reference);
         let mut prepared = with_lengths!(&lengths, v => prepare_with(v, &config, Some(&epoch)))?;
-        prepared.admitted = reference.rows.len() as u64;
-        prepared.admitted_tokens = reference.tokens;
+        let rules = &prepared.rules;
+        // Every admitted row fits a bucket: the rules admit what `admitted_max` admits.
+        mix.regroup(prepared.buckets.count(), |l| {
+            rules.get(l).map_or(0, |(b, _)| b)
+        });
+        let selection = mix.select(REFERENCE_KEY);
+        prepared.admitted = selection.samples as u64;
+        prepared.admitted_tokens = selection.tokens;
         Ok(Self::assemble(lengths, config, prepared, None, Some(mix)))
     }
 
-    /// Forms the epoch of draws `key` of a mixture: its selection (`select.rs`), grouped by bucket and
-    /// cut as the planner's own rows are (padded epochs up to `ARRANGE_MAX_SAMPLES`), else streamed.
+    /// Forms the epoch of draws `key` of a mixture over its selection keyed `select` (`select.rs`):
+    /// each bucket filled with its rows and cut as the planner's own rows are (padded epochs up to
+    /// `ARRANGE_MAX_SAMPLES`), else streamed.
     pub(in crate::plan) fn form_population<L: Length>(
         &self,
         former: &Former<'_, L>,
         mix: &Mix,
-        key: u64,
+        (select, key): (u64, u64),
         pool: Option<&rayon::ThreadPool>,
     ) -> (Vec<u32>, Epoch) {
-        let population = mix.population(former.lengths, self.config().seed, key, pool);
-        let tokens = Some(population.tokens);
+        let selection = mix.select(select);
+        let groups = &mix.groups;
         let (order, mut formed) = if former.arranged && self.config().mode == Mode::Padded {
-            let buckets = self.buckets().count();
-            let by_bucket =
-                ByBucket::from_rows(&population.rows, former.lengths, former.rules, buckets);
-            drop(population);
-            former.form_by_bucket(&by_bucket, key, pool)
+            let starts = groups.bucket_starts(&selection);
+            let mut buffer = groups.take_buffer(selection.samples);
+            let formed = former.form_buckets(&starts, &mut buffer, key, pool, |b, rng, rows| {
+                groups.fill_bucket(&selection, b, rng, rows);
+            });
+            groups.give_back(buffer);
+            formed
         } else {
-            former.form_shuffled(Some(&population.rows), key, pool)
+            former.form_shuffled(Some(groups.runs(&selection)), key, pool)
         };
-        formed.tokens = tokens;
+        formed.tokens = Some(selection.tokens);
         (order, formed)
     }
 
@@ -70,10 +81,7 @@ impl Planner {
     /// from the one before starts from), or every row without a mixture.
     pub(in crate::plan) fn selected_rows(&self, epoch: u64) -> Vec<u32> {
         match &self.mix {
-            Some(mix) => with_lengths!(self.lengths(), v => {
-                let pool = self.pool.get();
-                mix.population(v, self.config().seed, epoch, pool.as_deref()).rows
-            }),
+            Some(mix) => mix.population(epoch),
             // `Planner::new` refused more rows than a u32 index addresses.
             #[allow(clippy::cast_possible_truncation)]
             None => (0..self.lengths().len() as u32).collect(),
@@ -107,18 +115,26 @@ fn refuse_settings(config: &Config) -> Result<()> {
     Ok(())
 }
 
-/// The mixture checked against `lengths`, and epoch 0's selection (what the edges are optimized for,
-/// and what the step count every epoch shares is set from).
+/// The mixture checked against `lengths`, and the reference selection's rows (what the edges are
+/// optimized for; the step count every epoch shares is set from epoch 0's draws once the rows are
+/// grouped by bucket).
 fn reference<L: Length>(
     lengths: &[L],
     config: &Config,
     mixture: Mixture,
     pool: &PrivatePool,
-) -> Result<(Mix, Population)> {
+) -> Result<(Mix, Vec<u32>)> {
     let admit_max = admitted_max(lengths, config)?;
-    let mix = Mix::new(mixture, lengths, |l| l <= admit_max)?;
-    let reference = mix.population(lengths, config.seed, REFERENCE_KEY, pool.get().as_deref());
-    if reference.rows.is_empty() {
+    let pool = pool.get();
+    let mix = Mix::new(
+        mixture,
+        lengths,
+        |l| l <= admit_max,
+        config.seed,
+        pool.as_deref(),
+    )?;
+    let reference = mix.population(REFERENCE_KEY);
+    if reference.is_empty() {
         return Err(ErrorKind::MixtureSetting {
             setting: "weights",
             problem: "the mixture selects no sample for an epoch (every source with weight holds only \
@@ -127,9 +143,9 @@ fn reference<L: Length>(
         }
         .into());
     }
-    if u32::try_from(reference.rows.len()).is_err() {
+    if u32::try_from(reference.len()).is_err() {
         return Err(ErrorKind::TooManySamples {
-            count: reference.rows.len(),
+            count: reference.len(),
         }
         .into());
     }

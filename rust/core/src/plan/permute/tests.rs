@@ -73,3 +73,48 @@ fn segments_cover_and_depend_on_size_only() {
     assert!(s.windows(2).all(|w| w[0].end == w[1].start));
     assert_eq!(segments(1 << 30).len(), MAX_SEGMENTS);
 }
+
+#[test]
+fn runs_scatter_as_their_listed_rows_do() {
+    // Pairs of 100,000 rows; runs that repeat some, skip some, and hold ~300K elements, so the
+    // scatter's segments (2^16 elements each) start inside runs.
+    let lengths: Vec<u32> = (0..100_000u32).map(|r| 1 + (r * 7919) % 300).collect();
+    let pairs: Vec<u64> = (0..100_000u32)
+        .map(|r| u64::from(r) << 32 | u64::from(lengths[r as usize]))
+        .collect();
+    let runs = [
+        (0, 61_200),
+        (1_000, 100_000),
+        (99_990, 100_000),
+        (0, 100_000),
+        (33_333, 33_334),
+        (5, 40_005),
+    ];
+    let listed: Vec<u32> = runs
+        .iter()
+        .flat_map(|&(a, b)| u32::try_from(a).unwrap()..u32::try_from(b).unwrap())
+        .collect();
+    assert!(segments(listed.len()).len() > 2);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    for (seed, epoch) in [(1, 0), (9, 4)] {
+        let runs = Runs {
+            pairs: &pairs,
+            runs: &runs,
+        };
+        let by_runs: Scattered<u32> = scatter_runs(runs, seed, epoch, Some(&pool));
+        let by_rows = scatter_into_chunks(
+            listed.len(),
+            Some(&listed),
+            Some(&lengths[..]),
+            seed,
+            epoch,
+            None,
+        );
+        assert_eq!(by_runs.rows, by_rows.rows);
+        assert_eq!(by_runs.companion, by_rows.companion);
+        assert_eq!(by_runs.starts, by_rows.starts);
+    }
+}
