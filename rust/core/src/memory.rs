@@ -29,9 +29,11 @@ pub const STREAMED_BYTES_PER_SAMPLE: u64 = 12;
 /// streamed path.
 pub const MIXTURE_BYTES_PER_SAMPLE: u64 = 16;
 
-/// What a mixture's planner keeps per row (`plan/mixture/select.rs`): each admitted row with its
-/// length in its group, a token prefix sum every 16 rows, and while the groups are regrouped by
-/// bucket, both copies.
+/// What a mixture's planner takes per row while it is built, beyond [`PREPARE_BYTES_PER_SAMPLE`]
+/// (`plan/mixture/select.rs`): each admitted row with its length in its group and a token prefix
+/// sum every 16 rows, kept; while it is built, a source's working copies and the reference
+/// selection's rows and lengths (15 bytes a row in all at its peak, measured at 2M rows:
+/// `tests/memory_peaks.rs`).
 pub const MIXTURE_GROUP_BYTES: u64 = 17;
 
 /// Working memory per batch: offsets, costs and the balancing order.

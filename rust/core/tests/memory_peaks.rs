@@ -210,3 +210,65 @@ fn stats_peak_within_their_reservation() {
         );
     }
 }
+
+/// A mixture's planner (four sources, up- and down-sampled, in tokens) peaks within what it
+/// reserves, built and planning, formed bucket by bucket and streamed, padded and packed.
+#[test]
+fn mixture_plans_peak_within_their_reservation() {
+    use dflash_batch_core::{Mixture, Unit};
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let n: usize = std::env::var("PEAK_SAMPLES").map_or(200_000, |s| s.parse().unwrap());
+    let v = lengths(n, 4095);
+    let rows = [n * 4 / 10, n * 3 / 10, n * 2 / 10, n - n * 9 / 10];
+    let names = ["a", "b", "c", "d"];
+    let sources = names
+        .iter()
+        .zip(rows)
+        .zip([0.3, 0.3, 0.25, 0.15])
+        .map(|((name, rows), weight)| ((*name).to_string(), rows as u32, weight));
+    let mixture = Mixture::new(sources, Unit::Tokens);
+    for mode in [Mode::Padded, Mode::Packed { bucketed: false }] {
+        let config = Config {
+            mode,
+            world_size: 8,
+            accumulation: 4,
+            ..Config::new(Batching::Tokens(65536))
+        };
+        let reserved = memory::PLAN_FIXED_BYTES
+            + n as u64 * (memory::PREPARE_BYTES_PER_SAMPLE + memory::MIXTURE_GROUP_BYTES);
+        // The caller's lengths are the caller's: cloned before measuring.
+        let (input, given) = (v.clone(), mixture.clone());
+        PROBE.store((reserved + memory::SLACK_BYTES) as usize, Ordering::Relaxed);
+        let (planner, peak) =
+            peak_of(|| Planner::with_mixture(input, config.clone(), given).unwrap());
+        println!(
+            "mixture {mode:?} built: peak {:.1} B/sample, {:.2} of the reservation",
+            peak as f64 / n as f64,
+            peak as f64 / reserved as f64
+        );
+        assert!(peak as u64 <= reserved, "built, {mode:?}");
+        for streamed in [false, true] {
+            let planner = if streamed {
+                Planner::with_mixture(v.clone(), config.clone(), mixture.clone())
+                    .unwrap()
+                    .with_arrange_limit(0)
+            } else {
+                Planner::with_mixture(v.clone(), config.clone(), mixture.clone()).unwrap()
+            };
+            for epoch in [0, 1] {
+                let reserved = planner.plan_bytes();
+                PROBE.store((reserved + memory::SLACK_BYTES) as usize, Ordering::Relaxed);
+                let (_, peak) = peak_of(|| planner.plan(epoch).unwrap());
+                println!(
+                    "mixture {mode:?} streamed {streamed} epoch {epoch}: peak {:.1} B/sample, {:.2} of the reservation",
+                    peak as f64 / n as f64,
+                    peak as f64 / reserved as f64
+                );
+                assert!(peak as u64 <= reserved, "{mode:?}, streamed {streamed}");
+            }
+        }
+        drop(planner);
+    }
+}

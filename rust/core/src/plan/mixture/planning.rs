@@ -30,7 +30,9 @@ impl Planner {
         let lengths: Lengths = lengths.into();
         memory::reserve(
             "preparing the planner",
-            lengths.len() as u64 * (memory::PREPARE_BYTES_PER_SAMPLE + memory::MIXTURE_GROUP_BYTES),
+            memory::PLAN_FIXED_BYTES
+                + lengths.len() as u64
+                    * (memory::PREPARE_BYTES_PER_SAMPLE + memory::MIXTURE_GROUP_BYTES),
         )?;
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
         let pool = PrivatePool::new(threads);
