@@ -31,11 +31,14 @@
 //! shuffle then undoes it).
 
 mod choose;
+mod groups;
 mod planning;
 mod select;
+mod spread;
 
 pub(crate) use choose::Labels;
-pub(crate) use select::{Groups, Selection};
+pub(crate) use groups::Groups;
+pub(crate) use select::Selection;
 
 use crate::error::{ErrorKind, Result};
 use crate::lengths::Length;

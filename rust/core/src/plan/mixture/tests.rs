@@ -352,7 +352,7 @@ fn merging_by_time_spreads_each_source_evenly() {
     let sorted: Vec<u64> = (0..100u64).collect();
     let mut out = vec![0u64; 100];
     let mut rng = crate::rng::Pcg64::new(1, 2, crate::rng::Stream::Workload);
-    super::select::merge_by_time(&sorted, &counts, &mut rng, &mut out);
+    super::spread::merge_by_time(&sorted, &counts, &mut rng, &mut out);
     assert_eq!(sorted, {
         let mut o = out.clone();
         o.sort_unstable();
