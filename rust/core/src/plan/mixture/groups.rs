@@ -7,7 +7,6 @@
 use std::sync::Mutex;
 
 use crate::lengths::Length;
-use crate::plan::mixture::select::Selection;
 use crate::plan::mixture::Own;
 use crate::plan::permute::{scatter_into_chunks, shuffle_chunk_pair, Runs, Scattered};
 use crate::rng::mix64;
@@ -28,6 +27,16 @@ pub(crate) struct Groups {
     prefix_starts: Vec<usize>,
     /// The epoch buffer of the last padded plan, for the next (concurrent plans take their own).
     spare: Mutex<Vec<u64>>,
+}
+
+/// One epoch's selection: runs of the groups' pairs, listed group by group (`runs[first[g]..first[g
+/// + 1]]` are group `g`'s), and the rows and tokens they hold.
+#[derive(Debug)]
+pub(crate) struct Selection {
+    pub(super) runs: Vec<(usize, usize)>,
+    pub(super) first: Vec<usize>,
+    pub(crate) samples: usize,
+    pub(crate) tokens: u64,
 }
 
 impl Groups {

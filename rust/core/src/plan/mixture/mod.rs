@@ -37,8 +37,7 @@ mod select;
 mod spread;
 
 pub(crate) use choose::Labels;
-pub(crate) use groups::Groups;
-pub(crate) use select::Selection;
+pub(crate) use groups::{Groups, Selection};
 
 use crate::error::{ErrorKind, Result};
 use crate::lengths::Length;

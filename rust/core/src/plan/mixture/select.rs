@@ -24,22 +24,12 @@
 //! epoch — 8 ms of a 34 ms seed epoch (four sources, 902,087 rows) and 0.9 s of a 100M one went to
 //! drawing it and to the grouping's random reads of lengths (measured).
 
-use crate::plan::mixture::groups::CYCLE_SALT;
+use crate::plan::mixture::groups::{Selection, CYCLE_SALT};
 use crate::plan::mixture::{Groups, Mix, Unit};
 use crate::rng::mix64;
 
 /// The fixed-point scale of a time: `1.0` is `2^64`.
 const ONE: u128 = 1 << 64;
-
-/// One epoch's selection: runs of the groups' pairs, listed group by group (`runs[first[g]..first[g
-/// + 1]]` are group `g`'s), and the rows and tokens they hold.
-#[derive(Debug)]
-pub(crate) struct Selection {
-    pub(super) runs: Vec<(usize, usize)>,
-    pub(super) first: Vec<usize>,
-    pub(crate) samples: usize,
-    pub(crate) tokens: u64,
-}
 
 impl Groups {
     /// The selection of forming key `key` (see the module docs).

@@ -2,8 +2,7 @@
 //! seeded order that spreads each source evenly through the bucket, so every batch cut from it
 //! holds the sources in proportion (see `choose.rs` for what this buys).
 
-use crate::plan::mixture::select::Selection;
-use crate::plan::mixture::Groups;
+use crate::plan::mixture::groups::{Groups, Selection};
 use crate::rng::Pcg64;
 
 /// The fixed-point scale of a time: `1.0` is `2^64`.
