@@ -94,3 +94,11 @@ def test_train_gpu_dry_run_on_the_cpu():
     for line in ("sorted static", "full shuffle", "seed's 6 buckets", "dflash_batch padded", "dflash_batch packed"):
         assert line in out, out
     assert "Ktok/s a rank, 8 in sync" in out and "packed ≥ 1.0 of sorted static" in out
+
+
+@pytest.mark.slow  # trains a small transformer for 4 epochs on the CPU
+def test_calibrate_benchmark():
+    pytest.importorskip("torch")
+    out = run("calibrate.py", "--samples", "300")
+    for key in ('"true_price"', '"fitted_price"', '"tokens"', '"refit"', '"true"', '"measured"', '"predicted"'):
+        assert key in out, key

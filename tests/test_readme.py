@@ -10,7 +10,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 #: The pages with runnable blocks, in the order of EXPECTED below.
-PAGES = [README, *(ROOT / "docs" / f"{name}.md" for name in ("trainers", "reading", "packing", "ranks", "mixtures"))]
+PAGES = [
+    README,
+    *(ROOT / "docs" / f"{name}.md" for name in ("trainers", "reading", "packing", "ranks", "mixtures", "calibration")),
+]
 SOURCES = [(page, block) for page in PAGES for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.S)]
 BLOCKS = [block for _, block in SOURCES]
 
@@ -33,6 +36,7 @@ EXPECTED = {
     "mixture Loader": lambda out: out == "['chat', 'code']",
     "mixture Trainer": lambda out: out == "['loss/chat', 'loss/code']",
     "mixture TRL": lambda out: out == "completion_mask True",
+    "StepTimer": lambda out: out == "True 2",
 }
 
 
@@ -44,7 +48,7 @@ def test_every_block_is_checked():
 
 @pytest.mark.parametrize(("index", "name"), list(enumerate(EXPECTED)))
 def test_readme_block_runs(index, name, capsys, tmp_path, monkeypatch):
-    if name != "reading" and name != "packing":
+    if name not in ("reading", "packing"):
         pytest.importorskip("torch")
     if name in ("Trainer", "TRL", "packed HF", "cost", "mixture Trainer", "mixture TRL"):
         pytest.importorskip("transformers")

@@ -11,6 +11,7 @@ milliseconds, reproducible from ``(seed, epoch)``, with equal step counts on eve
 """
 
 from ._core import DataError, Error, Plan, PlanError, __version__
+from .calibration import Calibration, StepTimer
 from .collate import Collator, collate, collate_packed
 from .cost import CostFit, measure_cost
 from .loader import Loader
@@ -23,6 +24,7 @@ from .workload import SEED_SAMPLES, seed_mixture, seed_workload
 __all__ = [
     "SEED_SAMPLES",
     "BucketSampler",
+    "Calibration",
     "Collator",
     "CostFit",
     "DataError",
@@ -32,6 +34,7 @@ __all__ = [
     "Plan",
     "PlanError",
     "SourceLosses",
+    "StepTimer",
     "TokenStore",
     "__version__",
     "collate",

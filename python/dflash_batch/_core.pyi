@@ -180,6 +180,7 @@ class Config:
         mode: str = "padded",
         bucketed: bool = False,
         trim_steps: bool = False,
+        rank_cost: tuple[float, float] | None = None,
     ) -> None:
         """Checks each setting's type (and the ranges a Python value can exceed). Raises TypeError for a
         wrong type or an unknown keyword, PlanError (kind ``invalid_setting``) for a value out of range."""
@@ -208,6 +209,9 @@ class Config:
     @property
     def price(self) -> tuple[float, float]:
         """``(a, b)``: a row of padded length L costs a·L + b·L² (``(1, 0)``: tokens)."""
+    @property
+    def balance_price(self) -> tuple[float, float]:
+        """The price ranks are balanced by: ``rank_cost`` when set, else ``price``."""
 
 class Mixture:
     """A mixture's sources (names, rows, weights) and settings, checked by the core."""

@@ -119,6 +119,49 @@ def decode(schedule: Schedule, state: Any, *, warn: bool = True) -> Resume:
     return Resume(epoch, step, None)
 
 
+#: A run's rank prices: ``(first epoch, (a, b))`` in increasing epochs, each balancing the ranks of its epochs
+#: on until the next (``Cursor.price_from``; written by :class:`~dflash_batch.StepTimer`).
+Prices = tuple[tuple[int, tuple[float, float]], ...]
+
+
+def price_at(prices: Prices, epoch: int) -> tuple[float, float] | None:
+    """The rank price of ``epoch`` (``None``: the schedule's own)."""
+    chosen = None
+    for first, price in prices:
+        if first <= epoch:
+            chosen = price
+    return chosen
+
+
+def encode_prices(prices: Prices) -> list[list[float]]:
+    """``[[first epoch, a, b], ...]``: plain values a checkpoint may carry through JSON."""
+    return [[first, a, b] for first, (a, b) in prices]
+
+
+def decode_prices(value: Any) -> Prices:
+    """What :func:`encode_prices` wrote, checked (``PlanError`` naming what is wrong)."""
+    if value is None:
+        return ()
+    bad = PlanError(
+        f"state rank_costs={value!r} is not what state_dict() writes (a list of [first epoch, a, b] in increasing "
+        "epochs); pass the checkpoint's state unedited"
+    )
+    if not isinstance(value, list | tuple):
+        raise bad
+    prices: list[tuple[int, tuple[float, float]]] = []
+    for entry in value:
+        if not (isinstance(entry, list | tuple) and len(entry) == 3):
+            raise bad
+        first, a, b = entry
+        numbers = all(isinstance(x, int | float) and not isinstance(x, bool) for x in (a, b))
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0 or not numbers:
+            raise bad
+        if prices and first <= prices[-1][0]:
+            raise bad
+        prices.append((first, (float(a), float(b))))
+    return tuple(prices)
+
+
 def _check_shape(state: Any) -> None:
     """The keys and types ``state_dict()`` writes, before any of them is believed."""
     if not isinstance(state, dict):
@@ -223,6 +266,9 @@ def differences(schedule: Schedule, state: dict[str, Any]) -> str:
     theirs = {"num_samples": state.get("num_samples"), "world_size": state.get("world_size")}
     theirs.update(state.get("settings") or {})
     differing = [_difference(key, theirs[key], mine[key]) for key in mine if key in theirs and theirs[key] != mine[key]]
+    # Recorded only when set (a price refitted from step times: StepTimer).
+    if "settings" in state and theirs.get("rank_cost") != mine.get("rank_cost"):
+        differing.append(f"rank_cost {theirs.get('rank_cost')!r} vs {mine.get('rank_cost')!r}")
     if "mixture" in mine and "mixture" not in theirs and "settings" in state:
         differing.append("a mixture of sources vs the checkpoint's single dataset")
     if "mixture" in theirs and "mixture" not in mine:

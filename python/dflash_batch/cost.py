@@ -98,9 +98,9 @@ def fit_cost(timings: Sequence[tuple[int, int, float]]) -> CostFit:
     return CostFit(a, b, c, float(relative.max()), float(np.median(relative)), shapes)
 
 
-def _nonnegative_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+def _nonnegative_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, ...]:
     """Least squares ``x @ w ≈ y`` with ``w ≥ 0``: the best over every subset of free coefficients (three
-    columns: seven subsets), which is exact and needs no solver."""
+    columns: seven subsets), which is exact and needs no solver. One coefficient per column."""
     best, best_w = math.inf, np.zeros(x.shape[1])
     for mask in range(1, 1 << x.shape[1]):
         free = [j for j in range(x.shape[1]) if mask >> j & 1]
@@ -112,7 +112,7 @@ def _nonnegative_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]
         residual = float(np.sum((x @ w - y) ** 2))
         if residual < best:
             best, best_w = residual, w
-    return float(best_w[0]), float(best_w[1]), float(best_w[2])
+    return tuple(float(w) for w in best_w)
 
 
 def measure_cost(

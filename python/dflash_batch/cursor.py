@@ -14,7 +14,11 @@ iterator, the :class:`~dflash_batch.Loader` and every adapter drive the same pro
 * ``set_epoch``, ``skip`` and ``load_state_dict`` move the position **at once**. A run that was going
   is superseded: its next batch raises ``RuntimeError`` naming what happened — an iteration never ends
   early in silence. A load that is refused (any ``PlanError``) changes nothing, the running run included;
-* ``state_dict(step=None)`` records the steps handed out (or ``step``, what the loop says it trained).
+* ``state_dict(step=None)`` records the steps handed out (or ``step``, what the loop says it trained);
+* ``price_from(epoch, (a, b))`` balances the ranks of epochs from ``epoch`` on by that price (a cost refitted
+  from step times: :class:`~dflash_batch.StepTimer`), never an epoch already begun. The prices are part of
+  the position: an epoch is planned by ``schedule_at(epoch)`` (the schedule with its ``rank_cost``), and
+  checkpoints, copies and resumes carry them, so a resumed epoch is planned as it was trained.
 
 Every method takes one lock, so a checkpoint written from another thread sees one consistent position.
 """
@@ -97,6 +101,10 @@ class Cursor:
         self._owner: threading.Thread | None = None
         # The current epoch's plan: (epoch, origin it was planned from, plan).
         self._cached: tuple[int, Origin | None, Plan] | None = None
+        # Rank prices by epoch, and the schedule of the last one asked for (building one is a planner's
+        # construction: kept, not rebuilt for every plan).
+        self._prices: checkpoint.Prices = ()
+        self._priced: tuple[tuple[float, float], Schedule] | None = None
 
     # -- reading --------------------------------------------------------------------------------------
 
@@ -117,6 +125,24 @@ class Cursor:
     def resume_pending(self) -> bool:
         """Whether the next iteration starts at :attr:`step` rather than at 0."""
         return self._resume
+
+    @property
+    def prices(self) -> checkpoint.Prices:
+        """The rank prices set so far: ``(first epoch, (a, b))`` in increasing epochs."""
+        return self._prices
+
+    def schedule_at(self, epoch: int) -> Schedule:
+        """The schedule ``epoch`` is planned by: the schedule, with the rank price of ``epoch`` when one is set."""
+        return self._schedule_for(checkpoint.price_at(self._prices, epoch))
+
+    def _schedule_for(self, price: tuple[float, float] | None) -> Schedule:
+        if price is None:
+            return self._schedule
+        priced = self._priced
+        if priced is None or priced[0] != price:
+            priced = (price, self._schedule.replace(rank_cost=price))
+            self._priced = priced
+        return priced[1]
 
     @property
     def origin(self) -> Origin | None:
@@ -143,10 +169,11 @@ class Cursor:
             current = epoch == self._epoch
             if current:  # released before planning its successor: one epoch's plan at a time
                 self._cached = None
+            schedule = self.schedule_at(epoch)
             if origin is not None and epoch == origin.epoch + 1 and len(origin.carried):
-                plan = self._schedule.plan_carrying(epoch, origin.carried)
+                plan = schedule.plan_carrying(epoch, origin.carried)
             else:
-                plan = self._schedule.plan(epoch)
+                plan = schedule.plan(epoch)
             if current:
                 self._cached = (epoch, origin, plan)
             return plan
@@ -157,10 +184,31 @@ class Cursor:
         client that reads ahead of the loop iterates (it cannot be told what was trained)."""
         with self._lock:
             epoch, handed_out, origin, live = self._epoch, self._step, self._origin, self._live
+            prices = self._prices
         if step is None and live is not None and live.reader is not None:
             raise PlanError(READS_AHEAD.format(client=live.reader))
         trained = handed_out if step is None else checkpoint.trained_step(step, handed_out, epoch)
-        return checkpoint.encode(self._schedule, epoch, trained, origin)
+        state = checkpoint.encode(self._schedule_for(checkpoint.price_at(prices, epoch)), epoch, trained, origin)
+        if prices:
+            state["rank_costs"] = checkpoint.encode_prices(prices)
+        return state
+
+    def price_from(self, epoch: int, price: tuple[float, float]) -> None:
+        """Balances the ranks of epochs from ``epoch`` on by ``price`` (``(a, b)``: a row of ``L`` tokens takes
+        ``a·L + b·L²``), leaving every batch and the step count as they are. Refused for an epoch already
+        begun (its batches are being trained) and for a price the planner refuses; nothing changes then."""
+        with self._lock:
+            begun = self._step > 0 or self._live is not None or self._resume
+            if epoch < self._epoch or (epoch == self._epoch and begun):
+                raise PlanError(
+                    f"epoch {epoch} has begun (the position is at step {self._step} of epoch {self._epoch}): its "
+                    f"plan cannot change while it trains; set a price from epoch {self._epoch + 1} on"
+                )
+            price = (float(price[0]), float(price[1]))
+            self._schedule_for(price)  # checked (and built) before anything changes
+            self._prices = (*(p for p in self._prices if p[0] < epoch), (epoch, price))
+            if epoch <= self._epoch:
+                self._cached = None
 
     # -- moving the position --------------------------------------------------------------------------
 
@@ -188,9 +236,13 @@ class Cursor:
 
     def load_state_dict(self, state: Any) -> None:
         """Resumes at ``state``: checked completely (an elastic resume planned) before anything changes."""
-        resume = checkpoint.decode(self._schedule, state)
+        prices = checkpoint.decode_prices(state.get("rank_costs") if isinstance(state, dict) else None)
+        epoch = state.get("epoch") if isinstance(state, dict) else None
+        price = checkpoint.price_at(prices, epoch) if isinstance(epoch, int) and not isinstance(epoch, bool) else None
+        resume = checkpoint.decode(self._schedule_for(price), state)
         with self._lock:
             self._epoch, self._step, self._resume, self._origin = resume.epoch, resume.step, True, resume.origin
+            self._prices = prices
             self._cached = None
             self._supersede("load_state_dict")
 
@@ -248,17 +300,24 @@ class Cursor:
                 if origin is None
                 else {"epoch": origin.epoch, "world_size": origin.world_size, "step": origin.step}
             )
-            return {"epoch": self._epoch, "step": self._step, "resume": self._resume, "elastic": where}
+            return {
+                "epoch": self._epoch,
+                "step": self._step,
+                "resume": self._resume,
+                "elastic": where,
+                "rank_costs": checkpoint.encode_prices(self._prices),
+            }
 
     @classmethod
     def from_snapshot(cls, schedule: Schedule, snapshot: dict[str, Any]) -> Cursor:
         """The position a :meth:`snapshot` describes, on ``schedule`` (its origin planned again, quietly:
         the original warned once about carried samples)."""
         cursor = cls(schedule)
+        cursor._prices = checkpoint.decode_prices(snapshot.get("rank_costs"))
         where = snapshot["elastic"]
         if where is not None:
             cursor._origin = checkpoint.replanned(
-                schedule, where["epoch"], where["world_size"], where["step"], warn=False
+                cursor.schedule_at(where["epoch"]), where["epoch"], where["world_size"], where["step"], warn=False
             )
         cursor._epoch, cursor._step, cursor._resume = snapshot["epoch"], snapshot["step"], snapshot["resume"]
         return cursor

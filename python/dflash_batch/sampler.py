@@ -78,6 +78,7 @@ class BucketSampler:
         mode: str = "padded",
         bucketed: bool = False,
         trim_steps: bool = False,
+        rank_cost: tuple[float, float] | None = None,
         rank: int | None = None,
         column: str = "seq_len",
         check_ranks: bool = True,
@@ -90,6 +91,7 @@ class BucketSampler:
             world_size=world_size, drop_last=drop_last, oversize=oversize, pad_to_multiple_of=pad_to_multiple_of,
             threads=threads, accumulation=accumulation, target_efficiency=target_efficiency, order=order, cost=cost,
             balance_tolerance=balance_tolerance, mode=mode, bucketed=bucketed, trim_steps=trim_steps,
+            rank_cost=rank_cost,
         )  # fmt: skip
         rank = _check_rank(rank, config.world_size)
         check_ranks = _bool("check_ranks", check_ranks)
@@ -206,6 +208,12 @@ class BucketSampler:
         sources = len(self._schedule.mixture.names) if self._schedule.mixture is not None else 1
         return label_tokens.per_step_by_source(plan, counts, self.accumulation, self._schedule.sources_of, sources)
 
+    def rank_price(self, epoch: int | None = None) -> tuple[float, float]:
+        """The price ``(a, b)`` the ranks of ``epoch`` (default: the current one) are balanced by: ``rank_cost``,
+        else ``cost`` (``(1, 0)`` for tokens), or what a :class:`~dflash_batch.StepTimer` set from then on."""
+        epoch = self.epoch if epoch is None else _epoch(epoch)
+        return tuple(self._cursor.schedule_at(epoch).config.balance_price)  # type: ignore[return-value]
+
     @property
     def mixture(self) -> _core.Mixture | None:
         """The sources and weights of a sampler built from a :class:`Mixture` (names, rows, weights,
@@ -298,7 +306,8 @@ class BucketSampler:
         """Starts an iteration of the current epoch (:meth:`Cursor.begin`) — what the sampler's iterator,
         the :class:`Loader` and the adapters call — after the ranks agree on the plan (once an epoch,
         when ``torch.distributed`` has this many ranks and ``check_ranks`` is on)."""
-        if self._check_ranks and self._checked_epoch != self.epoch and agree(self._schedule, self.epoch):
+        schedule = self._cursor.schedule_at(self.epoch)
+        if self._check_ranks and self._checked_epoch != self.epoch and agree(schedule, self.epoch):
             self._checked_epoch = self.epoch
         return self._cursor.begin(reader=accelerate_reader(self, GlobalBatches))
 

@@ -135,3 +135,28 @@ pub(crate) fn cost_of(
     given.set_item("cost", PyTuple::new(py, [linear, quadratic])?)?;
     Ok(CostModel { linear, quadratic })
 }
+
+/// `rank_cost=`: `None` (rank balance uses `cost`) or `(a, b)`: ranks are balanced as if a row of
+/// padded length `L` took `a·L + b·L²` (the core checks the signs).
+pub(crate) fn rank_cost_of(
+    given: &Bound<'_, PyDict>,
+    obj: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<CostModel>> {
+    let py = given.py();
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        given.set_item("rank_cost", py.None())?;
+        return Ok(None);
+    };
+    let pair = (obj.is_instance_of::<PyTuple>() || obj.is_instance_of::<PyList>())
+        && obj.len().is_ok_and(|n| n == 2);
+    if !pair {
+        return Err(PyTypeError::new_err(format!(
+            "rank_cost must be None or a pair (a, b) of numbers, got {}",
+            described(obj)
+        )));
+    }
+    let linear = number_of("rank_cost's a", &obj.get_item(0)?, "a number")?;
+    let quadratic = number_of("rank_cost's b", &obj.get_item(1)?, "a number")?;
+    given.set_item("rank_cost", PyTuple::new(py, [linear, quadratic])?)?;
+    Ok(Some(CostModel { linear, quadratic }))
+}

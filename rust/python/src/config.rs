@@ -9,7 +9,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
-use crate::choices::{cost_of, mode_of, order_of, oversize_of};
+use crate::choices::{cost_of, mode_of, order_of, oversize_of, rank_cost_of};
 use crate::errors::{invalid_setting, to_py};
 use crate::extract::{boundaries_of, count, flag, number, optional_count, seed_of, threads_of};
 use crate::settings::{is_setting, names, SETTINGS};
@@ -32,7 +32,7 @@ impl Settings {
         boundaries='auto', seed=0, shuffle=True, world_size=None, drop_last=False, oversize='error', \
         pad_to_multiple_of=1, threads=None, accumulation=None, target_efficiency=0.98, \
         order='stratified', cost='tokens', balance_tolerance=None, mode='padded', bucketed=False, \
-        trim_steps=False)")]
+        trim_steps=False, rank_cost=None)")]
     fn new(py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
         let empty = PyDict::new(py);
         let kwargs = kwargs.unwrap_or(&empty);
@@ -69,6 +69,7 @@ impl Settings {
             arg("balance_tolerance"),
         );
         let (mode, bucketed, trim_steps) = (arg("mode"), arg("bucketed"), arg("trim_steps"));
+        let rank_cost = arg("rank_cost");
         let (batch_size, max_tokens, boundaries, seed) = (
             batch_size.as_ref(),
             max_tokens.as_ref(),
@@ -120,6 +121,7 @@ impl Settings {
         };
         let mode = mode_of(&given, mode, bucketed)?;
         let trim_steps = flag(&given, "trim_steps", trim_steps, false)?;
+        let rank_cost = rank_cost_of(&given, rank_cost.as_ref())?;
         let core = CoreConfig {
             batching,
             boundaries,
@@ -134,6 +136,7 @@ impl Settings {
             order,
             accumulation,
             cost,
+            rank_cost,
             balance_tolerance_ppm: CoreConfig::balance_tolerance_ppm(tolerance).map_err(to_py)?,
             mode,
             trim_steps,
@@ -147,7 +150,7 @@ impl Settings {
 
     /// The settings that shape a plan, as plain values (what a checkpoint records, JSON-ready):
     /// every keyword argument but `threads`, `oversize` as `skip_oversize` and `truncate`,
-    /// `boundaries="auto"` as `None`, `cost`'s pair as a list.
+    /// `boundaries="auto"` as `None`, `cost`'s pair as a list, `rank_cost` only when set.
     fn settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let given = self.given.bind(py);
         let out = PyDict::new(py);
@@ -156,14 +159,16 @@ impl Settings {
                 .get_item(key)?
                 .unwrap_or_else(|| py.None().into_bound(py));
             match key {
+                // Recorded only when set: checkpoints written before it existed keep their settings.
                 "threads" => {}
+                "rank_cost" if value.is_none() => {}
                 "oversize" => {
                     out.set_item("skip_oversize", self.core.oversize == Oversize::Skip)?;
                 }
                 "boundaries" if value.is_instance_of::<PyString>() => {
                     out.set_item(key, py.None())?;
                 }
-                "cost" if value.is_instance_of::<PyTuple>() => {
+                "cost" | "rank_cost" if value.is_instance_of::<PyTuple>() => {
                     out.set_item(key, PyList::new(py, value.cast::<PyTuple>()?.iter())?)?;
                 }
                 _ => out.set_item(key, value)?,
@@ -257,6 +262,13 @@ impl Settings {
     #[getter]
     fn price(&self) -> (f64, f64) {
         (self.core.cost.linear, self.core.cost.quadratic)
+    }
+
+    /// The price ranks are balanced by: `rank_cost` when set, else `price`.
+    #[getter]
+    fn balance_price(&self) -> (f64, f64) {
+        let model = self.core.balance_cost();
+        (model.linear, model.quadratic)
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {

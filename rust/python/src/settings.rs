@@ -23,7 +23,7 @@ pub(crate) struct Setting {
 }
 
 /// The settings in the order `settings()`, checkpoints and the signature list them.
-pub(crate) const SETTINGS: [Setting; 18] = [
+pub(crate) const SETTINGS: [Setting; 19] = [
     Setting {
         name: "batch_size",
         kind: "int | None",
@@ -170,6 +170,15 @@ pub(crate) const SETTINGS: [Setting; 18] = [
         range: "a bool (max_tokens, padded, balance_tolerance=None)",
         doc: "trim each step's batches to a common cost and re-form the rows trimmed into extra steps spread \
               through the epoch: ranks wait less for a few percent more steps and some mixing.",
+    },
+    Setting {
+        name: "rank_cost",
+        kind: "tuple[float, float] | None",
+        default: "None",
+        range: "None, or (a, b) as for cost (not with trim_steps)",
+        doc: "the price ranks are balanced by, when it differs from `cost`: the budget, and so every batch \
+              and the step count, stay as `cost` forms them. What `db.StepTimer` sets from measured step \
+              times (`docs/calibration.md`).",
     },
 ];
 

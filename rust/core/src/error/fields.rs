@@ -132,7 +132,8 @@ impl ErrorKind {
         match self {
             Self::InvalidSetting { name, .. } | Self::InvalidRatio { name, .. } => Some(name),
             Self::BatchSpec { .. } => Some("max_tokens"),
-            Self::InvalidCost { .. } | Self::CostOverflow { .. } => Some("cost"),
+            Self::InvalidCost { setting, .. } => Some(setting),
+            Self::CostOverflow { .. } => Some("cost"),
             Self::TooFewEdges { .. } | Self::EdgesNotIncreasing { .. } => Some("boundaries"),
             Self::TrimSetting { .. } => Some("trim_steps"),
             Self::TruncateSetting { .. } => Some("oversize"),
@@ -183,6 +184,7 @@ mod tests {
         for kind in [
             ErrorKind::BatchSpec { both: true },
             ErrorKind::InvalidCost {
+                setting: "cost",
                 given: "(0, 0)".into(),
             },
             ErrorKind::TooFewEdges { count: 1 },

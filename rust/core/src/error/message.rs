@@ -45,10 +45,11 @@ impl fmt::Display for Error {
             K::InvalidRatio { name, value, expected } => {
                 write!(f, "{name}={value} is invalid; pass {expected}")
             }
-            K::InvalidCost { given } => write!(
+            K::InvalidCost { setting, given } => write!(
                 f,
-                "cost={given} is invalid; pass cost=\"tokens\" or (a, b) with a and b each 0 or between 1e-12 \
-                 and 1e12, a + b > 0 (a row of padded length L costs a·L + b·L²)"
+                "{setting}={given} is invalid; pass {}(a, b) with a and b each 0 or between 1e-12 and 1e12, \
+                 a + b > 0 (a row of padded length L costs a·L + b·L²)",
+                if *setting == "cost" { "cost=\"tokens\" or " } else { "None or " }
             ),
             K::CostOverflow { given, length, rows } => write!(
                 f,

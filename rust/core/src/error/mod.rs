@@ -73,6 +73,8 @@ pub enum ErrorKind {
     },
     /// The cost model `(linear, quadratic)` is not two finite, non-negative numbers with a positive sum.
     InvalidCost {
+        /// The setting: `cost`, or `rank_cost`.
+        setting: &'static str,
         /// The pair as given, formatted.
         given: String,
     },

@@ -92,11 +92,13 @@ fn report_with<L: Length>(
     window: usize,
 ) -> Report {
     let packed = matches!(config.mode, crate::plan::config::Mode::Packed { .. });
+    // What the ranks are balanced by: the figures predict the balance the plan was made for.
+    let model = config.balance_cost();
     let length = |r: u32| u64::from(lengths[r as usize].into());
     let cost = |members: &[u32]| {
         if packed {
             // A packed row computes on its samples: Σ a·l + b·l².
-            return members.iter().map(|&r| config.cost.row(length(r))).sum();
+            return members.iter().map(|&r| model.row(length(r))).sum();
         }
         let longest = members.iter().map(|&r| length(r)).max().unwrap_or(0);
         // Lengths fit u32.
@@ -110,14 +112,13 @@ fn report_with<L: Length>(
     let accumulation = config.accumulation as usize;
     // What the ranks spend: a padded batch costs what it is balanced by; a packed row of capacity C
     // also runs its linear layers over the C - Σl padding tokens.
-    let own =
-        |members: &[u32]| -> f64 { members.iter().map(|&r| config.cost.row(length(r))).sum() };
+    let own = |members: &[u32]| -> f64 { members.iter().map(|&r| model.row(length(r))).sum() };
     let end_to_end = match (packed, config.batching) {
         // A packed row is balanced by its samples' own cost: that is its useful work.
         (true, crate::plan::config::Batching::Tokens(capacity)) => {
             // Capacities fit f64 exactly (below 2^32 for packed rows).
             #[allow(clippy::cast_precision_loss)]
-            let linear = config.cost.linear * capacity as f64;
+            let linear = model.linear * capacity as f64;
             let timed = batch_costs(offsets, indices, |members| {
                 linear
                     + members
@@ -126,7 +127,7 @@ fn report_with<L: Length>(
                             // Lengths fit f64 exactly.
                             #[allow(clippy::cast_precision_loss)]
                             let l = length(r) as f64;
-                            config.cost.quadratic * l * l
+                            model.quadratic * l * l
                         })
                         .sum::<f64>()
             });

@@ -174,6 +174,10 @@ pub struct Config {
     pub accumulation: u32,
     /// Cost of a row, for the token budget and for rank balance.
     pub cost: CostModel,
+    /// Cost of a row for rank balance (and the plan's predicted balance) only, when it differs from
+    /// `cost`: what a cost refitted from measured step times sets, leaving the budget, and so every
+    /// batch, as `cost` forms them. `None`: `cost`.
+    pub rank_cost: Option<CostModel>,
     /// Padded or packed batches.
     pub mode: Mode,
     /// Rank-balance tolerance in parts per million: `None` matches steps only inside each mixing
@@ -209,19 +213,27 @@ impl Config {
             order: Order::Stratified,
             accumulation: 1,
             cost: CostModel::TOKENS,
+            rank_cost: None,
             balance_tolerance_ppm: None,
             trim_steps: false,
             mode: Mode::Padded,
         }
     }
 
-    /// The cost of a batch of `rows` rows whose longest row has `longest` tokens (before padding).
+    /// The cost ranks are balanced by: `rank_cost` when set, else `cost`.
+    #[inline]
+    pub fn balance_cost(&self) -> CostModel {
+        self.rank_cost.unwrap_or(self.cost)
+    }
+
+    /// The balance cost ([`Config::balance_cost`]) of a batch of `rows` rows whose longest row has
+    /// `longest` tokens (before padding).
     #[inline]
     pub fn batch_cost(&self, rows: u64, longest: u32) -> f64 {
         // Row counts stay far below 2^53.
         #[allow(clippy::cast_precision_loss)]
         let rows = rows as f64;
-        rows * self.cost.row(self.padded(longest))
+        rows * self.balance_cost().row(self.padded(longest))
     }
 
     /// Batches per mixing window: `accumulation × world_size` (saturating: both may be near 2^32,
@@ -266,13 +278,18 @@ impl Config {
 
     /// The cost model: two finite, non-negative numbers with a positive sum.
     pub(crate) fn validate_cost(&self) -> Result<()> {
-        let CostModel { linear, quadratic } = self.cost;
-        // Each coefficient is 0 or a normal-sized number: 5e-324 per token would make any budget hold
-        // every sample in one batch (a budget in units no batch ever reaches).
-        let valid = |c: f64| c == 0.0 || (COST_RANGE.0..=COST_RANGE.1).contains(&c);
-        if !valid(linear) || !valid(quadratic) || linear + quadratic <= 0.0 {
-            let given = format!("({linear}, {quadratic})");
-            return Err(ErrorKind::InvalidCost { given }.into());
+        let models = [("cost", Some(self.cost)), ("rank_cost", self.rank_cost)];
+        for (setting, model) in models {
+            let Some(CostModel { linear, quadratic }) = model else {
+                continue;
+            };
+            // Each coefficient is 0 or a normal-sized number: 5e-324 per token would make any budget
+            // hold every sample in one batch (a budget in units no batch ever reaches).
+            let valid = |c: f64| c == 0.0 || (COST_RANGE.0..=COST_RANGE.1).contains(&c);
+            if !valid(linear) || !valid(quadratic) || linear + quadratic <= 0.0 {
+                let given = format!("({linear}, {quadratic})");
+                return Err(ErrorKind::InvalidCost { setting, given }.into());
+            }
         }
         Ok(())
     }
@@ -283,7 +300,10 @@ impl Config {
         if !self.trim_steps {
             return Ok(());
         }
-        let problem = if matches!(self.batching, Batching::Rows(_)) {
+        let problem = if self.rank_cost.is_some() {
+            "trims each step to a common cost, which would then change with rank_cost (and the steps \
+             with it); use one of them (rank_cost=None)"
+        } else if matches!(self.batching, Batching::Rows(_)) {
             "needs max_tokens: it changes how many rows a batch holds, which batch_size fixes"
         } else if matches!(self.mode, Mode::Packed { .. }) {
             "trims padded batches; packed rows are filled to max_tokens, so leave it False with \

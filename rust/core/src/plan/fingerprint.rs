@@ -40,6 +40,7 @@ pub fn fingerprint<L: Length>(lengths: &[L], config: &Config) -> u64 {
         order,
         accumulation,
         cost,
+        rank_cost,
         mode,
         balance_tolerance_ppm,
         trim_steps,
@@ -90,6 +91,9 @@ pub fn fingerprint<L: Length>(lengths: &[L], config: &Config) -> u64 {
     // Folded only when set, so every fingerprint from before the option existed still matches.
     if *trim_steps {
         h = fold(h, [6]);
+    }
+    if let Some(rank) = rank_cost {
+        h = fold(h, [7, rank.linear.to_bits(), rank.quadratic.to_bits()]);
     }
     match boundaries {
         Boundaries::Auto => fold(h, [3, u64::from(*target_efficiency_ppm)]),

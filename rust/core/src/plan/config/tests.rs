@@ -73,6 +73,7 @@ fn cost_models_must_be_finite_non_negative_and_not_zero() {
         None
     );
     let message = crate::error::Error::from(ErrorKind::InvalidCost {
+        setting: "cost",
         given: "(0, 0)".into(),
     })
     .to_string();

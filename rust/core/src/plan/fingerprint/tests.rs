@@ -217,6 +217,17 @@ fn variants() -> Vec<(&'static str, Config)> {
                 mode: Mode::Packed { bucketed: true },
                 balance_tolerance_ppm: Some(5),
                 trim_steps: true,
+                rank_cost: None,
+            },
+        ),
+        (
+            "rank_cost",
+            Config {
+                rank_cost: Some(CostModel {
+                    linear: 1.0,
+                    quadratic: 1e-4,
+                }),
+                ..base.clone()
             },
         ),
     ]
@@ -226,7 +237,7 @@ fn variants() -> Vec<(&'static str, Config)> {
 /// the configuration: checkpoints written then must still be accepted.
 #[test]
 fn every_stored_fingerprint_still_matches() {
-    let stored: [(&str, u64); 19] = [
+    let stored: [(&str, u64); 20] = [
         ("default", 17006243726596172758),
         ("rows", 12743090375431498487),
         ("seed", 13791511467730541533),
@@ -246,6 +257,7 @@ fn every_stored_fingerprint_still_matches() {
         ("count", 16802899029634013447),
         ("edges", 4315851343782065092),
         ("everything", 6587937152557447243),
+        ("rank_cost", 16443094584649076445),
     ];
     let variants = variants();
     assert_eq!(variants.len(), stored.len());

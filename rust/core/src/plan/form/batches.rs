@@ -45,7 +45,7 @@ impl Formed {
         let cost = || {
             // Costs are matched, not summed: f32 precision is plenty.
             #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
-            let cost = if config.cost.is_tokens() {
+            let cost = if config.balance_cost().is_tokens() {
                 padded_tokens as f32
             } else {
                 config.batch_cost(rows as u64, longest) as f32

@@ -289,7 +289,7 @@ fn write_rows(
         *slot += 1;
     }
     let capacity = u64::from(rows.capacity);
-    let model = config.cost;
+    let model = config.balance_cost();
     for &row in sequence {
         let r = row as usize;
         let used = capacity - u64::from(rows.room[r]);

@@ -198,7 +198,7 @@ impl Derived {
             .collect();
         // Costs are matched, not summed: f32 precision is plenty.
         #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
-        let cost = if config.cost.is_tokens() {
+        let cost = if config.balance_cost().is_tokens() {
             padded.iter().map(|&p| p as f32).collect()
         } else {
             rows()

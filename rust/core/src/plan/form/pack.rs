@@ -188,7 +188,7 @@ fn emit(capacity: u32, out: &mut Written<'_>, row: &mut Row) {
     out.order[formed.written..end].copy_from_slice(&row.samples);
     let (used, squares) = (row.used, row.squares);
     let cost = || {
-        let model = config.cost;
+        let model = config.balance_cost();
         // Matched, not summed (see `Formed::cost`).
         #[allow(clippy::cast_possible_truncation)]
         let cost = (model.linear * f64::from(used) + model.quadratic * squares) as f32;

@@ -1,0 +1,264 @@
+"""StepTimer and rank prices (issue 42): the fit recovers a known price through noise and outliers, a worse
+fit is not applied, an applied one changes only the rank balance of the epochs after it, checkpoints carry
+the prices (a resume mid-epoch after a refit plans the same batches), and 2 processes under gloo get the
+same price."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dflash_batch as db
+import numpy as np
+import pytest
+from dflash_batch.calibration import MIN_RECORDS, robust_fit
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+RANKS, ACCUMULATION = 4, 4
+
+
+def _sampler(**kwargs) -> db.BucketSampler:
+    lengths = np.random.default_rng(0).integers(16, 4000, 12_000)
+    options = {"max_tokens": 16384, "world_size": RANKS, "rank": 0, "accumulation": ACCUMULATION, **kwargs}
+    return db.BucketSampler(lengths, **options)
+
+
+def _train(timer: db.StepTimer, sampler: db.BucketSampler, price, rng, outliers=0.0) -> None:
+    """One epoch of simulated ranks: every micro-batch of the plan timed as ``c + a·x + b·x²`` with noise."""
+    a, b, c = price
+    plan = sampler.plan()
+    for i in range(len(plan)):
+        batch = plan[i]
+        x, x2 = timer.features(batch)
+        seconds = (c + a * x + b * x2) * rng.lognormal(0.0, 0.02)
+        if rng.random() < outliers:
+            seconds *= 6.0
+        timer.record(batch, seconds, rank=i % RANKS)
+
+
+PRICES = {
+    "a": st.floats(1e-7, 1e-5),
+    "ratio": st.floats(1e-5, 1e-2),
+    "c": st.floats(0.0, 0.01),
+    "noise": st.floats(0.0, 0.03),
+    "outliers": st.floats(0.0, 0.1),
+    "seed": st.integers(0, 2**32 - 1),
+}
+
+
+def _timings(rng, length, rows, price, noise, outliers):
+    a, b, c = price
+    x, x2 = rows * length, rows * length**2
+    clean = c + a * x + b * x2
+    seconds = clean * rng.lognormal(0.0, noise, len(x))
+    bad = rng.random(len(x)) < outliers
+    seconds[bad] *= rng.uniform(3.0, 10.0, int(bad.sum()))
+    return x, x2, clean, seconds, bad
+
+
+@settings(max_examples=60, deadline=None)
+@given(**PRICES)
+def test_the_fit_recovers_a_known_price_through_noise_and_outliers(a, ratio, c, noise, outliers, seed):
+    """Rows and lengths that vary apart (``batch_size`` batches, say): the row price itself is recovered."""
+    rng = np.random.default_rng(seed)
+    length = rng.integers(64, 4096, 400).astype(np.float64)
+    rows = rng.integers(1, 16, 400).astype(np.float64)
+    x, x2, _, seconds, bad = _timings(rng, length, rows, (a, a * ratio, c), noise, outliers)
+    (fa, fb, fc), kept = robust_fit(x, x2, seconds)
+    truth = a * length + a * ratio * length**2
+    fitted = fa * length + fb * length**2
+    assert np.all(np.abs(fitted / truth - 1) < 0.1), (fa, fb, fc)
+    if bad.sum() >= 4:
+        assert kept[bad].mean() < 0.5
+
+
+@settings(max_examples=60, deadline=None)
+@given(**PRICES)
+def test_under_a_token_budget_the_fit_predicts_every_batch(a, ratio, c, noise, outliers, seed):
+    """Under a token budget ``rows·L`` is nearly the same for every batch, so the linear price and the
+    per-step constant trade places; what balance needs, each batch's time, is still predicted."""
+    rng = np.random.default_rng(seed)
+    length = rng.integers(64, 4096, 400).astype(np.float64)
+    rows = np.maximum(1, 16384 // length).astype(np.float64)
+    x, x2, clean, seconds, _ = _timings(rng, length, rows, (a, a * ratio, c), noise, outliers)
+    (fa, fb, fc), _ = robust_fit(x, x2, seconds)
+    assert np.all(np.abs((fc + fa * x + fb * x2) / clean - 1) < 0.05), (fa, fb, fc)
+
+
+def test_a_fit_no_better_than_the_price_in_use_is_not_applied():
+    sampler = _sampler(rank_cost=(1.0, 1 / 2048))
+    timer = db.StepTimer(sampler)
+    _train(timer, sampler, (1e-6, 1e-6 / 2048, 1e-3), np.random.default_rng(1))
+    report = timer.end_epoch()
+    assert report.fitted is not None and not report.applied
+    assert sampler.rank_price(1) == (1.0, 1 / 2048)
+    assert sampler.position.prices == ()
+    assert timer.history == [report]
+
+
+def test_an_applied_fit_rebalances_the_next_epochs_only():
+    sampler = _sampler()
+    plain = _sampler()
+    steps, current = len(sampler), sampler.plan(0)
+    timer = db.StepTimer(sampler)
+    _train(timer, sampler, (1e-6, 1e-6 / 2048, 1e-3), np.random.default_rng(2), outliers=0.03)
+    report = timer.end_epoch()
+    assert report.applied and report.from_epoch == 1, report
+    assert report.price[1] == pytest.approx(1 / 2048, rel=0.1)
+    assert report.dropped > 0  # the outliers
+    # The epoch trained is planned as it was; the next one balanced by the fit, with the same batches.
+    assert np.array_equal(sampler.plan(0).indices, current.indices)
+    assert sampler.rank_price(0) == (1.0, 0.0) and sampler.rank_price(5) == report.price
+    assert len(sampler) == steps
+    fitted, before = sampler.plan(1), plain.plan(1)
+    assert np.array_equal(np.sort(fitted.indices), np.sort(before.indices))
+    assert not np.array_equal(fitted.indices, before.indices)
+    # Predicted balance at the fitted price: better planned for it than for tokens.
+    scored = _sampler(rank_cost=report.price)
+    assert fitted.stats()["sync_efficiency"] == pytest.approx(scored.plan(1).stats()["sync_efficiency"])
+    assert report.predicted is not None and report.measured is not None
+
+
+def test_a_resume_mid_epoch_after_a_refit_plans_the_same_batches():
+    sampler = _sampler()
+    timer = db.StepTimer(sampler)
+    _train(timer, sampler, (1e-6, 1e-6 / 1024, 0.0), np.random.default_rng(3))
+    assert timer.end_epoch().applied
+    sampler.set_epoch(1)
+    batches = iter(sampler)
+    taken = [next(batches) for _ in range(5)]
+    state = json.loads(json.dumps(sampler.state_dict()))
+    rest = list(batches)
+    assert state["rank_costs"] == [[1, *sampler.rank_price(1)]]
+    resumed = _sampler()
+    resumed.load_state_dict(state)
+    assert resumed.rank_price(1) == sampler.rank_price(1)
+    again = list(resumed)
+    assert len(again) == len(rest) and all(np.array_equal(x, y) for x, y in zip(again, rest, strict=True))
+    assert len(taken) + len(rest) == len(sampler)
+    # Without the prices the checkpoint's plan is another one: refused, naming the setting.
+    del state["rank_costs"]
+    with pytest.raises(db.PlanError, match="rank_cost"):
+        _sampler().load_state_dict(state)
+
+
+def test_prices_survive_pickling_into_workers():
+    import pickle
+
+    sampler = _sampler()
+    sampler.position.price_from(2, (1.0, 1e-3))
+    copy = pickle.loads(pickle.dumps(sampler))
+    assert copy.position.prices == ((2, (1.0, 1e-3)),)
+    assert np.array_equal(copy.plan(2).indices, sampler.plan(2).indices)
+
+
+def test_a_price_for_an_epoch_begun_or_refused_by_the_planner_changes_nothing():
+    sampler = _sampler()
+    batches = iter(sampler)
+    next(batches)
+    with pytest.raises(db.PlanError, match="has begun"):
+        sampler.position.price_from(0, (1.0, 1e-3))
+    with pytest.raises(db.PlanError) as bad:
+        sampler.position.price_from(1, (0.0, 0.0))
+    assert bad.value.setting == "rank_cost"
+    assert sampler.position.prices == ()
+    next(batches)  # the running iteration goes on
+    with pytest.raises(db.PlanError, match="trim_steps"):
+        _sampler(rank_cost=(1.0, 1e-3), trim_steps=True)
+
+
+@pytest.mark.parametrize(
+    "rank_costs", [[[1, 1.0]], [[1, 1.0, "x"]], [[2, 1.0, 0.1], [1, 1.0, 0.2]], [[-1, 1.0, 0.0]], "1,1,0"]
+)
+def test_bad_prices_in_a_state_are_refused(rank_costs):
+    sampler = _sampler()
+    state = {**sampler.state_dict(), "rank_costs": rank_costs}
+    with pytest.raises(db.PlanError, match="rank_costs"):
+        _sampler().load_state_dict(state)
+
+
+def test_too_few_records_fit_nothing():
+    sampler = _sampler()
+    timer = db.StepTimer(sampler)
+    plan = sampler.plan()
+    for i in range(MIN_RECORDS - 1):
+        timer.record(plan[i], 0.01 + i * 1e-4, rank=i % RANKS)
+    report = timer.end_epoch()
+    assert report.fitted is None and not report.applied and "fewer" in report.reason
+    assert sampler.position.prices == ()
+
+
+def test_bad_records_are_refused_naming_the_value():
+    sampler = _sampler()
+    timer = db.StepTimer(sampler)
+    batch = sampler.plan()[0]
+    for seconds in (0.0, -1.0, float("nan"), float("inf"), True):
+        with pytest.raises(ValueError, match="seconds"):
+            timer.record(batch, seconds)
+    with pytest.raises(ValueError, match="rank"):
+        timer.record(batch, 0.1, rank=RANKS)
+    with pytest.raises(TypeError, match="index array"):
+        timer.record(np.array([0.5]), 0.1)
+    with pytest.raises(TypeError, match="attention_mask"):
+        timer.record({"input_ids": np.zeros((1, 4))}, 0.1)
+    with pytest.raises(IndexError, match="below"):
+        timer.record(np.array([10**9]), 0.1)
+    with pytest.raises(ValueError, match="margin"):
+        db.StepTimer(sampler, margin=1.0)
+    timer.record(batch, 0.1)
+    sampler.set_epoch(1)
+    with pytest.raises(db.PlanError, match="end_epoch"):
+        timer.record(batch, 0.1)
+
+
+def test_loader_batches_are_timed_by_their_masks_and_cu_seqlens():
+    sampler = _sampler()
+    timer = db.StepTimer(sampler)
+    mask = np.zeros((3, 8), dtype=np.int64)
+    mask[0, :8], mask[1, :5], mask[2, :2] = 1, 1, 1
+    assert timer.features({"attention_mask": mask}) == (3 * 8, 3 * 64)
+    packed = db.StepTimer(_sampler(mode="packed"))
+    assert packed.features({"cu_seqlens": np.array([0, 3, 7, 7], dtype=np.int32)}) == (7, 9 + 16)
+    ticks = iter([1.0, 1.25])
+    clocked = db.StepTimer(sampler, clock=lambda: next(ticks))
+    with clocked.time({"attention_mask": mask}):
+        pass
+    assert clocked._records[0][4] == 0.25
+
+
+def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        lengths = np.random.default_rng(0).integers(16, 4000, 6_000)
+        sampler = db.BucketSampler(lengths, max_tokens=16384, accumulation=2)
+        timer = db.StepTimer(sampler)
+        rng = np.random.default_rng(100 + rank)  # each rank its own noise: the fit must still agree
+        plan = sampler.plan(0)
+        for step in range(len(sampler)):
+            batch = plan[step * world + rank]
+            x, x2 = timer.features(batch)
+            timer.record(batch, (1e-3 + 1e-6 * x + 1e-6 / 1500 * x2) * rng.lognormal(0, 0.05))
+        report = timer.end_epoch()
+        result = {"price": report.price, "applied": report.applied, "from": report.from_epoch}
+        result["plan"] = sampler.plan(1).indices[:50].tolist()
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
+    finally:
+        dist.barrier()
+    import os
+
+    os._exit(0)
+
+
+@pytest.mark.multiprocess  # 2 processes
+def test_every_rank_gets_the_same_price(tmp_path):
+    torch = pytest.importorskip("torch")
+    mp = pytest.importorskip("torch.multiprocessing")
+    if not torch.distributed.is_available():
+        pytest.skip("torch.distributed is not built in")
+    mp.spawn(_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert results[0]["applied"] and results[0] == results[1]
+    assert results[0]["price"][1] == pytest.approx(1 / 1500, rel=0.15)
