@@ -3,8 +3,8 @@
 
 use crate::error::{ErrorKind, Result};
 
-/// The range of a nonzero cost coefficient (see `Config::validate_cost`).
-pub const COST_RANGE: (f64, f64) = (1e-12, 1e12);
+mod cost;
+pub use cost::CostModel;
 
 /// The padding efficiency `Boundaries::Auto` aims for, in parts per million.
 pub const DEFAULT_TARGET_EFFICIENCY_PPM: u32 = 980_000;
@@ -76,50 +76,6 @@ pub enum Order {
     /// A seeded shuffle of the batches within each of the epoch's (at most 16) groups.
     Random,
 }
-
-/// The compute cost of one row of padded length `L`: `linear·L + quadratic·L²` (attention makes long
-/// rows cost more than their tokens). With a token budget, a batch's cost `rows × cost(L)` must stay
-/// within the budget, and rank balance compares these costs. The default, `(1, 0)`, is padded tokens.
-/// Compared bit for bit, so a configuration stays `Eq` and fingerprints are exact.
-#[derive(Debug, Clone, Copy)]
-pub struct CostModel {
-    /// Cost per token.
-    pub linear: f64,
-    /// Cost per token squared (attention).
-    pub quadratic: f64,
-}
-
-impl CostModel {
-    /// Padded tokens: `rows × L`.
-    pub const TOKENS: Self = Self {
-        linear: 1.0,
-        quadratic: 0.0,
-    };
-
-    /// The cost of one row of padded length `padded`. Plain IEEE arithmetic (no `mul_add`, no
-    /// transcendental functions), so it is bit-identical on every machine.
-    #[inline]
-    pub fn row(&self, padded: u64) -> f64 {
-        // Lengths stay far below 2^53.
-        #[allow(clippy::cast_precision_loss)]
-        let l = padded as f64;
-        self.linear * l + self.quadratic * l * l
-    }
-
-    /// Whether this is the default token cost, which keeps integer arithmetic everywhere.
-    pub fn is_tokens(&self) -> bool {
-        *self == Self::TOKENS
-    }
-}
-
-impl PartialEq for CostModel {
-    fn eq(&self, other: &Self) -> bool {
-        self.linear.to_bits() == other.linear.to_bits()
-            && self.quadratic.to_bits() == other.quadratic.to_bits()
-    }
-}
-
-impl Eq for CostModel {}
 
 /// What a batch is: rows padded to their longest, or samples packed end to end into one row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -276,22 +232,11 @@ impl Config {
         }
     }
 
-    /// The cost model: two finite, non-negative numbers with a positive sum.
+    /// The cost models: each two finite, non-negative numbers with a positive sum.
     pub(crate) fn validate_cost(&self) -> Result<()> {
-        let models = [("cost", Some(self.cost)), ("rank_cost", self.rank_cost)];
-        for (setting, model) in models {
-            let Some(CostModel { linear, quadratic }) = model else {
-                continue;
-            };
-            // Each coefficient is 0 or a normal-sized number: 5e-324 per token would make any budget
-            // hold every sample in one batch (a budget in units no batch ever reaches).
-            let valid = |c: f64| c == 0.0 || (COST_RANGE.0..=COST_RANGE.1).contains(&c);
-            if !valid(linear) || !valid(quadratic) || linear + quadratic <= 0.0 {
-                let given = format!("({linear}, {quadratic})");
-                return Err(ErrorKind::InvalidCost { setting, given }.into());
-            }
-        }
-        Ok(())
+        self.cost.check("cost")?;
+        self.rank_cost
+            .map_or(Ok(()), |model| model.check("rank_cost"))
     }
 
     /// `trim_steps` needs what trimming changes: rows per batch under a token budget, inside the

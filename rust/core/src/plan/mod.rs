@@ -5,6 +5,7 @@ pub(crate) mod arrange;
 pub(crate) mod balance;
 pub(crate) mod buckets;
 pub(crate) mod config;
+pub(crate) mod epoch;
 pub(crate) mod fingerprint;
 pub(crate) mod form;
 pub(crate) mod histogram;

@@ -20,6 +20,7 @@ mod classes;
 mod compose;
 mod cut;
 mod open;
+mod order;
 mod pack;
 mod rule;
 mod stream;

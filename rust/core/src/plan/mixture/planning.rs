@@ -153,3 +153,6 @@ fn reference<L: Length>(
     }
     Ok((mix, reference))
 }
+
+#[cfg(test)]
+mod tests;
