@@ -24,7 +24,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -214,23 +214,17 @@ class StepTimer:
         gathered = _gather(records)
         decision = _decide(gathered, before, epoch, self._margin, self._sampler.world_size)
         decision = _broadcast(decision)
-        if decision.applied:
-            start = decision.from_epoch if decision.from_epoch is not None else epoch + 1
-            position = self._sampler.position
+        if decision.applied and decision.price is not None:
+            # The epoch after the records', or after the one under way when it has begun since.
+            start, position = epoch + 1, self._sampler.position
             if position.epoch > start or (position.epoch == start and (position.step or position.running)):
                 start = position.epoch + 1
             position.price_from(start, decision.price)
-            decision = _with_start(decision, start)
+            decision = replace(decision, from_epoch=start)
         self._records, self._counts, self._epoch = [], {}, None
         self.history.append(decision)
         log.info("dflash_batch StepTimer: %s", decision)
         return decision
-
-
-def _with_start(decision: Calibration, start: int) -> Calibration:
-    from dataclasses import replace
-
-    return replace(decision, from_epoch=start)
 
 
 def _decide(

@@ -104,7 +104,6 @@ pub(crate) fn cost_of(
     given: &Bound<'_, PyDict>,
     obj: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<CostModel> {
-    let py = given.py();
     let Some(obj) = obj else {
         given.set_item("cost", "tokens")?;
         return Ok(CostModel::TOKENS);
@@ -122,17 +121,28 @@ pub(crate) fn cost_of(
         given.set_item("cost", "tokens")?;
         return Ok(CostModel::TOKENS);
     }
+    price_of(given, ("cost", "'tokens'"), obj)
+}
+
+/// A price `(a, b)` given as a 2-tuple or list of numbers for `setting` (whose other accepted value
+/// `other` names), recorded in `given` as a tuple of floats.
+fn price_of(
+    given: &Bound<'_, PyDict>,
+    (setting, other): (&'static str, &str),
+    obj: &Bound<'_, PyAny>,
+) -> PyResult<CostModel> {
     let pair = (obj.is_instance_of::<PyTuple>() || obj.is_instance_of::<PyList>())
         && obj.len().is_ok_and(|n| n == 2);
     if !pair {
         return Err(PyTypeError::new_err(format!(
-            "cost must be 'tokens' or a pair (a, b) of numbers, got {}",
+            "{setting} must be {other} or a pair (a, b) of numbers, got {}",
             described(obj)
         )));
     }
-    let linear = number_of("cost's a", &obj.get_item(0)?, "a number")?;
-    let quadratic = number_of("cost's b", &obj.get_item(1)?, "a number")?;
-    given.set_item("cost", PyTuple::new(py, [linear, quadratic])?)?;
+    let linear = number_of(&format!("{setting}'s a"), &obj.get_item(0)?, "a number")?;
+    let quadratic = number_of(&format!("{setting}'s b"), &obj.get_item(1)?, "a number")?;
+    let py = given.py();
+    given.set_item(setting, PyTuple::new(py, [linear, quadratic])?)?;
     Ok(CostModel { linear, quadratic })
 }
 
@@ -147,16 +157,5 @@ pub(crate) fn rank_cost_of(
         given.set_item("rank_cost", py.None())?;
         return Ok(None);
     };
-    let pair = (obj.is_instance_of::<PyTuple>() || obj.is_instance_of::<PyList>())
-        && obj.len().is_ok_and(|n| n == 2);
-    if !pair {
-        return Err(PyTypeError::new_err(format!(
-            "rank_cost must be None or a pair (a, b) of numbers, got {}",
-            described(obj)
-        )));
-    }
-    let linear = number_of("rank_cost's a", &obj.get_item(0)?, "a number")?;
-    let quadratic = number_of("rank_cost's b", &obj.get_item(1)?, "a number")?;
-    given.set_item("rank_cost", PyTuple::new(py, [linear, quadratic])?)?;
-    Ok(Some(CostModel { linear, quadratic }))
+    price_of(given, ("rank_cost", "None"), obj).map(Some)
 }
