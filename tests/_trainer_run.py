@@ -5,12 +5,16 @@ kill keeps what was trained): the rank, the epoch, the optimizer steps done befo
 rows it held, the ``num_items_in_batch`` the Trainer passed, and the label count of the batch itself.
 
     python tests/_trainer_run.py DATA OUT RECORD [--accumulation 4] [--epochs 3] [--kill-at STEP]
-        [--resume] [--mode padded|packed] [--eval]
+        [--resume] [--mode padded|packed] [--eval] [--step-timer]
+
+With ``--step-timer`` the Trainer refits its rank price from step times (``step_timer=``), timed by
+:class:`SyntheticTimer` so the fit is the same on every run; the prices are recorded at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -70,6 +74,7 @@ def main() -> None:
     parser.add_argument("--trim-steps", action="store_true")
     parser.add_argument("--sft", action="store_true")
     parser.add_argument("--predict", type=int, default=0, help="after training, predict this many rows")
+    parser.add_argument("--step-timer", action="store_true")
     options = parser.parse_args()
 
     store = db.TokenStore(options.data)
@@ -149,6 +154,7 @@ def main() -> None:
         sampler=sampler,
         store=store,
         callbacks=[Kill()],
+        step_timer=SyntheticTimer(sampler) if options.step_timer else False,
         **extra,
     )
     try:
@@ -158,6 +164,9 @@ def main() -> None:
         record.close()
         leave()
     record.write(json.dumps({"rank": rank, "final_step": result.global_step, "steps": len(sampler)}) + "\n")
+    if options.step_timer:
+        reports = [report.applied for report in trainer.step_timer.history]
+        record.write(json.dumps({"rank": rank, "prices": sampler.position.prices, "applied": reports}) + "\n")
     if options.predict:  # ragged rows in their order: one prediction per row, in order
         rows = (
             datasets.load_from_disk(options.data)
@@ -173,6 +182,17 @@ def main() -> None:
         record.write(json.dumps({"rank": rank, "predicted": named, "shape": list(output.predictions.shape)}) + "\n")
     record.close()
     leave()
+
+
+class SyntheticTimer(db.StepTimer):
+    """Times the block as ``1 ms + 1 µs·x + (1/16) µs·x²`` of what the micro-batch ran (the same on every run,
+    so the Trainer's refit is reproducible): rows of ``L`` tokens cost ``L + L²/16``."""
+
+    @contextlib.contextmanager
+    def time(self, batch):
+        yield
+        x, x2 = self.features(batch)
+        self.record(batch, 1e-3 + 1e-6 * x + 1e-6 / 16 * x2)
 
 
 def tokenizer():

@@ -11,7 +11,7 @@ from pathlib import Path
 import dflash_batch as db
 import numpy as np
 import pytest
-from dflash_batch.calibration import MIN_RECORDS, robust_fit
+from dflash_batch.price_fit import MIN_RECORDS, robust_fit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -110,6 +110,8 @@ def test_an_applied_fit_rebalances_the_next_epochs_only():
     # The epoch trained is planned as it was; the next one balanced by the fit, with the same batches.
     assert np.array_equal(sampler.plan(0).indices, current.indices)
     assert sampler.rank_price(0) == (1.0, 0.0) and sampler.rank_price(5) == report.price
+    assert sampler.plan(0).stats()["rank_price"] == (1.0, 0.0)
+    assert sampler.plan(1).stats()["rank_price"] == report.price
     assert len(sampler) == steps
     fitted, before = sampler.plan(1), plain.plan(1)
     assert np.array_equal(np.sort(fitted.indices), np.sort(before.indices))
@@ -262,3 +264,77 @@ def test_every_rank_gets_the_same_price(tmp_path):
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert results[0]["applied"] and results[0] == results[1]
     assert results[0]["price"][1] == pytest.approx(1 / 1500, rel=0.15)
+
+
+def test_lightning_step_timing_times_every_batch_of_the_plan_and_reprices_the_next_epoch(tmp_path):
+    """Lightning with a Loader as its train dataloader and StepTiming (a synthetic clock: each step takes
+    c + a·x + b·x² of what it ran): one record per training batch, in plan order; epoch 1 trains the plan
+    re-priced by the fit (checked against the sampler re-priced the same way)."""
+    L = pytest.importorskip("lightning")
+    torch = pytest.importorskip("torch")
+    pa = pytest.importorskip("pyarrow")
+    from dflash_batch.adapters.lightning import StepTiming
+
+    rng = np.random.default_rng(0)
+    rows = [rng.integers(1, 60, int(n)).tolist() for n in rng.integers(2, 60, 300)]
+    store = db.TokenStore(pa.table({"input_ids": rows}))
+    sampler = db.BucketSampler(store.lengths(), max_tokens=256, accumulation=2, seed=1)
+    now = [0.0]
+
+    class Synthetic(db.StepTimer):
+        def begin(self, batch):
+            super().begin(batch)
+            x, x2 = self.features(batch)
+            now[0] += 1e-3 + 1e-6 * x + 1e-6 / 32 * x2  # the step's time, passed before it ends
+
+    timer = Synthetic(sampler, clock=lambda: now[0])
+    seen = []
+
+    class Model(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(64, 4)
+
+        def training_step(self, batch, index):
+            lengths = batch["attention_mask"].sum(1)
+            seen.append((self.current_epoch, sorted(lengths.tolist())))
+            return self.embed(batch["input_ids"]).square().mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self):
+            return db.Loader(store, sampler)
+
+    trainer = L.Trainer(
+        max_epochs=2, accumulate_grad_batches=2, accelerator="cpu", logger=False, enable_progress_bar=False,
+        enable_model_summary=False, enable_checkpointing=False, default_root_dir=str(tmp_path),
+        callbacks=[StepTiming(timer)],
+    )  # fmt: skip
+    trainer.fit(Model())
+    reports = timer.history
+    assert [r.epoch for r in reports] == [0, 1] and reports[0].applied, reports
+    assert sampler.position.prices == ((1, reports[0].price),)
+    assert reports[0].price[1] == pytest.approx(1 / 32, rel=0.05)
+    assert all(r.records + r.dropped == len(sampler) for r in reports)
+    lengths = store.lengths()
+    oracle = db.BucketSampler(store.lengths(), max_tokens=256, accumulation=2, seed=1)
+    oracle.position.price_from(1, reports[0].price)
+    expected = [(e, sorted(lengths[b].tolist())) for e in range(2) for b in oracle.plan(e)]
+    assert seen == expected
+
+
+def test_a_checkpoints_prices_are_taken_without_its_position_but_not_while_iterating():
+    sampler = _sampler()
+    sampler.position.price_from(1, (1.0, 1e-3))
+    state = sampler.state_dict()
+    fresh = _sampler()
+    fresh.position.load_prices(state)
+    assert fresh.position.prices == sampler.position.prices and fresh.position.step == 0
+    batches = iter(fresh)
+    next(batches)
+    with pytest.raises(db.PlanError, match="while an iteration runs"):
+        fresh.position.load_prices({"rank_costs": []})
+    assert fresh.position.prices == sampler.position.prices
+    with pytest.raises(db.PlanError, match="rank_costs"):
+        _sampler().position.load_prices({"rank_costs": [[0, "a", 1]]})

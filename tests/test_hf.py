@@ -120,3 +120,54 @@ def test_a_checkpoint_state_at_another_position_is_refused_before_training(tmp_p
     with pytest.raises(db.PlanError, match="seed 9 vs 0"):
         trainer.train(resume_from_checkpoint=str(folder))
     assert trainer.state.global_step == 0, "nothing trained"
+
+
+def test_step_timer_times_every_training_micro_batch_of_the_plan(tmp_path):
+    """step_timer=True: one record per training micro-batch (forward timed with the clock), its features
+    those of the plan's batch trained; at each epoch's end a report (logged as rank_price/*)."""
+    from dflash_batch.hf import BucketTrainer
+
+    path, store, model = _tiny(tmp_path)
+    sampler = db.BucketSampler(store.lengths(), max_tokens=64, seed=3)
+    args = _trainer_args(
+        tmp_path, num_train_epochs=2, gradient_accumulation_steps=2, save_strategy="no", logging_steps=1
+    )
+    trainer = BucketTrainer(
+        model=model,
+        args=args,
+        train_dataset=datasets.load_from_disk(path),
+        sampler=sampler,
+        store=store,
+        step_timer=True,
+    )
+    timer = trainer.step_timer
+    seen: list[tuple[float, float]] = []
+    record = timer.record
+
+    def spying(batch, seconds, **kw):
+        seen.append(timer.features(batch))
+        return record(batch, seconds, **kw)
+
+    timer.record = spying
+    trainer.train()
+    planned = [timer.features(batch) for epoch in range(2) for batch in sampler.plan(epoch)]
+    assert seen == planned
+    assert [report.epoch for report in timer.history] == [0, 1]
+    assert all(report.records + report.dropped == len(sampler) for report in timer.history if report.fitted)
+    logged = [log for log in trainer.state.log_history if "rank_price/applied" in log]
+    assert len(logged) == 2
+
+
+def test_step_timer_refuses_a_timer_of_another_sampler(tmp_path):
+    from dflash_batch.hf import BucketTrainer
+
+    path, store, model = _tiny(tmp_path)
+    sampler = db.BucketSampler(store.lengths(), max_tokens=64)
+    other = db.StepTimer(db.BucketSampler(store.lengths(), max_tokens=64))
+    dataset = datasets.load_from_disk(path)
+    for wrong, error, match in ((other, db.PlanError, "another sampler"), ("yes", TypeError, "step_timer")):
+        with pytest.raises(error, match=match):
+            BucketTrainer(
+                model=model, args=_trainer_args(tmp_path), train_dataset=dataset, sampler=sampler, store=store,
+                step_timer=wrong,
+            )  # fmt: skip

@@ -14,6 +14,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("torch")
@@ -54,11 +55,11 @@ def records(record: Path, nproc: int = 1) -> list[dict]:
 
 
 def planned(
-    data: str, world: int, rank: int, accumulation: int, mode: str = "padded", trim_steps: bool = False
+    data: str, world: int, rank: int, accumulation: int, mode: str = "padded", trim_steps: bool = False, prices=()
 ) -> db.BucketSampler:
-    """The sampler the run builds, as the test's oracle."""
+    """The sampler the run builds, as the test's oracle (with the rank ``prices`` its StepTimer set)."""
     store = db.TokenStore(data)
-    return db.BucketSampler(
+    sampler = db.BucketSampler(
         store.lengths(),
         max_tokens=128,
         seed=5,
@@ -68,16 +69,20 @@ def planned(
         accumulation=accumulation,
         trim_steps=trim_steps,
     )
+    for first, price in prices:
+        sampler.position.price_from(first, tuple(price))
+    return sampler
 
 
 def check_against_plan(
-    lines: list[dict], data: str, nproc: int, accumulation: int, epochs: int, mode="padded", trim_steps=False
-):
+    lines: list[dict], data: str, nproc: int, accumulation: int, epochs: int, mode="padded", trim_steps=False,
+    prices=(),
+):  # fmt: skip
     """Every rank trained on exactly its share of every epoch's plan, in plan order, on intact batches;
     ``num_items_in_batch`` is the label count of the whole optimizer step; global steps are right."""
     steps = None
     for rank in range(nproc):
-        sampler = planned(data, nproc, rank, accumulation, mode, trim_steps)
+        sampler = planned(data, nproc, rank, accumulation, mode, trim_steps, prices)
         steps = len(sampler)
         trained = [line for line in lines if line.get("rank") == rank and "rows" in line]
         assert all(line["intact"] for line in trained), "a micro-batch's labels disagree with its tokens"
@@ -135,13 +140,7 @@ def test_killed_mid_epoch_and_resumed_trains_every_sample_once(data, tmp_path, n
     assert math.ceil(steps / 4) < checkpoint < 2 * math.ceil(steps / 4), "the checkpoint must fall mid epoch 1"
     options = ("--accumulation", "4", "--epochs", "3", "--save-steps", str(checkpoint), *extra)
     run(data, tmp_path / "base", tmp_path / "base", *options, nproc=nproc)
-    kill = -9 if nproc == 1 else 1  # torchrun reports a killed worker as its own failure
-    run(data, tmp_path / "out", tmp_path / "rec", *options, "--kill-at", str(checkpoint + 2), nproc=nproc, expect=kill)
-    before = [line for line in records(tmp_path / "rec", nproc) if line.get("global_step", 0) < checkpoint]
-    for rank in range(nproc):
-        Path(f"{tmp_path / 'rec'}.{rank}").unlink()
-    run(data, tmp_path / "out", tmp_path / "rec", *options, "--resume", nproc=nproc)
-    after = records(tmp_path / "rec", nproc)
+    before, after = killed_and_resumed(data, tmp_path, options, checkpoint, nproc)
     assert min(line["global_step"] for line in after if "rows" in line) == checkpoint
     baseline = records(tmp_path / "base", nproc)
     for rank in range(nproc):
@@ -172,6 +171,49 @@ def masked_dataset(path: Path) -> str:
     subprocess.run([sys.executable, str(RUN)], env=env, check=True, timeout=TIMEOUT)
     assert db.TokenStore(str(path)).mask == "completion_mask"
     return str(path)
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_a_step_timer_reprices_the_next_epochs_and_a_resume_keeps_the_price(data, tmp_path, nproc):
+    """step_timer=: the Trainer times every training micro-batch and refits the rank price at every epoch's
+    end (a collective on 2 processes: one price on both); epoch 0 trains the tokens-balanced plan, the next
+    epochs the plan balanced by the fit — checked row by row against the sampler re-priced the same way.
+    Killed after the checkpoint mid epoch 1 and resumed, the run restores the price from the checkpoint
+    and trains exactly what the uninterrupted run trained."""
+    steps = len(planned(data, nproc, 0, 4))
+    checkpoint = 12 if nproc == 1 else 8
+    assert math.ceil(steps / 4) < checkpoint < 2 * math.ceil(steps / 4), "the checkpoint must fall mid epoch 1"
+    options = ("--accumulation", "4", "--epochs", "3", "--save-steps", str(checkpoint), "--step-timer")
+    run(data, tmp_path / "base", tmp_path / "base", *options, nproc=nproc)
+    baseline = records(tmp_path / "base", nproc)
+    ends = [line for line in baseline if "prices" in line]
+    assert len(ends) == nproc and all(line["prices"] == ends[0]["prices"] for line in ends), ends
+    prices = ends[0]["prices"]
+    assert [first for first, _ in prices] == [1] and ends[0]["applied"][0], ends[0]
+    assert prices[0][1][1] / prices[0][1][0] == pytest.approx(1 / 16, rel=1e-3)
+    check_against_plan(baseline, data, nproc, accumulation=4, epochs=3, prices=prices)
+    if nproc == 2:  # the price changed what the ranks train: the check above could tell
+        assert not np.array_equal(
+            planned(data, 2, 0, 4).plan(1).indices, planned(data, 2, 0, 4, prices=prices).plan(1).indices
+        )
+    saved = json.loads((tmp_path / "base" / f"checkpoint-{checkpoint}" / "dflash_batch.json").read_text())
+    assert saved["rank_costs"] == [[first, *price] for first, price in prices]
+    before, after = killed_and_resumed(data, tmp_path, options, checkpoint, nproc)
+    assert all(line["prices"] == prices for line in after if "prices" in line)
+    for rank in range(nproc):
+        assert sequence(before, rank) + sequence(after, rank) == sequence(baseline, rank), f"rank {rank}"
+
+
+def killed_and_resumed(data: str, tmp_path: Path, options: tuple, checkpoint: int, nproc: int):
+    """A run SIGKILLed two optimizer steps after its checkpoint at ``checkpoint``, then resumed from it: the
+    micro-batches trained before the checkpoint, and those of the resumed run."""
+    kill = -9 if nproc == 1 else 1  # torchrun reports a killed worker as its own failure
+    run(data, tmp_path / "out", tmp_path / "rec", *options, "--kill-at", str(checkpoint + 2), nproc=nproc, expect=kill)
+    before = [line for line in records(tmp_path / "rec", nproc) if line.get("global_step", 0) < checkpoint]
+    for rank in range(nproc):
+        Path(f"{tmp_path / 'rec'}.{rank}").unlink()
+    run(data, tmp_path / "out", tmp_path / "rec", *options, "--resume", nproc=nproc)
+    return before, records(tmp_path / "rec", nproc)
 
 
 def sequence(lines: list[dict], rank: int) -> list[tuple[int, list[int]]]:

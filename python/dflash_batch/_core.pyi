@@ -138,7 +138,8 @@ class Plan:
         (rank_imbalance_p50/p99/max, and sync_efficiency / sync_efficiency_step: the share of GPU time
         that does work when ranks wait for the slowest every micro-batch / every optimizer step), and
         end_to_end_efficiency / end_to_end_efficiency_step: the share that trains real tokens (useful
-        work over what the ranks spend, padding and waiting included)."""
+        work over what the ranks spend, padding and waiting included), predicted under rank_price: the
+        (a, b) the ranks were balanced by."""
     def largest_padded(self, start: int, rank: int, pad_to_multiple_of: int) -> int:
         """Elements of the largest padded batch ``rank`` runs from step ``start`` on: rows × longest
         length rounded up to ``pad_to_multiple_of``; 1 when it runs none. Raises ValueError for a rank

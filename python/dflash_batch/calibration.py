@@ -8,13 +8,11 @@ relative errors, refitted without the steps it misses by far: checkpoints, evalu
 applied to the next epoch's **rank balance only** (``BucketSampler(rank_cost=...)``): batches, budgets and
 the step count stay as the sampler's ``cost`` forms them, so nothing a trainer counted changes.
 
-A fit is applied only when it predicts held-back micro-batches (every fourth) better than the price in use
-(median relative error, by ``margin``); the held-back ones then join the fit. Under ``torch.distributed``
-every rank's records are gathered, rank 0 decides and broadcasts, so every rank plans with the same price
-(``end_epoch`` is then a collective). The prices are part of the sampler's position: checkpoints carry them,
-and a resume plans every epoch with the price it was trained with.
-
-The fit is plain numpy: the core plans with whatever price it is given.
+A fit is applied only when it predicts held-back micro-batches better than the price in use
+(:mod:`dflash_batch.price_fit`). Under ``torch.distributed`` every rank's records are gathered, rank 0
+decides and broadcasts, so every rank plans with the same price (``end_epoch`` is then a collective). The
+prices are part of the sampler's position: checkpoints carry them, and a resume plans every epoch with the
+price it was trained with.
 """
 
 from __future__ import annotations
@@ -24,64 +22,15 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from ._core import PlanError
-from .cost import _nonnegative_fit
+from .price_fit import Calibration, decide
 
 log = logging.getLogger("dflash_batch")
-
-#: A micro-batch whose time is off the fit by more than this many median deviations (relative) is left out.
-OUTLIER_DEVIATIONS = 5.0
-#: Micro-batches recorded (over all ranks) below which an epoch's records are not fitted.
-MIN_RECORDS = 24
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """What :meth:`StepTimer.end_epoch` found for ``epoch``'s records (every rank's).
-
-    ``fitted``: the fit's ``(a, b, c)`` in seconds (``None`` when too few records); ``price``: the fit as a
-    rank price ``(1, b/a)``; ``error``/``error_before``: median relative error of the fit and of the price in
-    use (scaled to seconds) on the held-back micro-batches; ``applied``: whether the next epochs balance by
-    ``price``, from ``from_epoch``; ``records``/``dropped``: micro-batches fitted and left out as outliers;
-    ``measured``: the synchronous efficiency per micro-batch the ranks' times show (``None`` on one rank);
-    ``predicted``/``predicted_before``: what the fit and the price in use predict for the same micro-batches.
-    """
-
-    epoch: int
-    price_before: tuple[float, float]
-    fitted: tuple[float, float, float] | None
-    price: tuple[float, float] | None
-    error: float | None
-    error_before: float | None
-    applied: bool
-    from_epoch: int | None
-    records: int
-    dropped: int
-    measured: float | None
-    predicted: float | None
-    predicted_before: float | None
-    reason: str
-
-    def __str__(self) -> str:
-        if self.fitted is None:
-            return f"epoch {self.epoch}: rank price kept at {self.price_before} ({self.reason})"
-        verb = f"applied from epoch {self.from_epoch}" if self.applied else "not applied"
-        balance = ""
-        if self.measured is not None:
-            balance = (
-                f"; balance measured {self.measured:.3f}, predicted {self.predicted:.3f} by the fit, "
-                f"{self.predicted_before:.3f} by the price in use"
-            )
-        return (
-            f"epoch {self.epoch}: fitted rank price {self.price} {verb} "
-            f"(held-back error {self.error:.1%} vs {self.error_before:.1%}; {self.records} micro-batches, "
-            f"{self.dropped} outliers){balance} — {self.reason}"
-        )
 
 
 class StepTimer:
@@ -118,7 +67,13 @@ class StepTimer:
         self._records: list[tuple[int, int, float, float, Any]] = []
         self._counts: dict[int, int] = {}
         self._epoch: int | None = None
+        self._pending: tuple[Any, Any] | None = None  # a batch begun and not yet ended, and its start
         self.history: list[Calibration] = []
+
+    @property
+    def sampler(self) -> Any:
+        """The sampler whose batches this timer times and re-prices."""
+        return self._sampler
 
     # -- recording --------------------------------------------------------------------------------------
 
@@ -136,8 +91,9 @@ class StepTimer:
 
     def _batch_lengths(self, batch: Any) -> np.ndarray:
         if isinstance(batch, dict):
-            if "cu_seqlens" in batch:
-                cu = np.asarray(_to_numpy(batch["cu_seqlens"]), dtype=np.float64)
+            cu_key = next((key for key in ("cu_seqlens", "cu_seq_lens_q") if key in batch), None)
+            if cu_key is not None:  # a Loader's packed row, or as hf.packed_inputs hands it to the model
+                cu = np.asarray(_to_numpy(batch[cu_key]), dtype=np.float64)
                 return np.diff(cu)[np.diff(cu) > 0]
             if "attention_mask" in batch:
                 mask = _to_numpy(batch["attention_mask"])
@@ -185,22 +141,47 @@ class StepTimer:
 
     @contextmanager
     def time(self, batch: Any) -> Iterator[None]:
-        """Times the block (the micro-batch's forward and backward) and records it for ``batch``. On a GPU
-        (a Loader batch of CUDA tensors) with CUDA events, read at :meth:`end_epoch` (no synchronization
-        per step); else with ``clock``. A block that raises is not recorded."""
-        device = _cuda_device(batch)
-        if device is None:
-            start = self._clock()
+        """Times the block (the micro-batch's forward, or forward and backward) and records it for ``batch``.
+        On a GPU (a Loader batch of CUDA tensors) with CUDA events, read at :meth:`end_epoch` (no
+        synchronization per step); else with ``clock``. A block that raises is not recorded."""
+        self.begin(batch)
+        try:
             yield
+        except BaseException:
+            self.cancel()
+            raise
+        self.end()
+
+    def begin(self, batch: Any) -> None:
+        """Starts timing ``batch``: what :meth:`time` does on entry, for hooks that bracket a step from two
+        calls (a Lightning callback)."""
+        if _cuda_device(batch) is None:
+            self._pending = (batch, self._clock())
+            return
+        import torch
+
+        begin = torch.cuda.Event(enable_timing=True)
+        begin.record()
+        self._pending = (batch, begin)
+
+    def cancel(self) -> None:
+        """Forgets the batch :meth:`begin` started (a step that never reached what :meth:`end` marks)."""
+        self._pending = None
+
+    def end(self) -> None:
+        """Records the batch :meth:`begin` started; without one, nothing (a hook the step skipped)."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        batch, start = pending
+        if isinstance(start, float):
             self.record(batch, self._clock() - start)
             return
         import torch
 
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        yield
-        end.record()
-        self._add(batch, (begin, end), None)
+        finish = torch.cuda.Event(enable_timing=True)
+        finish.record()
+        self._add(batch, (start, finish), None)
 
     # -- fitting ----------------------------------------------------------------------------------------
 
@@ -212,7 +193,7 @@ class StepTimer:
         epoch = self._sampler.epoch if self._epoch is None else self._epoch
         before = self._sampler.rank_price(epoch)
         gathered = _gather(records)
-        decision = _decide(gathered, before, epoch, self._margin, self._sampler.world_size)
+        decision = decide(gathered, before, epoch, self._margin, self._sampler.world_size)
         decision = _broadcast(decision)
         if decision.applied and decision.price is not None:
             # The epoch after the records', or after the one under way when it has begun since.
@@ -225,100 +206,6 @@ class StepTimer:
         self.history.append(decision)
         log.info("dflash_batch StepTimer: %s", decision)
         return decision
-
-
-def _decide(
-    records: list[tuple[int, int, float, float, float]],
-    before: tuple[float, float],
-    epoch: int,
-    margin: float,
-    world: int,
-) -> Calibration:
-    """The fit of ``records`` and whether it replaces the price ``before`` (see the module docs)."""
-    keep: dict[str, Any] = {"epoch": epoch, "price_before": before, "from_epoch": epoch + 1}
-    if len(records) < MIN_RECORDS:
-        return Calibration(
-            **keep, fitted=None, price=None, error=None, error_before=None, applied=False, records=len(records),
-            dropped=0, measured=None, predicted=None, predicted_before=None,
-            reason=f"{len(records)} micro-batches recorded, fewer than the {MIN_RECORDS} a fit needs",
-        )  # fmt: skip
-    data = np.asarray(records, dtype=np.float64)
-    x, x2, seconds = data[:, 2], data[:, 3], data[:, 4]
-    held = np.arange(len(data)) % 4 == 3
-    fit, _ = robust_fit(x[~held], x2[~held], seconds[~held])
-    scaled, _ = robust_fit(x[~held], x2[~held], seconds[~held], price=before)
-    error = _median_error(fit, x[held], x2[held], seconds[held])
-    error_before = _median_error(scaled, x[held], x2[held], seconds[held])
-    full, used_all = robust_fit(x, x2, seconds)
-    a, b, c = full
-    price = (1.0, b / a) if a > 0 else (0.0, 1.0)
-    if a > 0 and 0 < price[1] < 1e-12:
-        price = (1.0, 0.0)
-    applied = error < (1.0 - margin) * error_before
-    reason = (
-        "it predicts held-back micro-batches better than the price in use"
-        if applied
-        else "it does not predict held-back micro-batches better than the price in use by the margin"
-    )
-    measured, predicted, predicted_before = _balance(data, full, before, world)
-    return Calibration(
-        **keep, fitted=(a, b, c), price=price, error=error, error_before=error_before, applied=applied,
-        records=int(used_all.sum()), dropped=int((~used_all).sum()), measured=measured, predicted=predicted,
-        predicted_before=predicted_before, reason=reason,
-    )  # fmt: skip
-
-
-def robust_fit(
-    x: np.ndarray, x2: np.ndarray, seconds: np.ndarray, *, price: tuple[float, float] | None = None
-) -> tuple[tuple[float, float, float], np.ndarray]:
-    """``seconds ≈ c + a·x + b·x2`` by non-negative least squares over relative errors, refitted twice
-    without the records off by more than :data:`OUTLIER_DEVIATIONS` median deviations; with ``price``
-    ``(p, q)``, only a scale ``s`` and ``c`` are fitted (``a = s·p``, ``b = s·q``): the price in use, in
-    seconds. Returns ``(a, b, c)`` and which records were kept."""
-    kept = np.ones(len(seconds), dtype=bool)
-    coefficients = (0.0, 0.0, 0.0)
-    for _ in range(3):
-        if price is None:
-            columns = np.stack([x, x2, np.ones_like(x)], axis=1)
-        else:
-            columns = np.stack([price[0] * x + price[1] * x2, np.ones_like(x)], axis=1)
-        w = _nonnegative_fit(columns[kept] / seconds[kept, None], np.ones(int(kept.sum())))
-        fitted = columns @ w
-        relative = np.abs(fitted - seconds) / seconds
-        deviation = float(np.median(np.abs(relative[kept] - np.median(relative[kept]))))
-        limit = np.median(relative[kept]) + OUTLIER_DEVIATIONS * max(deviation, 1e-3)
-        again = relative <= limit
-        coefficients = (float(w[0]), float(w[1]), float(w[2])) if price is None else (
-            float(w[0] * price[0]), float(w[0] * price[1]), float(w[1]))  # fmt: skip
-        if again.sum() < 3 or np.array_equal(again, kept):
-            break
-        kept = again
-    return coefficients, kept
-
-
-def _median_error(fit: tuple[float, float, float], x: np.ndarray, x2: np.ndarray, seconds: np.ndarray) -> float:
-    a, b, c = fit
-    return float(np.median(np.abs(c + a * x + b * x2 - seconds) / seconds))
-
-
-def _balance(
-    data: np.ndarray, fit: tuple[float, float, float], before: tuple[float, float], world: int
-) -> tuple[float | None, float | None, float | None]:
-    """Synchronous efficiency per micro-batch over the ordinals every rank recorded: measured, predicted by
-    ``fit`` and by the price ``before`` (``None`` on one rank)."""
-    if world < 2:
-        return None, None, None
-    ranks, ordinals = data[:, 0].astype(np.int64), data[:, 1].astype(np.int64)
-    steps = int(min((ordinals[ranks == r].max() + 1) if np.any(ranks == r) else 0 for r in range(world)))
-    if steps == 0:
-        return None, None, None
-    a, b, c = fit
-    inside = ordinals < steps
-    grid = np.zeros((3, steps, world))
-    for row, rank, ordinal in zip(data[inside], ranks[inside], ordinals[inside], strict=True):
-        grid[:, ordinal, rank] = (row[4], c + a * row[2] + b * row[3], before[0] * row[2] + before[1] * row[3])
-    figures = [float(g.sum() / (world * g.max(axis=1).sum())) for g in grid]
-    return figures[0], figures[1], figures[2]
 
 
 def _gather(records: list[Any]) -> list[Any]:

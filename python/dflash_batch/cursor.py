@@ -193,6 +193,21 @@ class Cursor:
             state["rank_costs"] = checkpoint.encode_prices(prices)
         return state
 
+    def load_prices(self, state: Any) -> None:
+        """Takes the rank prices of a checkpoint's ``state`` (its ``rank_costs``; none: the schedule's own)
+        without resuming its position — for a trainer that fast-forwards the epoch itself, before it
+        iterates. Refused while an iteration runs (nothing changes then)."""
+        prices = checkpoint.decode_prices(state.get("rank_costs") if isinstance(state, dict) else None)
+        with self._lock:
+            if self._live is not None:
+                raise PlanError(
+                    "a checkpoint's rank prices cannot be taken while an iteration runs (its batches would change "
+                    "under it); finish or close the iteration first, or load the whole state with load_state_dict"
+                )
+            for _, price in prices:
+                self._schedule_for(price)  # each checked before anything changes
+            self._prices, self._cached = prices, None
+
     def price_from(self, epoch: int, price: tuple[float, float]) -> None:
         """Balances the ranks of epochs from ``epoch`` on by ``price`` (``(a, b)``: a row of ``L`` tokens takes
         ``a·L + b·L²``), leaving every batch and the step count as they are. Refused for an epoch already

@@ -50,6 +50,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from .. import checkpoint
 from .._core import PlanError
+from ..calibration import StepTimer
 from ..collate import Collator
 from ..loader import Loader
 from ..mixture import Mixture
@@ -58,6 +59,7 @@ from ..reading import TokenStore
 from ..sampler import BucketSampler
 from ..sources import refuse_collections_and_streams
 from . import hf_checks
+from .hf_calibration import Calibrate, timer_of
 from .hf_checkpoints import STATE_FILE, Checkpoints, saved_state
 from .torch import Rows
 
@@ -98,6 +100,9 @@ class BucketTrainer(Trainer):
         loader_kwargs: passed to :class:`Loader` (``pad_id``, ``prefetch``, ``dtype``, ...). The
             device defaults to the Trainer's when it is a GPU, so batches are copied on a side stream.
         eval_store: the token store of ``eval_dataset`` (default: read from ``eval_dataset``).
+        step_timer: ``True`` (or a :class:`~dflash_batch.StepTimer` of ``sampler``) times every training
+            micro-batch's forward pass and refits the price ranks are balanced by at every epoch's end
+            (``docs/calibration.md``; :mod:`dflash_batch.adapters.hf_calibration`). Default ``False``.
         *args, **kwargs: as for ``Trainer``.
     """
 
@@ -108,6 +113,7 @@ class BucketTrainer(Trainer):
         store: TokenStore | Mixture | None = None,
         loader_kwargs: dict[str, Any] | None = None,
         eval_store: TokenStore | None = None,
+        step_timer: bool | StepTimer = False,
         **kwargs: Any,
     ) -> None:
         if not isinstance(sampler, (BucketSampler, Mapping)):
@@ -146,6 +152,9 @@ class BucketTrainer(Trainer):
         logits = self._extends_the_trainers_loss()
         self.source_losses = SourceLosses(sampler.mixture.names) if sampler.mixture is not None and logits else None
         self.add_callback(Checkpoints(self))
+        self.step_timer = timer_of(step_timer, sampler)
+        if self.step_timer is not None:
+            self.add_callback(Calibrate(self))
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -218,7 +227,14 @@ class BucketTrainer(Trainer):
 
     def compute_loss(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         """The Trainer's loss; a mixture's ``source`` ids stay out of the model, and each source's token
-        losses are taken from the logits it computed (logged as ``loss/<source>``)."""
+        losses are taken from the logits it computed (logged as ``loss/<source>``). With ``step_timer``,
+        a training micro-batch's forward pass is timed."""
+        if self.step_timer is not None and model.training:
+            with self.step_timer.time(inputs):
+                return self._bucket_loss(model, inputs, *args, **kwargs)
+        return self._bucket_loss(model, inputs, *args, **kwargs)
+
+    def _bucket_loss(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         source = inputs.pop("source", None)
         inputs.pop("num_items_per_source", None)
         if source is None or self.source_losses is None or not model.training:
@@ -272,7 +288,11 @@ class BucketTrainer(Trainer):
                 "saved model, or train with a torch loop, accelerate or Lightning over a dflash_batch.Loader, "
                 "which resume on any number of ranks"
             )
-        resume = checkpoint.decode(sampler.schedule, state)  # refuses other data or settings, naming them
+        # The rank prices a StepTimer set are the checkpoint's: the resumed epoch is planned with its own.
+        sampler.position.load_prices(state)
+        epoch = state.get("epoch")
+        schedule = sampler.position.schedule_at(epoch) if isinstance(epoch, int) and epoch >= 0 else sampler.schedule
+        resume = checkpoint.decode(schedule, state)  # refuses other data or settings, naming them
         with open(trainer_state) as f:
             global_step = int(json.load(f)["global_step"])
         accumulation = self.args.gradient_accumulation_steps

@@ -5,6 +5,11 @@ it handed to the loop), and sets its sampler's epoch. Beside ``DataLoader(datase
 :class:`SamplerCheckpoint` to the Trainer's callbacks: Lightning's own stateful-callback protocol saves
 the sampler's position in every checkpoint and restores it on ``fit(ckpt_path=...)``. Build the Trainer
 with ``use_distributed_sampler=False``: the plan already gives each rank its share.
+
+:class:`StepTiming` refits the price ranks are balanced by from the run's own step times
+(``docs/calibration.md``): it times each training batch from ``on_train_batch_start`` to
+``on_before_backward`` (the forward pass and the loss: under DDP no gradient all-reduce, so each rank
+times its own work) and fits at every ``on_train_epoch_end`` (a collective: every rank runs it).
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ from typing import Any
 from lightning.pytorch.callbacks import Callback
 
 from .._core import PlanError
+from ..calibration import StepTimer
 from ..sampler import BucketSampler
 
-__all__ = ["SamplerCheckpoint"]
+__all__ = ["SamplerCheckpoint", "StepTiming"]
 
 
 class SamplerCheckpoint(Callback):
@@ -46,3 +52,35 @@ class SamplerCheckpoint(Callback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.sampler.load_state_dict(state_dict)
+
+
+class StepTiming(Callback):
+    """Times every training batch's forward pass into ``timer`` (a :class:`~dflash_batch.StepTimer`, or a
+    sampler to build one of) and refits its sampler's rank price at every epoch's end; what was found is
+    logged as ``rank_price/*`` (see the module docs). The batches must say what they ran: a
+    :class:`~dflash_batch.Loader`'s (``attention_mask`` or ``cu_seqlens``)."""
+
+    def __init__(self, timer: StepTimer | BucketSampler) -> None:
+        if isinstance(timer, BucketSampler):
+            timer = StepTimer(timer)
+        if not isinstance(timer, StepTimer):
+            raise TypeError(f"timer must be a dflash_batch.StepTimer or BucketSampler, got {type(timer).__name__}")
+        self.timer = timer
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        self.timer.begin(batch)
+
+    def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
+        self.timer.end()
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        self.timer.cancel()  # a step that skipped its backward (training_step returned None) is not timed
+        report = self.timer.end_epoch()
+        logs = {"rank_price/applied": float(report.applied), "rank_price/records": float(report.records)}
+        if report.price is not None and report.price[0]:
+            logs["rank_price/quadratic"] = report.price[1] / report.price[0]
+        if report.measured is not None and report.predicted is not None:
+            logs["rank_price/measured_balance"] = report.measured
+            logs["rank_price/predicted_balance"] = report.predicted
+        for key, value in logs.items():
+            pl_module.log(key, value, on_epoch=True, on_step=False)

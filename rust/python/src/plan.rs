@@ -194,6 +194,10 @@ impl Plan {
             _ => None,
         };
         d.set_item("utilization", utilization)?;
+        // The price the ranks were balanced by (and the balance figures predicted under): rank_cost, a
+        // StepTimer's refit, or cost.
+        let price = self.planner.config().balance_cost();
+        d.set_item("rank_price", (price.linear, price.quadratic))?;
         d.set_item("world_size", self.world_size)?;
         d.set_item("epoch", self.epoch)?;
         d.set_item("window", self.window)?;
