@@ -106,6 +106,9 @@ def test_an_applied_fit_rebalances_the_next_epochs_only():
     report = timer.end_epoch()
     assert report.applied and report.from_epoch == 1, report
     assert report.price[1] == pytest.approx(1 / 2048, rel=0.1)
+    low, high = report.ratio_range
+    assert low <= report.price[1] * 1.05 and high >= report.price[1] * 0.95 and high / low < 1.5
+    assert "leaving a quarter out" in str(report) and "applied from epoch 1" in str(report)
     assert report.dropped > 0  # the outliers
     # The epoch trained is planned as it was; the next one balanced by the fit, with the same batches.
     assert np.array_equal(sampler.plan(0).indices, current.indices)

@@ -9,6 +9,7 @@ and by at least :data:`MIN_GAIN`. Plain numpy: the core plans with whatever pric
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,10 @@ class Calibration:
     use (scaled to seconds) on the held-back micro-batches; ``applied``: whether the next epochs balance by
     ``price``, from ``from_epoch``; ``records``/``dropped``: micro-batches fitted and left out as outliers;
     ``measured``: the synchronous efficiency per micro-batch the ranks' times show (``None`` on one rank);
-    ``predicted``/``predicted_before``: what the fit and the price in use predict for the same micro-batches.
+    ``predicted``/``predicted_before``: what the fit and the price in use predict for the same micro-batches;
+    ``ratio_range``: the least and largest ``b/a`` of four fits that each leave a quarter of the records out
+    — how sure the price is (wide when the records hardly tell the linear price from the per-step constant:
+    under a token budget every batch holds about as many tokens).
     """
 
     epoch: int
@@ -51,11 +55,15 @@ class Calibration:
     predicted: float | None
     predicted_before: float | None
     reason: str
+    ratio_range: tuple[float, float] | None = None
 
     def __str__(self) -> str:
         if self.fitted is None:
             return f"epoch {self.epoch}: rank price kept at {self.price_before} ({self.reason})"
         verb = f"applied from epoch {self.from_epoch}" if self.applied else "not applied"
+        sure = ""
+        if self.ratio_range is not None:
+            sure = f"b/a between {self.ratio_range[0]:.3g} and {self.ratio_range[1]:.3g} leaving a quarter out; "
         balance = ""
         if self.measured is not None:
             balance = (
@@ -63,9 +71,9 @@ class Calibration:
                 f"{self.predicted_before:.3f} by the price in use"
             )
         return (
-            f"epoch {self.epoch}: fitted rank price {self.price} {verb} "
-            f"(held-back error {self.error:.1%} vs {self.error_before:.1%}; {self.records} micro-batches, "
-            f"{self.dropped} outliers){balance} — {self.reason}"
+            f"epoch {self.epoch}: fitted rank price {self.price} {verb} ({sure}held-back error {self.error:.1%} "
+            f"vs {self.error_before:.1%}; {self.records} micro-batches, {self.dropped} outliers){balance} — "
+            f"{self.reason}"
         )
 
 
@@ -86,7 +94,8 @@ def decide(
         )  # fmt: skip
     data = np.asarray(records, dtype=np.float64)
     x, x2, seconds = data[:, 2], data[:, 3], data[:, 4]
-    held = np.arange(len(data)) % 4 == 3
+    fold = np.arange(len(data)) % 4
+    held = fold == 3
     fit, _ = robust_fit(x[~held], x2[~held], seconds[~held])
     scaled, _ = robust_fit(x[~held], x2[~held], seconds[~held], price=before)
     error = _median_error(fit, x[held], x2[held], seconds[held])
@@ -103,11 +112,17 @@ def decide(
         else "it does not predict held-back micro-batches better than the price in use by the margin"
     )
     measured, predicted, predicted_before = _balance(data, full, before, world)
+    ratios = [_ratio(robust_fit(x[fold != k], x2[fold != k], seconds[fold != k])[0]) for k in range(4)]
     return Calibration(
         **keep, fitted=(a, b, c), price=price, error=error, error_before=error_before, applied=applied,
         records=int(used_all.sum()), dropped=int((~used_all).sum()), measured=measured, predicted=predicted,
-        predicted_before=predicted_before, reason=reason,
+        predicted_before=predicted_before, reason=reason, ratio_range=(min(ratios), max(ratios)),
     )  # fmt: skip
+
+
+def _ratio(fit: tuple[float, float, float]) -> float:
+    a, b, _ = fit
+    return b / a if a > 0 else math.inf
 
 
 def robust_fit(
