@@ -89,6 +89,8 @@ def scored(lengths: np.ndarray, bucketed: bool, repeats: int) -> dict:
         "window_tv": stats["window_tv"],
         "p99": stats["rank_imbalance_p99"],
         "rows": len(plan),
+        # The fewest rows any packing of these samples could use: ⌈Σ L / capacity⌉.
+        "lower_bound": -(-int(lengths.sum()) // CAPACITY),
         "max_seqlen_mean": float(longest.mean()),
         "max_seqlen_max": int(longest.max()),
         "median_ms": median * 1e3,
@@ -192,6 +194,8 @@ def main() -> None:
     seqlen = f"{python_longest.mean():.0f} / {python_longest.max()}"
     name = "Python first-fit (random order)"
     print(f"{name:<34} {python_util:>11.4f} {len(rows):>8,} {seqlen:>20} {python_s * 1e3:>10.0f}")
+    bound = plain["lower_bound"]
+    print(f"{'lower bound: ⌈Σ L / ' + str(CAPACITY) + '⌉':<34} {lengths.sum() / (bound * CAPACITY):>11.4f} {bound:>8,}")
     print(
         f"(bucketed edges {bucketed['edges']}; window_tv plain {plain['window_tv']:.4f}, "
         f"bucketed {bucketed['window_tv']:.4f}; churn plain {plain['churn']:.4f}; best ms {plain['best_ms']:.1f})"

@@ -156,3 +156,21 @@ def test_state_json_problems_name_the_file(tmp_path):
         with pytest.raises(db.DataError, match=message) as info:
             db.read_lengths(str(directory))
         assert "state.json" in str(info.value)
+
+
+def test_analyze_prints_packed_rows_beside_their_lower_bound(tmp_path, capsys):
+    """Under a token budget: the rows an epoch packs and the fewest any packing could use, ⌈Σ L / max_tokens⌉
+    (twelve samples of 3 tokens in rows of 8: 36 tokens, at least 5 rows)."""
+    import json
+
+    path = tmp_path / "lengths.npy"
+    np.save(path, np.array([3] * 12))
+    assert main(["analyze", str(path), "--max-tokens", "8", "--world-size", "1", "--no-peers"]) == 0
+    out = capsys.readouterr().out
+    assert "packed (mode='packed') into rows of 8 tokens: 6 rows an epoch" in out
+    assert "the fewest any packing could use: 5" in out
+    assert main(["analyze", str(path), "--max-tokens", "8", "--world-size", "1", "--no-peers", "--json"]) == 0
+    packed = json.loads(capsys.readouterr().out)["packing"]
+    assert packed == {"capacity": 8, "rows": 6, "lower_bound": 5, "fill": 36 / 48}
+    assert main(["analyze", str(path), "--batch-size", "4", "--no-peers", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["packing"] is None

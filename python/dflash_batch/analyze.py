@@ -109,12 +109,34 @@ def planned(schedule: Schedule) -> dict[str, Any]:
     }
 
 
+def packing(lengths: np.ndarray, sampler: BucketSampler) -> dict[str, Any] | None:
+    """Under a token budget, the same samples packed into rows of ``max_tokens`` (the sampler's ranks and
+    accumulation): the rows an epoch plans, the fewest any packing could use (``⌈Σ L / max_tokens⌉``), and
+    the fill; ``None`` with ``batch_size``."""
+    capacity = sampler.max_tokens
+    if capacity is None or not len(lengths):
+        return None
+    packed = BucketSampler(
+        lengths, max_tokens=capacity, mode="packed", world_size=sampler.world_size, rank=0,
+        accumulation=sampler.accumulation, oversize="skip",
+    )  # fmt: skip
+    plan = packed.plan(0)
+    fits = lengths[lengths <= capacity]
+    return {
+        "capacity": int(capacity),
+        "rows": len(plan),
+        "lower_bound": -(-int(fits.sum()) // int(capacity)),
+        "fill": plan.stats()["utilization"],
+    }
+
+
 def report(
     lengths: np.ndarray, *, sampler: BucketSampler, rule: dict[str, int], accumulation: int, peers: bool = True
 ) -> dict:
     """Everything ``analyze`` prints, as one JSON-ready dict."""
     window = accumulation * sampler.world_size
     return {
+        "packing": packing(lengths, sampler),
         "samples": len(lengths),
         "histogram": histogram(lengths),
         "edges": sampler.edges,
@@ -152,6 +174,13 @@ def print_report(result: dict) -> None:
         "(sync: the share of GPU time that does work when ranks wait for the slowest every micro-batch, or"
         " every optimizer step under DDP's no_sync; e2e: the share that trains real tokens, padding included)"
     )
+    packed = result.get("packing")
+    if packed is not None:
+        print(
+            f"\npacked (mode='packed') into rows of {packed['capacity']:,} tokens: {packed['rows']:,} rows an epoch, "
+            f"fill {packed['fill']:.4f}; the fewest any packing could use: {packed['lower_bound']:,} (⌈Σ L / "
+            f"max_tokens⌉, {packed['lower_bound'] / packed['rows']:.4f} of the rows)"
+        )
 
 
 #: Short column heads, so the table fits a terminal.
