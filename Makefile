@@ -91,6 +91,7 @@ bench:
 	$(BIN)/python benchmarks/read.py
 	$(BIN)/python benchmarks/loader.py
 	$(BIN)/python benchmarks/mask.py
+	$(BIN)/python benchmarks/shared.py
 
 # The convergence benchmark's quick run (≤ 10 min on 2 cores), recorded into docs/convergence/ and
 # docs/figures.json, then written into the docs (docs/convergence.md).

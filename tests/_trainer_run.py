@@ -75,13 +75,15 @@ def main() -> None:
     parser.add_argument("--sft", action="store_true")
     parser.add_argument("--predict", type=int, default=0, help="after training, predict this many rows")
     parser.add_argument("--step-timer", action="store_true")
+    parser.add_argument("--plan-dir", default=None, help="plan once per machine through this directory")
     options = parser.parse_args()
 
     store = db.TokenStore(options.data)
     masks = datasets.load_from_disk(options.data)["completion_mask"] if store.mask else None
     sampler = db.BucketSampler(
-        store.lengths(), max_tokens=128, seed=5, mode=options.mode, trim_steps=options.trim_steps
-    )
+        store.lengths(), max_tokens=128, seed=5, mode=options.mode, trim_steps=options.trim_steps,
+        plan_dir=options.plan_dir,
+    )  # fmt: skip
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         vocab_size=128,

@@ -12,7 +12,10 @@ README = ROOT / "README.md"
 #: The pages with runnable blocks, in the order of EXPECTED below.
 PAGES = [
     README,
-    *(ROOT / "docs" / f"{name}.md" for name in ("trainers", "reading", "packing", "ranks", "mixtures", "calibration")),
+    *(
+        ROOT / "docs" / f"{name}.md"
+        for name in ("trainers", "reading", "packing", "ranks", "mixtures", "calibration", "billion")
+    ),
 ]
 SOURCES = [(page, block) for page in PAGES for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.S)]
 BLOCKS = [block for _, block in SOURCES]
@@ -37,6 +40,7 @@ EXPECTED = {
     "mixture Trainer": lambda out: out == "['loss/chat', 'loss/code']",
     "mixture TRL": lambda out: out == "completion_mask True",
     "StepTimer": lambda out: out == "True 2",
+    "plan_dir": lambda out: out == "True",
 }
 
 

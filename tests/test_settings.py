@@ -16,7 +16,7 @@ import pytest
 from dflash_batch import settings
 
 ROOT = Path(__file__).resolve().parent.parent
-OWN = ("lengths", "rank", "column", "check_ranks")  # the sampler's own arguments, not planning settings
+OWN = ("lengths", "rank", "column", "check_ranks", "plan_dir")  # the sampler's own arguments, not planning settings
 
 
 def test_every_declared_setting_is_a_sampler_keyword_with_its_default():

@@ -2,6 +2,7 @@
 raises (``tests/test_stubs.py`` checks them against the module). The public API wraps these; call them
 directly only to build something the wrappers do not."""
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -265,6 +266,11 @@ class Planner:
     def plan(self, epoch: int) -> Plan:
         """Plans ``epoch`` (GIL released). Raises PlanError when the samples cannot give every rank a
         batch, MemoryError when planning cannot reserve its working memory."""
+    def plan_shared(self, dir: str | os.PathLike[str], epoch: int) -> Plan:
+        """Plans ``epoch`` once per machine through files in ``dir``: the first process to ask plans and
+        publishes it, the others map it read-only after checking it (GIL released). Raises DataError
+        (kind ``shared_plan``) for a file there that is not this plan, OSError when ``dir`` cannot be
+        used."""
     def plan_resumed(self, epoch: int, old_world: int, step: int) -> tuple[Plan, npt.NDArray[np.uint32]]:
         """The rest of ``epoch`` after ``step`` steps on ``old_world`` ranks, planned on these ranks, and
         the rows carried into the next epoch (ascending; empty unless the rest cannot fill whole steps, in

@@ -176,6 +176,8 @@ class Cursor:
                 plan = schedule.plan(epoch)
             if current:
                 self._cached = (epoch, origin, plan)
+                # With a plan_dir, the next epoch is made while this one trains (a no-op without).
+                self.schedule_at(epoch + 1).plan_ahead(epoch + 1)
             return plan
 
     def state_dict(self, step: int | None = None) -> dict[str, Any]:

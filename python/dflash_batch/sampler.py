@@ -12,6 +12,7 @@ workers and spawned processes rebuild the planner instead of copying Rust memory
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -50,6 +51,12 @@ class BucketSampler:
                 exchange the plan's fingerprint, seed and settings when an epoch's iteration starts and
                 all raise :class:`PlanError` naming what differs, instead of training on overlapping
                 samples or hanging (default ``True``; a collective: every rank iterates).
+            plan_dir: a directory every process of the machine can write, such as ``"/dev/shm/plans"``:
+                each epoch is then planned once per machine — by the first process to ask, under a file
+                lock — into a file there that the others map read-only after checking it is that plan
+                (no process group needed; a killed planner leaves nothing another accepts; earlier
+                epochs' files are deleted). Default ``None``: every process plans (see
+                ``docs/billion.md``).
 
         The planning settings (declared once, in :mod:`dflash_batch.settings`):
 
@@ -82,6 +89,7 @@ class BucketSampler:
         rank: int | None = None,
         column: str = "seq_len",
         check_ranks: bool = True,
+        plan_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         world_size, rank = _default_ranks(world_size, rank)
         # Every planning setting is checked once, in the core's binding; the schedule holds, pickles and
@@ -98,11 +106,11 @@ class BucketSampler:
         # The Rust planner keeps the only copy of the lengths (with oversize="truncate", cut into the
         # pieces it plans); nothing here holds on to the input.
         if isinstance(lengths, Mixture):
-            schedule = Schedule(lengths.chunks(), config, lengths.spec)
+            schedule = Schedule(lengths.chunks(), config, lengths.spec, plan_dir)
         else:
             if is_source(lengths):
                 lengths = read_lengths(lengths, column)
-            schedule = Schedule(_length_chunks(lengths), config)
+            schedule = Schedule(_length_chunks(lengths), config, plan_dir=plan_dir)
         self._attach(schedule, rank, accumulation is not None, check_ranks)
 
     def _attach(self, schedule: Schedule, rank: int, accumulation_given: bool, check_ranks: bool) -> None:

@@ -13,7 +13,10 @@ pickled copy in a ``DataLoader`` worker and the running sampler can never disagr
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Iterable
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -31,20 +34,33 @@ class Schedule:
             Arrow record batch needs no copy).
         config: the checked settings (:class:`dflash_batch._core.Config`).
         mixture: the sources the lengths are, concatenated, with their weights (``_core.Mixture``).
+        plan_dir: a directory every process of a machine can write (``/dev/shm/...``): epochs are then
+            planned once per machine there and mapped by the others (:meth:`plan`); ``None`` plans on
+            every process.
     """
 
-    __slots__ = ("_any_ranks", "_bounds", "_config", "_fingerprint", "_mixture", "_planner")
+    __slots__ = ("_ahead", "_any_ranks", "_bounds", "_config", "_fingerprint", "_mixture", "_plan_dir", "_planner")
     _config: _core.Config
     _planner: _core.Planner
     _mixture: _core.Mixture | None
     _bounds: np.ndarray | None
     _fingerprint: str | None
     _any_ranks: str | None
+    _plan_dir: str | None
+    _ahead: dict[int, Future[Plan]]
 
     def __init__(
-        self, chunks: Iterable[np.ndarray], config: _core.Config, mixture: _core.Mixture | None = None
+        self,
+        chunks: Iterable[np.ndarray],
+        config: _core.Config,
+        mixture: _core.Mixture | None = None,
+        plan_dir: str | os.PathLike[str] | None = None,
     ) -> None:
+        plan_dir = _plan_dir(plan_dir)
         planner = _core.Planner(list(chunks), config, mixture)
+        object.__setattr__(self, "_plan_dir", plan_dir)
+        # Plans of later epochs being made in the background (`plan_ahead`): a memo of a pure function.
+        object.__setattr__(self, "_ahead", {})
         object.__setattr__(self, "_mixture", mixture)
         bounds = None if mixture is None else np.concatenate([[0], np.cumsum(mixture.rows)]).astype(np.int64)
         object.__setattr__(self, "_bounds", bounds)
@@ -171,9 +187,49 @@ class Schedule:
 
     # -- planning -------------------------------------------------------------------------------------
 
+    @property
+    def plan_dir(self) -> str | None:
+        """Where epochs are planned once per machine and shared (``None``: every process plans)."""
+        return self._plan_dir
+
     def plan(self, epoch: int) -> Plan:
-        """Epoch ``epoch`` from its start, every rank's batches in training order."""
-        return self._planner.plan(epoch)
+        """Epoch ``epoch`` from its start, every rank's batches in training order. With a ``plan_dir`` the
+        first process of the machine to ask plans it into a file there and every other maps it, checked
+        (the arrays are read-only maps; a file there that is not this plan raises ``DataError``)."""
+        if self._plan_dir is None:
+            return self._planner.plan(epoch)
+        with _AHEAD_LOCK:
+            ahead = self._ahead.pop(epoch, None)
+            for stale in [e for e in self._ahead if e < epoch]:
+                del self._ahead[stale]
+        if ahead is not None:
+            return ahead.result()
+        return self._planner.plan_shared(self._plan_dir, epoch)
+
+    def plan_ahead(self, epoch: int) -> None:
+        """Starts making ``epoch``'s shared plan in the background, so that the epoch boundary finds it made
+        (only with a ``plan_dir``; :meth:`plan` then returns it, or raises what making it raised). A fork
+        waits for it first: a child must not inherit a planner holding the directory's lock."""
+        plan_dir = self._plan_dir
+        if plan_dir is None:
+            return
+        with _AHEAD_LOCK:
+            if epoch in self._ahead:
+                return
+            future: Future[Plan] = Future()
+            self._ahead[epoch] = future
+            _RUNNING.add(future)
+
+        def make() -> None:
+            try:
+                future.set_result(self._planner.plan_shared(plan_dir, epoch))
+            except BaseException as error:  # handed to whoever asks for the plan
+                future.set_exception(error)
+            finally:
+                with _AHEAD_LOCK:
+                    _RUNNING.discard(future)
+
+        threading.Thread(target=make, name=f"dflash-plan-ahead-{epoch}", daemon=True).start()
 
     def plan_resumed(self, epoch: int, old_world: int, step: int) -> tuple[Plan, np.ndarray]:
         """The samples ``epoch`` had left after ``step`` steps on ``old_world`` ranks, planned on these ranks,
@@ -190,11 +246,11 @@ class Schedule:
         """The schedule with ``changes`` to its settings (same lengths); itself when nothing changes."""
         if all(self._config.get(key) == value for key, value in changes.items()):
             return self
-        return Schedule([self.dataset_lengths()], self._config.replace(**changes), self._mixture)
+        return Schedule([self.dataset_lengths()], self._config.replace(**changes), self._mixture, self._plan_dir)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The configuration and the lengths, never Rust memory: a copy rebuilds its planner.
-        return (_rebuild, (self.dataset_lengths(), self._config, self._mixture))
+        return (_rebuild, (self.dataset_lengths(), self._config, self._mixture, self._plan_dir))
 
     def __repr__(self) -> str:
         return (
@@ -203,5 +259,37 @@ class Schedule:
         )
 
 
-def _rebuild(lengths: np.ndarray, config: _core.Config, mixture: _core.Mixture | None = None) -> Schedule:
-    return Schedule([lengths], config, mixture)
+def _rebuild(
+    lengths: np.ndarray, config: _core.Config, mixture: _core.Mixture | None = None, plan_dir: str | None = None
+) -> Schedule:
+    return Schedule([lengths], config, mixture, plan_dir)
+
+
+#: Guards every schedule's ``_ahead`` and :data:`_RUNNING`.
+_AHEAD_LOCK = threading.Lock()
+#: Plans being made in the background, in every schedule.
+_RUNNING: set[Future[Plan]] = set()
+
+
+def _finish_ahead() -> None:
+    """Waits for background plans before a fork (``os.register_at_fork``): a child would otherwise inherit
+    the plan directory's lock, held by a thread that does not exist in it, for as long as it lives."""
+    with _AHEAD_LOCK:
+        running = list(_RUNNING)
+    for future in running:
+        future.exception()  # waits; the error, if any, is for whoever asks for the plan
+
+
+os.register_at_fork(before=_finish_ahead)
+
+
+def _plan_dir(plan_dir: Any) -> str | None:
+    """``plan_dir`` checked: ``None``, or a non-empty path."""
+    if plan_dir is None:
+        return None
+    if not isinstance(plan_dir, (str, os.PathLike)):
+        raise TypeError(f"plan_dir must be a directory path or None, not {type(plan_dir).__name__}")
+    path = os.fspath(plan_dir)
+    if not isinstance(path, str) or not path:
+        raise ValueError(f"plan_dir must name a directory (got {plan_dir!r}); pass None to plan on every process")
+    return path

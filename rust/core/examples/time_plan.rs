@@ -5,7 +5,9 @@
 //! attention price `cost=(1, 1/30720)`; `stream`: auto buckets formed by the streaming loop larger epochs use; `sorted`: unshuffled;
 //! `rows`: batches of 8 rows; `trim`: auto buckets with `trim_steps`; `mixture` / `mixture-packed`: the
 //! seed workload's four sources (`workload::seed_sources`) weighted 0.3/0.3/0.25/0.15 in tokens, as
-//! `benchmarks/plan.py` weights them; `TIME_PLAN_TV=1` prints their per-window source TV).
+//! `benchmarks/plan.py` weights them; `TIME_PLAN_TV=1` prints their per-window source TV;
+//! `TIME_PLAN_COMPANION=N` carries lengths beside the permutation from N samples on, the speed trade
+//! that never changes the plan: 18446744073709551615 never does).
 #![allow(clippy::expect_used, missing_docs, clippy::print_stdout)]
 use dflash_batch_core::metrics::sources::sources;
 use dflash_batch_core::workload::{seed_lengths, seed_sources, SEED_SAMPLES, SEED_SOURCES};
@@ -77,6 +79,12 @@ fn main() {
     if shape == "stream" {
         planner = planner.with_streamed_epochs();
     }
+    if let Some(n) = std::env::var("TIME_PLAN_COMPANION")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        planner = planner.with_companion_threshold(n);
+    }
     let mut times: Vec<f64> = (1..=epochs)
         .map(|e| {
             let start = Instant::now();
@@ -91,14 +99,9 @@ fn main() {
     let digest = plan
         .offsets()
         .iter()
-        .chain(
-            plan.indices()
-                .iter()
-                .map(|&i| u64::from(i))
-                .collect::<Vec<_>>()
-                .iter(),
-        )
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, &v| {
+        .copied()
+        .chain(plan.indices().iter().map(|&i| u64::from(i)))
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, v| {
             (h ^ v).wrapping_mul(0x0100_0000_01b3)
         });
     if let Some(mixture) = planner

@@ -34,6 +34,8 @@
 //!   stages: admit → shuffle and form → order and balance → split for ranks → the [`Plan`]).
 //! * [`collate`] — padded and packed batches written into caller-provided buffers.
 //! * [`metrics`] — how well a plan mixes lengths and balances ranks.
+//! * [`shared`] — one plan per machine: an epoch planned once into a checked file the other
+//!   processes map.
 //! * [`error`], [`lengths`], [`memory`], [`pool`], [`rng`], [`workload`] — what the rest shares.
 //!
 //! # Example
@@ -64,11 +66,12 @@ pub mod plan;
 pub mod pool;
 pub mod read;
 pub mod rng;
+pub mod shared;
 pub(crate) mod tasks;
 pub mod workload;
 
 pub use error::read::ReadProblem;
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, Result, SharedProblem};
 pub use plan::buckets::Buckets;
 pub use plan::config::{Batching, Boundaries, Config, CostModel, Mode, Order, Oversize};
 pub use plan::mixture::{Mixture, Source, Unit};
@@ -79,3 +82,4 @@ pub use plan::revision::PLAN_REVISION;
 pub use read::dataset::{read_documents, read_lengths};
 pub use read::table::table_lengths;
 pub use read::tokens::{Gathered, Mask, MaskKind, TokenStore, Tokens};
+pub use shared::{Layout, SharedPlan};

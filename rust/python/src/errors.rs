@@ -1,8 +1,8 @@
 //! The Python exceptions of the module and the one mapping from core errors onto them.
 
 use dflash_batch_core::error::{Family, Kind, KINDS};
-use dflash_batch_core::ReadProblem;
 use dflash_batch_core::{Error as CoreError, ErrorKind};
+use dflash_batch_core::{ReadProblem, SharedProblem};
 use pyo3::exceptions::{PyIndexError, PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -64,6 +64,10 @@ fn exception(err: &CoreError) -> PyErr {
     match err.kind() {
         ErrorKind::Read {
             problem: ReadProblem::Io { kind, .. },
+            ..
+        }
+        | ErrorKind::SharedPlan {
+            problem: SharedProblem::Io { kind, .. },
             ..
         } => std::io::Error::new(*kind, message).into(),
         kind => match kind.family() {

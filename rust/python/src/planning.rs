@@ -121,6 +121,29 @@ impl Planner {
         self.wrap(py, plan)
     }
 
+    /// Plans `epoch` once per machine: the first process to ask plans it into a file in `dir`, the
+    /// others map that file, checked (see the core's `shared`); the arrays are read-only maps of it
+    /// (GIL released while planning or checking).
+    fn plan_shared(&self, py: Python<'_>, dir: std::path::PathBuf, epoch: u64) -> PyResult<Plan> {
+        let inner = Arc::clone(&self.inner);
+        let shared = py
+            .detach(move || inner.plan_shared(&dir, epoch))
+            .map_err(to_py)?;
+        let layout = &shared.layout;
+        let offsets = mapped(py, &shared.path, layout.offsets_at, layout.batches + 1)?;
+        let indices = mapped(py, &shared.path, layout.indices_at, layout.samples)?;
+        // `shared` holds the directory's lock until it is dropped, after both maps: no planner
+        // deletes the file between its check and its mapping.
+        Ok(Plan::new(
+            offsets,
+            indices,
+            (layout.world_size, layout.epoch),
+            layout.stats.clone(),
+            (Arc::clone(&self.inner), Arc::clone(&self.deciles)),
+            self.accumulation as usize * layout.world_size as usize,
+        ))
+    }
+
     /// The rest of `epoch` after `step` steps on `old_world` ranks, planned on these ranks, and the
     /// rows carried into the next epoch when the rest cannot fill whole steps (GIL released).
     fn plan_resumed(
@@ -241,6 +264,25 @@ impl Planner {
     fn __len__(&self) -> usize {
         self.inner.lengths().len()
     }
+}
+
+/// `count` elements of type `T` at byte `at` of the file at `path`, mapped read-only by numpy.
+fn mapped<T: numpy::Element>(
+    py: Python<'_>,
+    path: &std::path::Path,
+    at: u64,
+    count: u64,
+) -> PyResult<Py<PyArray1<T>>> {
+    let kwargs = pyo3::types::PyDict::new(py);
+    kwargs.set_item("dtype", numpy::dtype::<T>(py))?;
+    kwargs.set_item("mode", "r")?;
+    kwargs.set_item("offset", at)?;
+    kwargs.set_item("shape", (count,))?;
+    let array = py
+        .import("numpy")?
+        .getattr("memmap")?
+        .call((path,), Some(&kwargs))?;
+    Ok(array.cast_into::<PyArray1<T>>()?.unbind())
 }
 
 impl Planner {

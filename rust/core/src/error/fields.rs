@@ -104,6 +104,7 @@ kinds! {
     MaskLength => "mask_length", Data, false;
     MaskValue => "mask_value", Data, false;
     RowOutOfRange => "row_out_of_range", Index, false;
+    SharedPlan => "shared_plan", Data, false;
     MixtureSetting => "mixture_setting", Plan, true;
     EmptySource => "empty_source", Plan, false;
     MixtureWeight => "mixture_weight", Plan, true;
@@ -144,10 +145,10 @@ impl ErrorKind {
         }
     }
 
-    /// The file the error is about (a read error's).
+    /// The file the error is about (a read error's, a shared plan's).
     pub fn path(&self) -> Option<&str> {
         match self {
-            Self::Read { path, .. } => Some(path),
+            Self::Read { path, .. } | Self::SharedPlan { path, .. } => Some(path),
             _ => None,
         }
     }

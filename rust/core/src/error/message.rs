@@ -277,6 +277,17 @@ impl fmt::Display for Error {
                 "the loss mask holds {found} values; a loss mask holds 0/1 values (bools or integers) or \
                  integer labels (-100 = ignored): store it as integers or bools"
             ),
+            K::SharedPlan { path, problem: crate::error::SharedProblem::Io { action, message, .. } } => write!(
+                f,
+                "cannot {action} {path}: {message}; name a plan_dir every local rank can write (or \
+                 plan_dir=None to plan on every rank)"
+            ),
+            K::SharedPlan { path, problem: crate::error::SharedProblem::Refused { why } } => write!(
+                f,
+                "{path} is not this run's plan: {why}; a plan file is only ever published whole, so \
+                 another run, another version or another writer made it: delete it, or name another \
+                 plan_dir"
+            ),
             K::RowOutOfRange { row, rows } => write!(
                 f,
                 "row {row} is out of range for a dataset of {rows} rows; valid rows are 0..{rows}"
@@ -290,7 +301,7 @@ fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

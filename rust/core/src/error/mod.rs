@@ -317,12 +317,39 @@ pub enum ErrorKind {
         /// What differs, and the fix.
         problem: String,
     },
+    /// A node's shared plan file (`shared/`) cannot be used.
+    SharedPlan {
+        /// The file or directory.
+        path: String,
+        /// What went wrong.
+        problem: SharedProblem,
+    },
     /// A row index past the end of a dataset.
     RowOutOfRange {
         /// The index asked for.
         row: i128,
         /// Rows in the dataset.
         rows: u64,
+    },
+}
+
+/// Why a node's shared plan file cannot be used (`shared/`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SharedProblem {
+    /// The operating system refused.
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The `std::io` kind, so a binding can raise the matching exception.
+        kind: std::io::ErrorKind,
+        /// The operating system's message.
+        message: String,
+    },
+    /// A file at the plan's name that is not the plan asked for.
+    Refused {
+        /// What it is instead.
+        why: String,
     },
 }
 

@@ -106,9 +106,11 @@ pub fn fingerprint<L: Length>(lengths: &[L], config: &Config) -> u64 {
 }
 
 impl Planner {
-    /// Fingerprint of the lengths and configuration (and mixture).
+    /// Fingerprint of the lengths and configuration (and mixture), hashed on first use.
     pub fn fingerprint(&self) -> u64 {
-        self.fingerprint_of(self.config())
+        *self
+            .fingerprint
+            .get_or_init(|| self.fingerprint_of(self.config()))
     }
 
     /// Fingerprint of the lengths and configuration as if for one rank: the same for any

@@ -66,6 +66,8 @@ pub struct Planner {
     pub(super) by_bucket: Option<ByBucket>,
     /// Batches of every epoch's plan (see [`Planner::steps`]), set by the first plan or query.
     pub(super) target: OnceLock<usize>,
+    /// [`Planner::fingerprint`], hashed once (a pass over every length).
+    pub(super) fingerprint: OnceLock<u64>,
     /// Under `Oversize::Truncate`, the later pieces of the samples split (`truncate.rs`); the lengths
     /// are then the planned entries' lengths.
     pub(super) later: Option<Later>,
@@ -127,6 +129,7 @@ impl Planner {
             general_only: false,
             by_bucket,
             target: OnceLock::new(),
+            fingerprint: OnceLock::new(),
             later,
             labels: mix.as_ref().map(Mix::labels),
             arrange_max: ARRANGE_MAX_SAMPLES,
