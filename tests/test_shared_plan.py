@@ -240,3 +240,61 @@ def test_a_planner_killed_mid_write_leaves_no_file_another_accepts(tmp_path):
     _, shared, own = out.split()
     assert shared == own
     assert not any(".tmp-" in f for f in _files(tmp_path))
+
+
+_CAPPED = """
+import hashlib, resource, sys
+import numpy as np
+import dflash_batch as db
+directory, extra_mib = sys.argv[1], int(sys.argv[2])
+lengths = db.seed_workload(100_000_000, seed=11).astype(np.uint16)
+sampler = db.BucketSampler(lengths, max_tokens=16384, world_size=8, plan_dir=directory)
+del lengths
+sampler.schedule.fingerprint  # hashed before the cap: a pass over the lengths, no memory
+if sys.argv[3] == "plan":
+    plan = sampler.schedule.plan(0)  # the first process: plans and publishes, uncapped
+else:
+    size = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+    plan_file = sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory) if f.endswith(".plan"))
+    resource.setrlimit(resource.RLIMIT_AS, (size + plan_file + extra_mib * 2**20, resource.RLIM_INFINITY))
+    plan = sampler.schedule.plan(0)
+digest = hashlib.sha256(plan.offsets.data)  # read in place: a copy would not fit under the cap
+digest.update(plan.indices.data)
+print(digest.hexdigest())
+""".replace("import hashlib, resource, sys", "import hashlib, os, resource, sys")
+
+
+@pytest.mark.slow
+def test_at_100m_samples_a_rank_that_maps_the_plan_needs_64_mib_beyond_it(tmp_path):
+    """The issue's memory target for the ranks that do not plan: beyond the lengths it was built from and the
+    plan file it maps, a rank's address space grows by at most 64 MiB to take its epoch (``RLIMIT_AS``
+    counts the map, so the cap is the process's size + the plan file + 64 MiB)."""
+    run = [sys.executable, "-c", _CAPPED, str(tmp_path), "64"]
+    first = subprocess.run([*run, "plan"], capture_output=True, text=True, timeout=900, check=True).stdout
+    found = subprocess.run([*run, "find"], capture_output=True, text=True, timeout=900)
+    assert found.returncode == 0, found.stderr[-2000:]
+    assert found.stdout == first
+    # The cap without most of the plan file's room: the map does not fit, a MemoryError naming it, never a crash.
+    starved = subprocess.run(
+        [sys.executable, "-c", _CAPPED, str(tmp_path), "-300", "find"], capture_output=True, text=True, timeout=900
+    )
+    assert starved.returncode == 1 and "MemoryError: mapping the shared plan" in starved.stderr, starved.stderr[-2000:]
+
+
+def test_a_next_epoch_that_ran_out_of_memory_ahead_is_made_again_when_asked(tmp_path):
+    """Made ahead, an epoch's plan is made beside the current one; a MemoryError then is not the epoch's
+    answer: asked for, it is made again (alone). Any other error made ahead is raised as it was."""
+    from concurrent.futures import Future
+
+    lengths = db.seed_workload(3000, seed=12)
+    schedule = db.BucketSampler(lengths, max_tokens=16384, plan_dir=tmp_path).schedule
+    own = db.BucketSampler(lengths, max_tokens=16384)
+    for epoch, error in ((3, MemoryError("made beside another plan")), (4, db.PlanError("as made"))):
+        failed: Future = Future()
+        failed.set_exception(error)
+        schedule._ahead[epoch] = failed
+        if isinstance(error, MemoryError):
+            assert _same(schedule.plan(epoch), own.plan(epoch))
+        else:
+            with pytest.raises(db.PlanError, match="as made"):
+                schedule.plan(epoch)

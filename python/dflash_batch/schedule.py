@@ -203,7 +203,10 @@ class Schedule:
             for stale in [e for e in self._ahead if e < epoch]:
                 del self._ahead[stale]
         if ahead is not None:
-            return ahead.result()
+            try:
+                return ahead.result()
+            except MemoryError:
+                pass  # it was made beside the plan of the epoch before, which may be gone now: again, alone
         return self._planner.plan_shared(self._plan_dir, epoch)
 
     def plan_ahead(self, epoch: int) -> None:

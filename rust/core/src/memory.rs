@@ -39,6 +39,12 @@ pub const MIXTURE_GROUP_BYTES: u64 = 17;
 /// Working memory per batch: offsets, costs and the balancing order.
 pub const PLAN_BYTES_PER_BATCH: u64 = 48;
 
+/// The same for epochs too large to arrange (`ARRANGE_MAX_SAMPLES`), whose batches are neither
+/// ordered nor balanced: a group's `u32` end (its vector grown by doubling), the epoch's `u64`
+/// offset and an unused cost's room. ~13 bytes measured at their peak (`tests/memory_peaks.rs`);
+/// at 1B samples 48 would reserve ~15 GB more than planning takes, and refuse a plan that fits.
+pub const UNARRANGED_BYTES_PER_BATCH: u64 = 24;
+
 /// Working memory of a plan whatever its size: bucket tables, histograms, thread-local buffers.
 pub const PLAN_FIXED_BYTES: u64 = 8 << 20;
 

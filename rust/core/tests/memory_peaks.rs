@@ -149,10 +149,14 @@ fn every_plan_peaks_within_its_reservation() {
                 Batching::Rows(_) if max > 4095 => continue, // 16 rows of 60K tokens are over the row cap
                 Batching::Rows(_) => {}
             }
-            for streamed in [false, true] {
+            // Formed bucket by bucket, streamed, and streamed as huge epochs are (unarranged).
+            for streamed in [0, 1, 2] {
                 let mut planner = Planner::new(v.clone(), config.clone()).unwrap();
-                if streamed {
+                if streamed > 0 {
                     planner = planner.with_streamed_epochs().with_companion_threshold(0);
+                }
+                if streamed > 1 {
+                    planner = planner.with_arrange_limit(0);
                 }
                 for epoch in [0, 1] {
                     let reserved = planner.plan_bytes();

@@ -281,7 +281,21 @@ fn mapped<T: numpy::Element>(
     let array = py
         .import("numpy")?
         .getattr("memmap")?
-        .call((path,), Some(&kwargs))?;
+        .call((path,), Some(&kwargs))
+        .map_err(|err| {
+            // ENOMEM: the map does not fit the address space (`ulimit -v`); say so as the
+            // MemoryError every other step that runs out raises.
+            let errno = err.value(py).getattr("errno").ok();
+            if errno.and_then(|e| e.extract::<i32>().ok()) != Some(12) {
+                return err;
+            }
+            let bytes = count.saturating_mul(std::mem::size_of::<T>() as u64);
+            pyo3::exceptions::PyMemoryError::new_err(format!(
+                "mapping the shared plan {} needs {bytes} bytes of address space, which cannot \
+                 be reserved (this process's address space limit, `ulimit -v`); raise the limit",
+                path.display()
+            ))
+        })?;
     Ok(array.cast_into::<PyArray1<T>>()?.unbind())
 }
 

@@ -29,13 +29,30 @@ impl Planner {
         } else {
             memory::STREAMED_BYTES_PER_SAMPLE
         };
-        // Before the first plan the batch count is unknown: at most one batch per sample.
+        // Before the first plan the batch count is unknown: twice what one forming pass can close
+        // (the target adds a margin and splits; a mixture's epochs repeat rows: one a sample).
+        let first = if self.mix.is_some() {
+            samples
+        } else {
+            2 * self.batch_bound + u64::from(self.config.world_size)
+        };
         let batches = self
             .target
             .get()
-            .map_or(samples, |&t| 2 * t as u64)
+            .map_or(first, |&t| 2 * t as u64)
             .min(samples);
-        memory::PLAN_FIXED_BYTES + samples * per_sample + batches * memory::PLAN_BYTES_PER_BATCH
+        let per_batch = if self.mix.is_none() && !self.arranged() {
+            memory::UNARRANGED_BYTES_PER_BATCH
+        } else {
+            memory::PLAN_BYTES_PER_BATCH
+        };
+        memory::PLAN_FIXED_BYTES + samples * per_sample + batches * per_batch
+    }
+
+    /// The most batches one forming pass over these lengths can close (what the first plan reserves
+    /// working memory for, twice over, before an epoch has set the batch count): see `prepare.rs`.
+    pub fn batch_bound(&self) -> u64 {
+        self.batch_bound
     }
 
     /// [`Planner::plan`] for one storage width of the lengths.

@@ -59,6 +59,9 @@ pub struct Planner {
     pub(super) admitted_tokens: u64,
     /// The shortest admitted length.
     pub(super) shortest: u32,
+    /// The most batches one forming pass can close (see `prepare.rs`): what the first plan reserves
+    /// for, before the batch count is known.
+    pub(super) batch_bound: u64,
     pub(super) companion_min: usize,
     pub(super) general_only: bool,
     /// Admitted rows by bucket, for shuffled padded epochs up to `ARRANGE_MAX_SAMPLES`
@@ -125,6 +128,7 @@ impl Planner {
             admitted: prepared.admitted,
             admitted_tokens: prepared.admitted_tokens,
             shortest: prepared.shortest,
+            batch_bound: prepared.batch_bound,
             companion_min: COMPANION_MIN_SAMPLES,
             general_only: false,
             by_bucket,

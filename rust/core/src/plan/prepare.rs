@@ -17,6 +17,8 @@ pub(crate) struct Prepared {
     pub(crate) admitted: u64,
     pub(crate) admitted_tokens: u64,
     pub(crate) shortest: u32,
+    /// The most batches a forming pass over the admitted rows can close (see [`batch_bound`]).
+    pub(crate) batch_bound: u64,
 }
 
 pub(crate) fn prepare<L: Length>(lengths: &[L], config: &Config) -> Result<Prepared> {
@@ -50,15 +52,29 @@ pub(crate) fn prepare_with<L: Length>(
     let longest = lengths.iter().copied().max().map_or(0, Into::into);
     let rules = Rules::new(&buckets, config, admit_max, longest);
     let mut bucket_capacity = vec![0u32; buckets.count()];
-    let (mut admitted, mut admitted_tokens, mut shortest) = (0, 0, u32::MAX);
+    let mut bucket_least = vec![u32::MAX; buckets.count()];
+    let mut bucket_rows = vec![0u64; buckets.count()];
+    let quarter_row = match config.batching {
+        Batching::Tokens(t) => t / 4,
+        Batching::Rows(_) => u64::MAX,
+    };
+    let (mut admitted, mut admitted_tokens, mut shortest, mut long) = (0, 0, u32::MAX, 0);
     for &l in lengths {
         if let Some((b, capacity)) = rules.get(l.into()) {
             bucket_capacity[b] = bucket_capacity[b].max(capacity);
+            bucket_least[b] = bucket_least[b].min(capacity);
+            bucket_rows[b] += 1;
             admitted += 1;
             admitted_tokens += u64::from(l.into());
             shortest = shortest.min(l.into());
+            long += u64::from(u64::from(l.into()) > quarter_row);
         }
     }
+    let batch_bound = batch_bound(
+        config,
+        (&bucket_rows, &bucket_least),
+        (admitted, admitted_tokens, long),
+    );
     Ok(Prepared {
         buckets,
         predicted_efficiency,
@@ -67,7 +83,44 @@ pub(crate) fn prepare_with<L: Length>(
         admitted,
         admitted_tokens,
         shortest,
+        batch_bound,
     })
+}
+
+/// The most batches one forming pass can close over the admitted rows — what the first plan's
+/// working memory is reserved for, before any epoch has set the batch count (at 1B samples one
+/// batch a sample would reserve tens of gigabytes and refuse a plan that fits).
+///
+/// Padded: every batch the rule closes holds at least its bucket's least `fits` rows (it closes
+/// only when its rows reach the smaller of its members' and the next sample's `fits`), and each
+/// stream's end flushes at most one partial batch a bucket. Packed (best fit over a window): a row
+/// closed to make room had less room than the sample that found none (to within a room class, a
+/// few tokens), and a row closed full less than the shortest; so a row at most a quarter full was
+/// closed by, or holds, a sample longer than a quarter of a row: rows ≤ 4 · tokens / max_tokens +
+/// 2 · (samples over a quarter row) + what the ends flush. Rows composed by cost (`compose.rs`):
+/// one a sample. (A mixture's epochs repeat rows: its planner does not use this.)
+fn batch_bound(config: &Config, (rows, least): (&[u64], &[u32]), counts: (u64, u64, u64)) -> u64 {
+    let (admitted, tokens, long) = counts;
+    // Every stream's end: the groups' (`form/mod.rs`), the packed epoch's last, a bucket's own.
+    let streams = crate::plan::form::MAX_GROUPS as u64 + 2;
+    let buckets = rows.len() as u64;
+    let bound = match (config.mode, config.batching) {
+        (Mode::Packed { .. }, _) if config.composes_rows_by_cost() => admitted,
+        (Mode::Packed { bucketed }, Batching::Tokens(t)) => {
+            let window = crate::plan::form::WINDOW as u64;
+            let open = if bucketed { window * buckets } else { window };
+            4 * tokens / t.max(1) + 2 * long + streams * open
+        }
+        _ => {
+            let closed: u64 = rows
+                .iter()
+                .zip(least)
+                .map(|(&n, &fits)| n.div_ceil(u64::from(fits.max(1))))
+                .sum();
+            closed + streams * buckets
+        }
+    };
+    bound.min(admitted)
 }
 
 /// The longest admitted length, once the lengths and the cost model are checked (what a mixture needs

@@ -16,7 +16,7 @@
 //! a file that was cut short, written by another run or version, or changed since is refused.
 
 use std::fs::File;
-use std::io::{BufWriter, Read, Write};
+use std::io::{Read, Write};
 use std::path::Path;
 
 use crate::plan::output::{Plan, Stats};
@@ -27,7 +27,7 @@ const MAGIC: &[u8; 8] = b"DFLPLAN\0";
 /// Bumped when the layout changes.
 const FORMAT: u32 = 1;
 /// Bytes read or written at a time.
-const BLOCK: usize = 1 << 20;
+pub(crate) const BLOCK: usize = 1 << 20;
 
 /// What a plan file must be to stand for one epoch's plan of one planner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,23 +161,21 @@ fn header(key: &Key, layout: &Layout, data_sum: u64) -> [u8; HEADER] {
     h
 }
 
-/// Writes `plan` as a plan file of `key` to `path` (created; the caller renames it into place).
-pub(crate) fn write(path: &Path, key: &Key, plan: &Plan) -> std::io::Result<()> {
+/// Writes `plan` as a plan file of `key` to `path` (created; the caller renames it into place),
+/// through `block` ([`BLOCK`] bytes, allocated by the caller where running out is an error).
+pub(crate) fn write(path: &Path, key: &Key, plan: &Plan, block: &mut [u8]) -> std::io::Result<()> {
     let (offsets, indices) = (plan.offsets(), plan.indices());
     let layout = Layout::of_plan(plan, key);
     let mut sum = Checksum::new();
-    each_block(offsets, indices, |bytes, _| {
+    each_block(offsets, indices, block, |bytes, _| {
         sum.feed(bytes);
         Ok(())
     })?;
-    let mut out = BufWriter::with_capacity(BLOCK, File::create(path)?);
-    out.write_all(&header(key, &layout, sum.finish()))?;
-    each_block(offsets, indices, |bytes, real| {
-        out.write_all(&bytes[..real])
+    let mut file = File::create(path)?;
+    file.write_all(&header(key, &layout, sum.finish()))?;
+    each_block(offsets, indices, block, |bytes, real| {
+        file.write_all(&bytes[..real])
     })?;
-    let file = out
-        .into_inner()
-        .map_err(std::io::IntoInnerError::into_error)?;
     // A published file is whole on disk before any reader can find it (the rename follows).
     file.sync_all()
 }
@@ -188,9 +186,9 @@ pub(crate) fn write(path: &Path, key: &Key, plan: &Plan) -> std::io::Result<()> 
 fn each_block(
     offsets: &[u64],
     indices: &[u32],
+    block: &mut [u8],
     mut f: impl FnMut(&[u8], usize) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
-    let mut block = vec![0u8; BLOCK];
     for piece in offsets.chunks(BLOCK / 8) {
         let bytes = &mut block[..8 * piece.len()];
         for (out, o) in bytes.chunks_exact_mut(8).zip(piece) {
@@ -213,9 +211,14 @@ fn each_block(
 /// Why a file is not the plan asked for: a sentence for the error message.
 pub(crate) type Refusal = String;
 
-/// Reads and checks the plan file at `path` against `key`: `Ok(Ok(layout))` when it is that plan,
-/// `Ok(Err(why))` when it is not, `Err` when it cannot be read.
-pub(crate) fn check(path: &Path, key: &Key) -> std::io::Result<Result<Layout, Refusal>> {
+/// Reads and checks the plan file at `path` against `key` through `block` ([`BLOCK`] bytes):
+/// `Ok(Ok(layout))` when it is that plan, `Ok(Err(why))` when it is not, `Err` when it cannot be
+/// read.
+pub(crate) fn check(
+    path: &Path,
+    key: &Key,
+    block: &mut [u8],
+) -> std::io::Result<Result<Layout, Refusal>> {
     let mut file = File::open(path)?;
     let size = file.metadata()?.len();
     let mut h = [0u8; HEADER];
@@ -282,7 +285,7 @@ pub(crate) fn check(path: &Path, key: &Key) -> std::io::Result<Result<Layout, Re
             layout.file_bytes()
         )));
     }
-    Ok(check_data(&mut file, &layout, key.rows, word(168))?.map(|()| layout))
+    Ok(check_data(&mut file, &layout, (key.rows, word(168)), block)?.map(|()| layout))
 }
 
 /// Reads the arrays once: their checksum and structure (offsets from 0 up to the samples, never
@@ -290,11 +293,10 @@ pub(crate) fn check(path: &Path, key: &Key) -> std::io::Result<Result<Layout, Re
 fn check_data(
     file: &mut File,
     layout: &Layout,
-    rows: u64,
-    expected: u64,
+    (rows, expected): (u64, u64),
+    block: &mut [u8],
 ) -> std::io::Result<Result<(), Refusal>> {
     let mut sum = Checksum::new();
-    let mut block = vec![0u8; BLOCK];
     let mut previous = 0u64;
     let mut problem: Option<Refusal> = None;
     let offsets_bytes = 8 * (layout.batches + 1);

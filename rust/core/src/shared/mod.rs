@@ -28,6 +28,7 @@ use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
 use crate::error::{ErrorKind, Result, SharedProblem};
+use crate::memory;
 use crate::plan::planner::Planner;
 use crate::plan::revision::PLAN_REVISION;
 use file::Key;
@@ -68,12 +69,15 @@ impl Planner {
             .open(&lock_path)
             .map_err(io(&lock_path, "open the lock file"))?;
         let path = dir.join(format!("{stem}-r{PLAN_REVISION}-e{epoch}.plan"));
+        // Allocated where running out is an error, not an abort (`memory.rs`).
+        let mut block = memory::vec_with_capacity("reading or writing a shared plan", file::BLOCK)?;
+        block.resize(file::BLOCK, 0);
         // Finders share the lock, so they check a published file side by side; a planner holds it
         // alone. Whoever finds no file under the shared lock asks for it alone, and if the file
         // appeared meanwhile (another planner's), goes back to finding it side by side.
         loop {
             lock.lock_shared().map_err(io(&lock_path, "lock"))?;
-            match file::check(&path, &key) {
+            match file::check(&path, &key, &mut block) {
                 Ok(Ok(layout)) => {
                     return Ok(SharedPlan {
                         path,
@@ -95,7 +99,7 @@ impl Planner {
         }
         let plan = self.plan(epoch)?;
         let temporary = dir.join(format!("{stem}-e{epoch}.tmp-{}", std::process::id()));
-        file::write(&temporary, &key, &plan)
+        file::write(&temporary, &key, &plan, &mut block)
             .and_then(|()| std::fs::rename(&temporary, &path))
             .map_err(|e| {
                 // Best effort: a temporary is never read, and the next planner removes it too.

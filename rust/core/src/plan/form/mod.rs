@@ -34,6 +34,7 @@ pub(crate) use batches::Epoch;
 pub(crate) use by_bucket::ByBucket;
 pub(crate) use cut::{length_of, row_of};
 pub(crate) use stream::Former;
+pub(crate) use window::WINDOW;
 
 /// Samples from which the scatter carries lengths along for the stream: below, the lengths array
 /// (2 or 4 bytes a sample) stays in cache and random lookups are cheaper than a second buffer.
