@@ -2,6 +2,7 @@
 
     python benchmarks/plan.py            # 902,087 lengths, max_tokens=16384, plus the 100M check
     python benchmarks/plan.py --no-big   # skip the 100M-lengths run
+    python benchmarks/plan.py --curve    # only the growth curve, 1M to 1B seed lengths (--curve-max)
 
 Correctness is asserted first (every sample exactly once, every batch within budget); then medians are
 printed side by side with ratios. Targets: ≤ 10 ms per epoch, ≥ 50× HF transformers'
@@ -133,6 +134,91 @@ print(json.dumps({{"seconds": statistics.median(times), "samples": samples,
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+CURVE_POINT = """
+import json, statistics, sys, time
+import numpy as np
+import dflash_batch as db
+
+def status():
+    out = {}
+    for line in open("/proc/self/status"):
+        key, value = line.split(":", 1)
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0]) * 1024
+    return out
+
+n = int(sys.argv[1])
+lengths = db.seed_workload(n, seed=0).astype(np.uint16)
+before_build = status()["VmRSS"]
+start = time.perf_counter()
+sampler = db.BucketSampler(lengths, max_tokens=16384, world_size=8)
+build = time.perf_counter() - start
+del lengths
+kept = status()["VmRSS"]
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # the peak from here on
+base = status()["VmRSS"]
+start = time.perf_counter()
+plan = sampler.plan(0)
+first = time.perf_counter() - start
+after = status()
+plan_bytes = plan.indices.nbytes + plan.offsets.nbytes
+del plan
+times, peaks = [], []
+for epoch in (1, 2, 3):
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    base_epoch = status()["VmRSS"]
+    start = time.perf_counter()
+    plan = sampler.plan(epoch)
+    times.append(time.perf_counter() - start)
+    peaks.append((status()["VmHWM"] - base_epoch) / n)
+    del plan
+print(json.dumps({
+    "samples": n, "seconds": statistics.median(times), "first_seconds": first, "build_seconds": build,
+    "ns_per_sample": statistics.median(times) / n * 1e9,
+    "first_peak_bytes_per_sample": (after["VmHWM"] - base) / n,
+    "peak_bytes_per_sample": statistics.median(peaks),
+    "plan_bytes_per_sample": plan_bytes / n,
+    "planner_bytes_per_sample": (kept - before_build + n * 2) / n,
+}))
+"""
+
+
+def curve(largest: int) -> dict:
+    """Seconds and bytes a sample of planning from 1M seed lengths up to ``largest``, each size in a fresh
+    process: the median of epochs 1-3 and of their peak memory above the built sampler (the plan and its
+    working memory; the first plan, which also sets the step count, separately), and what the plan
+    itself holds."""
+    sizes = [n for n in (1_000_000, 10_000_000, 100_000_000, 300_000_000, 1_000_000_000) if n <= largest]
+    print(f"\ngrowth: seed lengths (uint16), max_tokens={MAX_TOKENS}, world_size={WORLD}, a fresh process each")
+    print(
+        f"{'samples':>14} {'s an epoch':>11} {'ns a sample':>12} {'peak B/sample':>14} {'first plan':>11} "
+        f"{'plan B/sample':>14}"
+    )
+    points = {}
+    for n in sizes:
+        # Timed as usual; measured again with a fixed mmap threshold, so that every large buffer is
+        # mapped and unmapped whole and each epoch's peak RSS is its own (glibc would otherwise keep
+        # freed buffers for reuse and hide it; the threshold slows planning, hence two runs).
+        def child(env: dict, n: int = n) -> dict:
+            command = [sys.executable, "-c", CURVE_POINT, str(n)]
+            done = subprocess.run(command, capture_output=True, text=True, check=True, env={**os.environ, **env})
+            return json.loads(done.stdout.strip().splitlines()[-1])
+
+        point = child({})
+        memory = child({"MALLOC_MMAP_THRESHOLD_": "131072"})
+        for key in ("peak_bytes_per_sample", "first_peak_bytes_per_sample"):
+            point[key] = memory[key]
+        points[str(n)] = point
+        print(
+            f"{n:>14,} {point['seconds']:>11.3f} {point['ns_per_sample']:>12.2f} "
+            f"{point['peak_bytes_per_sample']:>14.2f} {point['first_peak_bytes_per_sample']:>11.2f} "
+            f"{point['plan_bytes_per_sample']:>14.2f}"
+        )
+    return points
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=db.SEED_SAMPLES)
@@ -141,7 +227,13 @@ def main() -> None:
     parser.add_argument("--no-big", action="store_true")
     parser.add_argument("--lhotse-samples", type=int, default=50_000, help="0 skips lhotse")
     parser.add_argument("--json", metavar="FILE", help="record the figures under 'plan' of FILE")
+    parser.add_argument("--curve", action="store_true", help="only the growth curve (recorded under 'curve')")
+    parser.add_argument("--curve-max", type=int, default=1_000_000_000, help="the curve's largest size")
     args = parser.parse_args()
+    if args.curve:
+        points = curve(args.curve_max)
+        write(args.json, "curve", {"points": points}, f"python benchmarks/plan.py --curve --curve-max {args.curve_max}")
+        return
     figures: dict = {"samples": args.samples}
 
     lengths = db.seed_workload(args.samples, seed=0)
