@@ -16,7 +16,7 @@
 //! a file that was cut short, written by another run or version, or changed since is refused.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::{Read, Seek, Write};
 use std::path::Path;
 
 use crate::plan::output::{Plan, Stats};
@@ -166,16 +166,16 @@ fn header(key: &Key, layout: &Layout, data_sum: u64) -> [u8; HEADER] {
 pub(crate) fn write(path: &Path, key: &Key, plan: &Plan, block: &mut [u8]) -> std::io::Result<()> {
     let (offsets, indices) = (plan.offsets(), plan.indices());
     let layout = Layout::of_plan(plan, key);
-    let mut sum = Checksum::new();
-    each_block(offsets, indices, block, |bytes, _| {
-        sum.feed(bytes);
-        Ok(())
-    })?;
+    // One pass: the data written and summed after a blank header, the header written last.
     let mut file = File::create(path)?;
-    file.write_all(&header(key, &layout, sum.finish()))?;
+    file.write_all(&[0u8; HEADER])?;
+    let mut sum = Checksum::new();
     each_block(offsets, indices, block, |bytes, real| {
+        sum.feed(bytes);
         file.write_all(&bytes[..real])
     })?;
+    file.seek(std::io::SeekFrom::Start(0))?;
+    file.write_all(&header(key, &layout, sum.finish()))?;
     // A published file is whole on disk before any reader can find it (the rename follows).
     file.sync_all()
 }
