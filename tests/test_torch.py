@@ -51,3 +51,18 @@ def test_numpy_index_batches_work_with_tensor_indexing():
     plan = db.BucketSampler(np.full(100, 7), batch_size=16, seed=0).plan(0)
     batch = plan[0]
     assert torch.equal(data[torch.from_numpy(batch.astype(np.int64))], data[batch.tolist()])
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_dataloader_with_workers_over_a_shared_plan_yields_each_epochs_plan(tmp_path, context):
+    """plan_dir= with DataLoader workers over 3 epochs: each epoch's iteration starts the next epoch's plan
+    in the background, and the next epoch's workers are forked (or spawned, pickling the sampler) while it
+    may run; every epoch yields exactly the plan of a sampler without plan_dir."""
+    n = len(lengths())
+    sampler = db.BucketSampler(lengths(), max_tokens=16384, seed=3, plan_dir=tmp_path)
+    own = db.BucketSampler(lengths(), max_tokens=16384, seed=3)
+    dataset = IndexDataset(n, sampler=sampler if context == "spawn" else None)
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=2, multiprocessing_context=context)
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        assert [batch.tolist() for batch in loader] == [b.tolist() for b in own.plan(epoch)]
