@@ -298,3 +298,25 @@ def test_a_next_epoch_that_ran_out_of_memory_ahead_is_made_again_when_asked(tmp_
         else:
             with pytest.raises(db.PlanError, match="as made"):
                 schedule.plan(epoch)
+
+
+def test_the_next_epoch_is_not_made_ahead_under_another_price(tmp_path):
+    """A rank price set for the next epoch plans it by another schedule (another planner): making it ahead
+    would build that planner and evict the current one's from the position's cache, so it is made when
+    asked instead — and is still the plan a sampler without plan_dir makes at that price."""
+    lengths = db.seed_workload(4000, seed=13)
+    kwargs = dict(max_tokens=16384, world_size=2, rank=0)
+    sampler = db.BucketSampler(lengths, plan_dir=tmp_path, **kwargs)
+    own = db.BucketSampler(lengths, **kwargs)
+    for s in (sampler, own):
+        s.position.price_from(1, (1.0, 1 / 4096))  # builds the priced schedule, checked
+    priced = sampler.position.schedule_at(1)
+    next(iter(sampler))
+    assert sampler.schedule._ahead == {} and priced._ahead == {}, "nothing made ahead across a price change"
+    assert sampler.position.schedule_at(1) is priced
+    assert _same(sampler.plan(1), own.plan(1))
+    sampler.set_epoch(1)
+    next(iter(sampler))  # epoch 2 has epoch 1's price: made ahead by the priced schedule
+    assert sampler.position.schedule_at(2) is priced and 2 in priced._ahead
+    own.set_epoch(2)
+    assert _same(priced._ahead[2].result(timeout=120), own.plan(2))

@@ -176,8 +176,11 @@ class Cursor:
                 plan = schedule.plan(epoch)
             if current:
                 self._cached = (epoch, origin, plan)
-                # With a plan_dir, the next epoch is made while this one trains (a no-op without).
-                self.schedule_at(epoch + 1).plan_ahead(epoch + 1)
+                # With a plan_dir, the next epoch is made while this one trains — when it is planned by
+                # the same schedule: another price would build (and cache, evicting this one's) a planner.
+                same = checkpoint.price_at(self._prices, epoch + 1) == checkpoint.price_at(self._prices, epoch)
+                if schedule.plan_dir is not None and same:
+                    schedule.plan_ahead(epoch + 1)
             return plan
 
     def state_dict(self, step: int | None = None) -> dict[str, Any]:

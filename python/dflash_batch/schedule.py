@@ -283,7 +283,8 @@ def _finish_ahead() -> None:
         future.exception()  # waits; the error, if any, is for whoever asks for the plan
 
 
-os.register_at_fork(before=_finish_ahead)
+if hasattr(os, "register_at_fork"):  # POSIX only; elsewhere there is no fork to inherit a lock through
+    os.register_at_fork(before=_finish_ahead)
 
 
 def _plan_dir(plan_dir: Any) -> str | None:
