@@ -290,11 +290,8 @@ fn mapped<T: numpy::Element>(
                 return err;
             }
             let bytes = count.saturating_mul(std::mem::size_of::<T>() as u64);
-            pyo3::exceptions::PyMemoryError::new_err(format!(
-                "mapping the shared plan {} needs {bytes} bytes of address space, which cannot \
-                 be reserved (this process's address space limit, `ulimit -v`); raise the limit",
-                path.display()
-            ))
+            let what = "mapping the shared plan";
+            to_py(dflash_batch_core::ErrorKind::OutOfMemory { what, bytes }.into())
         })?;
     Ok(array.cast_into::<PyArray1<T>>()?.unbind())
 }
