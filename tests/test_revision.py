@@ -1,6 +1,6 @@
 """Checkpoints planned under other planning rules (issue 31 changed how a window's ranks are evened out on
 several ranks with accumulation — rules 1 — and how packed rows under an attention price are composed —
-rules 2): a state names the rules it was planned under, and a configuration whose
+rules 2, and their closing fits, rules 3): a state names the rules it was planned under, and a configuration whose
 plans changed since refuses to resume it mid-epoch — replaying a different plan would train some samples
 twice and skip others without a word — while the next epoch, and configurations whose plans did not change,
 resume as before."""
@@ -27,7 +27,7 @@ def trained(s: db.BucketSampler, steps: int) -> dict:
 
 def test_a_state_records_the_rules_and_resumes_under_them():
     state = trained(sampler(accumulation=4), 5)
-    assert state["revision"] == _core.PLAN_REVISION == 2
+    assert state["revision"] == _core.PLAN_REVISION == 3
     s = sampler(accumulation=4)
     s.load_state_dict(state)
     assert [b.tolist() for b in s] == [s.plan(0)[i * 8].tolist() for i in range(5, s.plan(0).steps)]
@@ -75,14 +75,15 @@ def test_a_bad_revision_is_refused(value, error):
 PACKED_COST = {"mode": "packed", "cost": (1.0, 1 / 30720)}
 
 
+@pytest.mark.parametrize("revision", [1, 2])
 @pytest.mark.parametrize("world", [1, 8])
-def test_a_rules_1_state_of_packed_rows_under_attention_is_refused_mid_epoch(world):
+def test_an_older_state_of_packed_rows_under_attention_is_refused_mid_epoch(world, revision):
     make = lambda: db.BucketSampler(LENGTHS, max_tokens=16384, world_size=world, rank=0, seed=1, **PACKED_COST)  # noqa: E731
     state = trained(make(), 3)
     s = make()
-    with pytest.raises(db.PlanError, match=r"planning rules 1.*mode 'packed'"):
-        s.load_state_dict({**state, "revision": 1})
-    s.load_state_dict({**state, "revision": 1, "epoch": 1, "step": 0})
+    with pytest.raises(db.PlanError, match=rf"planning rules {revision}.*mode 'packed'"):
+        s.load_state_dict({**state, "revision": revision})
+    s.load_state_dict({**state, "revision": revision, "epoch": 1, "step": 0})
     assert s.epoch == 1 and len(list(s)) == s.plan(1).steps
 
 
@@ -90,18 +91,19 @@ def test_a_rules_1_state_of_packed_rows_under_attention_is_refused_mid_epoch(wor
     "settings",
     [{"mode": "packed"}, {"mode": "packed", "bucketed": True, "cost": (1.0, 1 / 30720)}, {"cost": (1.0, 1 / 30720)}],
 )
-def test_a_rules_1_state_resumes_where_rules_2_changed_nothing(settings):
+@pytest.mark.parametrize("revision", [1, 2])
+def test_an_older_state_resumes_where_rules_2_and_3_changed_nothing(settings, revision):
     make = lambda: db.BucketSampler(LENGTHS, max_tokens=16384, world_size=8, rank=0, seed=1, **settings)  # noqa: E731
     state = trained(make(), 3)
     s = make()
-    s.load_state_dict({**state, "revision": 1})
+    s.load_state_dict({**state, "revision": revision})
     assert s.position.step == 3
 
 
 def test_a_state_from_newer_rules_is_refused_mid_epoch_and_accepted_at_an_epoch_start():
     state = trained(sampler(), 3)
     newer = {**state, "revision": _core.PLAN_REVISION + 1}
-    with pytest.raises(db.PlanError, match=r"newer than this dflash_batch's \(2\).*Upgrade"):
+    with pytest.raises(db.PlanError, match=r"newer than this dflash_batch's \(3\).*Upgrade"):
         sampler().load_state_dict(newer)
     s = sampler()
     s.load_state_dict({**newer, "epoch": 1, "step": 0})

@@ -10,18 +10,20 @@
 //!   evened out by pairwise swaps after the longest-first assignment (`balance.rs`).
 //! * Revision 2: shuffled unbucketed packed rows under a cost model with an attention term are
 //!   composed by cost, and windows drawn from strata (`form/compose.rs`).
+//! * Revision 3: those composed rows take a sample that fills one to within a few tokens before the
+//!   least attention (`form/compose.rs`, closing fits).
 
 use crate::plan::config::Config;
 
 /// The revision of the planning rules this crate implements.
-pub const PLAN_REVISION: u32 = 2;
+pub const PLAN_REVISION: u32 = 3;
 
 impl Config {
     /// Whether this configuration's plans on `world_size` ranks differ between rules `revision` and
     /// [`PLAN_REVISION`] (a checkpoint written under `revision` cannot resume here).
     pub fn plans_changed_since(&self, revision: u32, world_size: u32) -> bool {
         let swaps = revision < 1 && world_size >= 2 && self.accumulation >= 2;
-        let composed = revision < 2 && self.shuffle && self.composes_rows_by_cost();
+        let composed = revision < 3 && self.shuffle && self.composes_rows_by_cost();
         swaps || composed
     }
 }
@@ -43,7 +45,7 @@ mod tests {
     }
 
     #[test]
-    fn only_shuffled_unbucketed_packed_rows_under_attention_changed_in_revision_2() {
+    fn only_shuffled_unbucketed_packed_rows_under_attention_changed_in_revisions_2_and_3() {
         let attention = CostModel {
             linear: 1.0,
             quadratic: 1e-4,
@@ -56,7 +58,8 @@ mod tests {
         };
         assert!(packed(false, attention, true).plans_changed_since(1, 1));
         assert!(packed(false, attention, true).plans_changed_since(0, 1));
-        assert!(!packed(false, attention, true).plans_changed_since(2, 8));
+        assert!(packed(false, attention, true).plans_changed_since(2, 8));
+        assert!(!packed(false, attention, true).plans_changed_since(3, 8));
         assert!(!packed(true, attention, true).plans_changed_since(1, 8));
         assert!(!packed(false, CostModel::TOKENS, true).plans_changed_since(1, 8));
         assert!(!packed(false, attention, false).plans_changed_since(1, 8));

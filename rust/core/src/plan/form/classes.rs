@@ -1,8 +1,8 @@
-//! Classes of open rows: a two-level bitmap of the nonempty classes ([`Bitmap`]), and stacks of row
-//! numbers per class ([`Stacks`]). Finding the lowest nonempty class at or above any class takes two
-//! bit scans, so a placement costs the same however many rows are open. `window.rs` indexes a packing
-//! window's 255 rows by free room with the bitmap; `compose.rs` keeps a group's rows in stacks by
-//! attention and by room.
+//! Classes of open rows: a two-level bitmap of the nonempty classes ([`Bitmap`]), and doubly linked
+//! lists of row numbers per class ([`Lists`]). Finding the lowest nonempty class at or above any class
+//! takes two bit scans, so a placement costs the same however many rows are open. `window.rs` indexes
+//! a packing window's 255 rows by free room with the bitmap; `compose.rs` keeps a group's rows in
+//! lists by attention and by room.
 
 /// Classes a bitmap covers (two levels of 64-bit words).
 pub(crate) const CLASSES: usize = 4096;
@@ -64,54 +64,99 @@ impl Bitmap {
     }
 }
 
-/// No row (end of a stack, or an empty class).
+/// No row (end of a list, or an empty class).
 const NONE: u32 = u32::MAX;
 
-/// Row numbers in a stack per class (singly linked through `next`, no allocation per push), with
-/// the bitmap of the nonempty classes. A row leaves a class only from the top, so no list is ever
-/// unlinked from the middle.
-pub(crate) struct Stacks {
+/// Row numbers in a doubly linked list per class, with the bitmap of the nonempty classes: a row
+/// joins a class first and can leave it from anywhere ([`Lists::remove`]), at 10 bytes a row. `compose.rs` indexes a group's rows by free room with it, and takes a row it
+/// closes out of the attention index wherever the row stands there.
+pub(crate) struct Lists {
     head: Vec<u32>,
     next: Vec<u32>,
+    prev: Vec<u32>,
+    /// Each row's class, [`OUT`] when it is in none.
+    class: Vec<u16>,
     bits: Bitmap,
 }
 
-impl Stacks {
-    /// Empty stacks for rows numbered below `rows` (more are made room for as they come).
+/// The class of a row in no list.
+const OUT: u16 = u16::MAX;
+
+// Classes fit in u16 below OUT.
+const _: () = assert!(CLASSES < OUT as usize);
+
+impl Lists {
+    /// Empty lists for rows numbered below `rows` (more are made room for as they come).
     pub(crate) fn new(rows: usize) -> Self {
         Self {
             head: vec![NONE; CLASSES],
             next: vec![NONE; rows],
+            prev: vec![NONE; rows],
+            class: vec![OUT; rows],
             bits: Bitmap::EMPTY,
         }
     }
 
-    /// Puts `row` on top of `class` (below [`CLASSES`]).
+    /// Puts `row` (in no list) first in `class` (below [`CLASSES`]).
     #[inline]
     pub(crate) fn push(&mut self, row: u32, class: usize) {
         let class = class & (CLASSES - 1);
         let at = row as usize;
         if at >= self.next.len() {
             self.next.resize(at + 1, NONE);
+            self.prev.resize(at + 1, NONE);
+            self.class.resize(at + 1, OUT);
         }
-        self.next[at] = self.head[class];
+        debug_assert_eq!(self.class[at], OUT, "row {row} is in a list already");
+        let first = self.head[class];
+        self.next[at] = first;
+        self.prev[at] = NONE;
+        if first != NONE {
+            self.prev[first as usize] = row;
+        }
         self.head[class] = row;
+        // Below CLASSES < OUT (asserted above).
+        #[allow(clippy::cast_possible_truncation)]
+        let short = class as u16;
+        self.class[at] = short;
         self.bits.set(class);
     }
 
-    /// Takes the top row of `class`, `None` if it is empty.
+    /// Takes `row` out of its class; `false` when it is in none.
+    #[inline]
+    pub(crate) fn remove(&mut self, row: u32) -> bool {
+        let at = row as usize;
+        let Some(&class) = self.class.get(at).filter(|&&c| c != OUT) else {
+            return false;
+        };
+        let (before, after) = (self.prev[at], self.next[at]);
+        if before == NONE {
+            self.head[usize::from(class)] = after;
+            if after == NONE {
+                self.bits.clear(usize::from(class));
+            }
+        } else {
+            self.next[before as usize] = after;
+        }
+        if after != NONE {
+            self.prev[after as usize] = before;
+        }
+        self.class[at] = OUT;
+        true
+    }
+
+    /// The first row of `class`, left in place; `None` if it is empty.
+    #[inline]
+    pub(crate) fn first(&self, class: usize) -> Option<u32> {
+        let row = self.head[class & (CLASSES - 1)];
+        (row != NONE).then_some(row)
+    }
+
+    /// Takes the first row of `class`, `None` if it is empty.
     #[inline]
     pub(crate) fn pop(&mut self, class: usize) -> Option<u32> {
-        let class = class & (CLASSES - 1);
-        let row = self.head[class];
-        if row == NONE {
-            return None;
-        }
-        let rest = self.next[row as usize];
-        self.head[class] = rest;
-        if rest == NONE {
-            self.bits.clear(class);
-        }
+        let row = self.first(class)?;
+        self.remove(row);
         Some(row)
     }
 
@@ -127,32 +172,45 @@ mod tests {
     use super::*;
     use crate::rng::{Pcg64, Stream};
 
-    /// Random pushes and pops against a plain model: every pop returns the class's last push, and
-    /// the lowest nonempty class at or above any class is the model's.
+    /// Random pushes, pops and removals anywhere against a plain model: a pop returns the class's
+    /// last push still in it, a removal says whether the row was in a list, and the lowest nonempty
+    /// class at or above any class is the model's.
     #[test]
-    fn stacks_match_a_model() {
-        let mut stacks = Stacks::new(4);
+    fn lists_match_a_model() {
+        let mut lists = Lists::new(2);
         let mut model: Vec<Vec<u32>> = vec![Vec::new(); CLASSES];
-        let mut rng = Pcg64::new(5, 0, Stream::Workload);
-        let mut next_row = 0u32;
-        for _ in 0..20_000 {
-            // Crowd a few words, and sometimes anywhere.
+        let mut rng = Pcg64::new(6, 0, Stream::Workload);
+        let rows = 300u32;
+        for _ in 0..30_000 {
+            // Sized by the model's classes: a small modulus, far below 2^32.
             #[allow(clippy::cast_possible_truncation)]
-            let class = if rng.below(4) == 0 {
+            let row = rng.below(u64::from(rows)) as u32;
+            #[allow(clippy::cast_possible_truncation)]
+            let class = if rng.below(3) == 0 {
                 rng.below(CLASSES as u64) as usize
             } else {
-                1_000 + rng.below(150) as usize
+                2_000 + rng.below(100) as usize
             };
-            if rng.below(2) == 0 {
-                stacks.push(next_row, class);
-                model[class].push(next_row);
-                next_row += 1;
-            } else {
-                assert_eq!(stacks.pop(class), model[class].pop());
+            let inside = model.iter().position(|c| c.contains(&row));
+            match rng.below(3) {
+                0 if inside.is_none() => {
+                    lists.push(row, class);
+                    model[class].push(row);
+                }
+                1 => {
+                    assert_eq!(lists.pop(class), model[class].pop());
+                }
+                _ => {
+                    assert_eq!(lists.remove(row), inside.is_some());
+                    if let Some(c) = inside {
+                        model[c].retain(|&r| r != row);
+                    }
+                }
             }
-            for from in [0, 63, 64, 999, 1_000, 1_100, 4_095, 4_096] {
+            assert_eq!(lists.first(class), model[class].last().copied());
+            for from in [0, 63, 64, 1_999, 2_000, 2_050, 4_095, 4_096] {
                 let naive = (from..CLASSES).find(|&c| !model[c].is_empty());
-                assert_eq!(stacks.lowest_from(from), naive, "from {from}");
+                assert_eq!(lists.lowest_from(from), naive, "from {from}");
             }
         }
     }

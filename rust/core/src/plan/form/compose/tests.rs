@@ -24,6 +24,32 @@ fn each_length_goes_to_the_least_attention_with_room() {
     assert_eq!(built.longest, [4, 8, 8]);
 }
 
+/// A length that fills the tightest room it fits to within the slack (4 tokens in rows of 1,024)
+/// goes there before the least attention: the 502 closes row 1 (room 504) although row 0 is empty;
+/// the 420 would leave row 2 exactly 4 (not below the slack) and goes to the least attention.
+#[test]
+fn a_closing_fit_comes_before_the_least_attention() {
+    assert_eq!(close_slack(0, 1024), 4);
+    let sorted = [600, 520, 502, 420, 98];
+    let mut built = rows(1024);
+    let row_of = place_all(&sorted, &mut built, (2140, 98));
+    assert_eq!(row_of, [2, 1, 1, 0, 0]);
+    assert_eq!(built.room, [506, 2, 424]);
+    assert_eq!(built.attention, [186_004, 522_404, 360_000]);
+}
+
+/// The slack: four room classes, at least 16 tokens, at most 1/256 of a row, so rows under 256
+/// tokens have none (and are composed by attention alone).
+#[test]
+fn the_slack_scales_with_the_room_classes_and_the_row() {
+    assert_eq!(close_slack(2, 16_384), 16);
+    assert_eq!(close_slack(3, 32_768), 32);
+    assert_eq!(close_slack(1, 8_192), 16);
+    assert_eq!(close_slack(0, 2_048), 8);
+    assert_eq!(close_slack(0, 255), 0);
+    assert_eq!(close_slack(8, 1 << 20), 1024);
+}
+
 /// When no row has room a new one opens; a row too full for one length takes a shorter one later.
 #[test]
 fn rows_open_when_none_has_room_and_wait_until_lengths_fit() {
