@@ -34,12 +34,15 @@ def test_mixing_benchmark():
     assert "window_tv ≤ 0.075" in out and "frontier: balance_tolerance" in out and "0.05" in out
     assert "per optimizer step ≥ 0.970" in out and "sorted static batches (the reference)" in out
     assert "  + trim_steps=True" in out and "; trimmed " in out
+    assert "packed rows, fill ≥ 0.999" in out and "the same with target_efficiency=0.982" in out
 
 
 def test_packing_benchmark():
     out = run("packing.py", "--samples", "5000", "--repeats", "2", "--grain-samples", "400")
     assert "Python first-fit (random order)" in out and "utilization ≥ 0.99" in out
     assert "grain BestFitPackIterDataset, 512 bins" in out and "plan + collate every row" in out
+    assert "lower bound: ⌈Σ L / 16384⌉" in out and "dflash_batch packed, cost=(a, b)" in out
+    assert "fill ≥ 0.999:" in out and "end to end ≥ 0.99:" in out
 
 
 def test_mask_benchmark():
