@@ -41,6 +41,7 @@ EXPECTED = {
     "mixture TRL": lambda out: out == "completion_mask True",
     "StepTimer": lambda out: out == "True 2",
     "plan_dir": lambda out: out == "True",
+    "lengths mapped": lambda out: out == "True",
 }
 
 

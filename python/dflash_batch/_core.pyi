@@ -294,6 +294,9 @@ class Planner:
     def fingerprint_any_ranks(self) -> str:
         """As ``fingerprint``, but equal for any ``world_size`` (for resuming on another number of
         ranks)."""
+    @property
+    def lengths_borrowed(self) -> bool:
+        """Whether the lengths are the caller's read-only ``numpy.memmap``, borrowed, not a copy."""
     def lengths(self) -> npt.NDArray[np.uint32]:
         """The planned entries' lengths, as a new array (with pieces: every row's first, then the later)."""
     def dataset_lengths(self) -> npt.NDArray[np.uint32]:

@@ -139,6 +139,12 @@ class Schedule:
         return int(self._planner.truncated)
 
     @property
+    def lengths_borrowed(self) -> bool:
+        """Whether the planner borrows the caller's read-only ``numpy.memmap`` of the lengths instead of
+        copying them (``docs/billion.md``: the ranks of a machine then share one copy)."""
+        return bool(self._planner.lengths_borrowed)
+
+    @property
     def edges(self) -> list[int]:
         return list(self._planner.edges)
 

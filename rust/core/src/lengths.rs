@@ -34,9 +34,57 @@ impl Length for u32 {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lengths {
     /// Every length is below 65,536.
-    U16(Vec<u16>),
+    U16(Values<u16>),
     /// Some length needs 32 bits.
-    U32(Vec<u32>),
+    U32(Values<u32>),
+}
+
+/// Lengths a caller keeps in a read-only mapping the planner may borrow instead of copying: on a
+/// machine whose ranks each plan from the same file, the page cache holds them once (2 bytes a
+/// sample at `u16`: 2 GB at a billion samples, which eight private copies would make 16).
+pub trait Borrowed<T>: Send + Sync + std::fmt::Debug {
+    /// The lengths, valid as long as `self` lives.
+    fn values(&self) -> &[T];
+    /// Whether the lengths are still the ones borrowed (a mapped file not truncated or rewritten):
+    /// called before every read of a planning call, and an error names what changed.
+    ///
+    /// # Errors
+    /// Whatever the owner reports, typically [`ErrorKind::Read`] with a changed-file problem.
+    fn check(&self) -> Result<()>;
+}
+
+/// One width of lengths: a vector the planner owns, or a caller's read-only mapping it borrows.
+#[derive(Debug, Clone)]
+pub enum Values<T: 'static> {
+    /// Copied in (and checked) when the planner was made.
+    Owned(Vec<T>),
+    /// Borrowed from the caller (checked when borrowed, and for changes before each use).
+    Borrowed(std::sync::Arc<dyn Borrowed<T>>),
+}
+
+impl<T: 'static> std::ops::Deref for Values<T> {
+    type Target = [T];
+    #[inline]
+    fn deref(&self) -> &[T] {
+        match self {
+            Values::Owned(values) => values,
+            Values::Borrowed(source) => source.values(),
+        }
+    }
+}
+
+impl<T: PartialEq + 'static> PartialEq for Values<T> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl<T: Eq + 'static> Eq for Values<T> {}
+
+impl<T: 'static> From<Vec<T>> for Values<T> {
+    fn from(values: Vec<T>) -> Self {
+        Values::Owned(values)
+    }
 }
 
 /// Runs `$body` with `$v` bound to the lengths as a typed slice (`&[u16]` or `&[u32]`), so generic
@@ -68,8 +116,47 @@ impl Lengths {
         self.len() == 0
     }
 
+    /// Lengths borrowed from `source` (checked here: positive, as [`scan`] checks a copy).
+    ///
+    /// # Errors
+    /// [`ErrorKind::NonPositiveLength`] naming the first bad row.
+    pub fn borrow_u16(source: std::sync::Arc<dyn Borrowed<u16>>) -> Result<Self> {
+        scan(source.values(), 0)?;
+        Ok(Lengths::U16(Values::Borrowed(source)))
+    }
+
+    /// [`Lengths::borrow_u16`] for 32-bit lengths (kept at that width: narrowing would copy them).
+    ///
+    /// # Errors
+    /// [`ErrorKind::NonPositiveLength`] or [`ErrorKind::LengthTooLarge`] naming the first bad row.
+    pub fn borrow_u32(source: std::sync::Arc<dyn Borrowed<u32>>) -> Result<Self> {
+        scan(source.values(), 0)?;
+        Ok(Lengths::U32(Values::Borrowed(source)))
+    }
+
+    /// Whether the lengths are borrowed (not copied).
+    pub fn is_borrowed(&self) -> bool {
+        matches!(
+            self,
+            Lengths::U16(Values::Borrowed(_)) | Lengths::U32(Values::Borrowed(_))
+        )
+    }
+
+    /// Borrowed lengths still the ones borrowed (see [`Borrowed::check`]); owned ones always are.
+    ///
+    /// # Errors
+    /// What the owner reports: the mapped file changed.
+    pub fn check(&self) -> Result<()> {
+        match self {
+            Lengths::U16(Values::Borrowed(source)) => source.check(),
+            Lengths::U32(Values::Borrowed(source)) => source.check(),
+            _ => Ok(()),
+        }
+    }
+
     /// The lengths widened to `u32` (a copy).
     pub fn to_u32_vec(&self) -> crate::error::Result<Vec<u32>> {
+        self.check()?;
         fn widen<L: Length>(values: &[L]) -> crate::error::Result<Vec<u32>> {
             let mut out = crate::memory::vec_with_capacity("copying the lengths", values.len())?;
             out.extend(values.iter().map(|&l| Into::<u32>::into(l)));
@@ -97,16 +184,16 @@ impl Lengths {
 impl From<Vec<u32>> for Lengths {
     fn from(values: Vec<u32>) -> Self {
         if values.iter().all(|&l| l <= u32::from(u16::MAX)) {
-            Lengths::U16(values.into_iter().map(u16::narrow).collect())
+            Lengths::U16(Values::Owned(values.into_iter().map(u16::narrow).collect()))
         } else {
-            Lengths::U32(values)
+            Lengths::U32(Values::Owned(values))
         }
     }
 }
 
 impl From<Vec<u16>> for Lengths {
     fn from(values: Vec<u16>) -> Self {
-        Lengths::U16(values)
+        Lengths::U16(Values::Owned(values))
     }
 }
 
@@ -139,43 +226,53 @@ pub fn scan<T: Copy + Into<i128>>(values: &[T], first_row: usize) -> Result<u32>
 /// Fills the narrowest storage for lengths already checked by [`scan`].
 #[derive(Debug)]
 pub struct Builder {
-    lengths: Lengths,
+    storage: Storage,
+}
+
+/// The vector a [`Builder`] fills.
+#[derive(Debug)]
+enum Storage {
+    U16(Vec<u16>),
+    U32(Vec<u32>),
 }
 
 impl Builder {
     /// Storage for `count` lengths, none longer than `longest`.
     pub fn new(longest: u32, count: usize) -> Self {
-        let lengths = if longest <= u32::from(u16::MAX) {
-            Lengths::U16(Vec::with_capacity(count))
+        let storage = if longest <= u32::from(u16::MAX) {
+            Storage::U16(Vec::with_capacity(count))
         } else {
-            Lengths::U32(Vec::with_capacity(count))
+            Storage::U32(Vec::with_capacity(count))
         };
-        Self { lengths }
+        Self { storage }
     }
 
     /// [`Builder::new`], its storage reserved fallibly: [`ErrorKind::OutOfMemory`] where it does not fit.
     pub fn try_new(longest: u32, count: usize) -> crate::error::Result<Self> {
         const WHAT: &str = "copying the lengths";
-        let lengths = if longest <= u32::from(u16::MAX) {
-            Lengths::U16(crate::memory::vec_with_capacity(WHAT, count)?)
+        let storage = if longest <= u32::from(u16::MAX) {
+            Storage::U16(crate::memory::vec_with_capacity(WHAT, count)?)
         } else {
-            Lengths::U32(crate::memory::vec_with_capacity(WHAT, count)?)
+            Storage::U32(crate::memory::vec_with_capacity(WHAT, count)?)
         };
-        Ok(Self { lengths })
+        Ok(Self { storage })
     }
 
     /// Appends `values` (checked by [`scan`]: positive and at most the `longest` given to `new`).
     pub fn extend<T: Copy + Into<i128>>(&mut self, values: &[T]) {
         let widen = |v: T| u32::try_from(v.into()).unwrap_or(u32::MAX);
-        match &mut self.lengths {
-            Lengths::U16(out) => out.extend(values.iter().map(|&v| u16::narrow(widen(v)))),
-            Lengths::U32(out) => out.extend(values.iter().map(|&v| widen(v))),
+        match &mut self.storage {
+            Storage::U16(out) => out.extend(values.iter().map(|&v| u16::narrow(widen(v)))),
+            Storage::U32(out) => out.extend(values.iter().map(|&v| widen(v))),
         }
     }
 
     /// The filled storage.
     pub fn finish(self) -> Lengths {
-        self.lengths
+        match self.storage {
+            Storage::U16(values) => Lengths::U16(Values::Owned(values)),
+            Storage::U32(values) => Lengths::U32(Values::Owned(values)),
+        }
     }
 }
 
@@ -211,14 +308,76 @@ mod tests {
         );
     }
 
+    /// A caller's lengths, as a binding's map would hand them over; `changed` makes `check` fail.
+    #[derive(Debug)]
+    struct Held {
+        values: Vec<u16>,
+        changed: std::sync::atomic::AtomicBool,
+    }
+
+    impl Borrowed<u16> for Held {
+        fn values(&self) -> &[u16] {
+            &self.values
+        }
+        fn check(&self) -> Result<()> {
+            if self.changed.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(ErrorKind::EmptyLengths.into());
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn borrowed_lengths_are_checked_like_a_copy_and_before_each_use() {
+        let held = |values: Vec<u16>| {
+            std::sync::Arc::new(Held {
+                values,
+                changed: false.into(),
+            })
+        };
+        let err = Lengths::borrow_u16(held(vec![3, 0, 2])).unwrap_err();
+        assert_eq!(
+            err.kind(),
+            &ErrorKind::NonPositiveLength { row: 1, value: 0 }
+        );
+        let source = held(vec![3, 9, 2]);
+        let borrowed = Lengths::borrow_u16(source.clone()).unwrap();
+        assert!(borrowed.is_borrowed() && !Lengths::from(vec![3u16]).is_borrowed());
+        assert_eq!(borrowed, Lengths::from(vec![3u16, 9, 2]));
+        assert_eq!(borrowed.to_u32_vec().unwrap(), [3, 9, 2]);
+        let planner =
+            crate::Planner::new(borrowed, crate::Config::new(crate::Batching::Tokens(16))).unwrap();
+        let owned = crate::Planner::new(
+            vec![3u32, 9, 2],
+            crate::Config::new(crate::Batching::Tokens(16)),
+        )
+        .unwrap();
+        assert_eq!(planner.fingerprint(), owned.fingerprint());
+        assert_eq!(
+            planner.plan(2).unwrap().indices(),
+            owned.plan(2).unwrap().indices()
+        );
+        source
+            .changed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(
+            planner.plan(2).unwrap_err().kind(),
+            &ErrorKind::EmptyLengths
+        );
+        assert!(planner.dataset_lengths().is_err() && planner.locate(&[0]).is_err());
+    }
+
     #[test]
     fn storage_is_the_narrowest_that_fits() {
         let small = Lengths::from_chunks(&[&[3i64, 65_535][..], &[7][..]]).unwrap();
-        assert_eq!(small, Lengths::U16(vec![3, 65_535, 7]));
+        assert_eq!(small, Lengths::from(vec![3u16, 65_535, 7]));
         let large = Lengths::from_chunks(&[&[3u32][..], &[65_536][..]]).unwrap();
-        assert_eq!(large, Lengths::U32(vec![3, 65_536]));
+        assert_eq!(large, Lengths::U32(vec![3, 65_536].into()));
         assert_eq!(large.to_u32_vec().unwrap(), [3, 65_536]);
-        assert_eq!(Lengths::from(vec![5u32, 9]), Lengths::U16(vec![5, 9]));
+        assert_eq!(
+            Lengths::from(vec![5u32, 9]),
+            Lengths::U16(vec![5, 9].into())
+        );
         let err = Lengths::from_chunks(&[&[3i32][..], &[2, -4][..]]).unwrap_err();
         assert_eq!(
             err.kind(),

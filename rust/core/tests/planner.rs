@@ -505,8 +505,8 @@ fn u16_and_u32_storage_give_the_same_plan() {
             ..config(Batching::Rows(8))
         },
     ] {
-        let wide = Planner::new(Lengths::U32(lengths.clone()), cfg.clone()).unwrap();
-        let small = Planner::new(Lengths::U16(narrow.clone()), cfg).unwrap();
+        let wide = Planner::new(Lengths::U32(lengths.clone().into()), cfg.clone()).unwrap();
+        let small = Planner::new(Lengths::U16(narrow.clone().into()), cfg).unwrap();
         assert_eq!(wide.plan(1).unwrap(), small.plan(1).unwrap());
         assert_eq!(wide.fingerprint(), small.fingerprint());
     }

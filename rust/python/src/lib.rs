@@ -7,6 +7,7 @@
 //! State that changes between calls (the epoch, the step) lives in Python.
 
 mod arrays;
+mod borrowed;
 mod choices;
 mod errors;
 mod extract;

@@ -11,6 +11,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::arrays::read_only;
+use crate::borrowed::borrowed;
 use crate::config::Settings;
 use crate::errors::to_py;
 use crate::mixture::Mixture;
@@ -90,7 +91,14 @@ impl Planner {
         config: PyRef<'_, Settings>,
         mixture: Option<PyRef<'_, Mixture>>,
     ) -> PyResult<Self> {
-        let lengths = lengths_from_chunks(&chunks)?;
+        // A read-only map of a file is borrowed (`borrowed.rs`); anything else is copied.
+        let lengths = match &chunks[..] {
+            [one] => match borrowed(one)? {
+                Some(lengths) => lengths,
+                None => lengths_from_chunks(&chunks)?,
+            },
+            _ => lengths_from_chunks(&chunks)?,
+        };
         let (config, threads, accumulation) = (
             config.core.clone(),
             config.threads,
@@ -179,18 +187,29 @@ impl Planner {
     /// 64-bit fingerprint of the lengths and configuration as if for one rank (16 hex digits): equal
     /// for any `world_size`, for resuming on another number of ranks.
     #[getter]
-    fn fingerprint_any_ranks(&self, py: Python<'_>) -> String {
+    fn fingerprint_any_ranks(&self, py: Python<'_>) -> PyResult<String> {
+        self.check_lengths()?;
         let inner = Arc::clone(&self.inner);
-        format!("{:016x}", py.detach(move || inner.fingerprint_any_ranks()))
+        Ok(format!(
+            "{:016x}",
+            py.detach(move || inner.fingerprint_any_ranks())
+        ))
     }
 
     /// The padding efficiency plans are predicted to measure with the chosen edges.
     /// Steps per rank of every epoch (the same for all epochs; plans epoch 0's draws once if no plan
     /// has yet).
     #[getter]
-    fn steps(&self, py: Python<'_>) -> u64 {
+    fn steps(&self, py: Python<'_>) -> PyResult<u64> {
+        self.check_lengths()?;
         let inner = Arc::clone(&self.inner);
-        py.detach(move || inner.steps())
+        Ok(py.detach(move || inner.steps()))
+    }
+
+    /// Whether the planner borrows the caller's read-only map of the lengths instead of a copy.
+    #[getter]
+    fn lengths_borrowed(&self) -> bool {
+        self.inner.lengths().is_borrowed()
     }
 
     #[getter]
@@ -255,9 +274,10 @@ impl Planner {
 
     /// 64-bit fingerprint of the lengths and configuration, as 16 hex digits.
     #[getter]
-    fn fingerprint(&self, py: Python<'_>) -> String {
+    fn fingerprint(&self, py: Python<'_>) -> PyResult<String> {
+        self.check_lengths()?;
         let inner = Arc::clone(&self.inner);
-        format!("{:016x}", py.detach(move || inner.fingerprint()))
+        Ok(format!("{:016x}", py.detach(move || inner.fingerprint())))
     }
 
     /// Number of samples (rows) planned over.
@@ -297,6 +317,12 @@ fn mapped<T: numpy::Element>(
 }
 
 impl Planner {
+    /// Borrowed lengths still as borrowed (their file not truncated or rewritten): before the calls
+    /// whose core methods cannot fail, which read them.
+    fn check_lengths(&self) -> PyResult<()> {
+        self.inner.lengths().check().map_err(to_py)
+    }
+
     /// A core plan as the Python `Plan` (its arrays handed to numpy without a copy).
     fn wrap(&self, py: Python<'_>, plan: dflash_batch_core::Plan) -> PyResult<Plan> {
         let (world_size, epoch) = (plan.world_size(), plan.epoch());

@@ -185,8 +185,9 @@ impl fmt::Display for ReadProblem {
             ),
             P::Changed { detail } => write!(
                 f,
-                "changed while it was mapped ({detail}); a file a TokenStore maps must not change while \
-                 it is in use: write new files and open them again (batches collated before are copies, intact)"
+                "changed while it was mapped ({detail}); a mapped file (a TokenStore's, or the lengths a \
+                 sampler borrows from a read-only numpy.memmap) must not change while it is in use: write new \
+                 files and open them again (batches collated and plans made before are copies, intact)"
             ),
             P::Compressed { codec } => write!(
                 f,

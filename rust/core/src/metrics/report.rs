@@ -58,6 +58,7 @@ pub fn report(
     (offsets, indices): (&[u64], &[u32]),
     window: usize,
 ) -> crate::error::Result<Report> {
+    planner.lengths().check()?;
     // A batch's cost, a step's ratio, and (packed) a batch's time.
     let mut bytes = offsets.len() as u64 * 24;
     let mixture = planner.mixture();

@@ -14,6 +14,7 @@ use crate::plan::split::{drop_to, expand_per_batch, gather, split_to};
 impl Planner {
     /// Plans `epoch`: every batch of every rank, in training order.
     pub fn plan(&self, epoch: u64) -> Result<Plan> {
+        self.lengths.check()?;
         with_lengths!(&self.lengths, v => self.plan_with(v, epoch))
     }
 

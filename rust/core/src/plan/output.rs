@@ -168,6 +168,7 @@ pub fn largest_padded(
     multiple: u32,
 ) -> Result<u64> {
     check_rank(rank, world_size)?;
+    lengths.check()?;
     Ok(with_lengths!(lengths, v => {
         let multiple = u64::from(multiple.max(1));
         let (world, batches) = (u64::from(world_size.max(1)), offsets.len().saturating_sub(1) as u64);

@@ -21,6 +21,7 @@ impl Planner {
     /// The token windows `(rows, starts, lengths)` of `entries` of this planner's plans (see
     /// [`locate`]).
     pub fn locate(&self, entries: &[i64]) -> Result<(Vec<u32>, Vec<u32>, Vec<u32>)> {
+        self.lengths.check()?;
         let later = self.later.as_ref().map(|l| (&l.rows[..], &l.starts[..]));
         let samples = self.samples();
         with_lengths!(&self.lengths, v => locate(entries, samples, v, later))
@@ -29,6 +30,7 @@ impl Planner {
     /// The dataset rows' lengths (what the planner was built from): the planned lengths, with each
     /// split row's pieces summed back under `Oversize::Truncate`.
     pub fn dataset_lengths(&self) -> Result<Vec<u32>> {
+        self.lengths.check()?;
         const WHAT: &str = "copying the lengths";
         let samples = self.samples();
         let mut out = memory::vec_with_capacity(WHAT, samples)?;

@@ -31,6 +31,7 @@ pub struct Resumed {
 impl Planner {
     /// The rows of `epoch` that its first `step` steps on `old_world` ranks did not reach, ascending.
     pub fn rows_left(&self, epoch: u64, old_world: u32, step: u64) -> Result<Vec<u32>> {
+        self.lengths().check()?;
         // A copy of the lengths (at most a u32 each) and the rows left, beside the old plan's own.
         crate::memory::reserve("resuming on other ranks", self.lengths().len() as u64 * 8)?;
         let mut config = self.config().clone();
@@ -62,6 +63,7 @@ impl Planner {
     /// resume on another number of ranks. Indices are row numbers of the full lengths; buckets are
     /// chosen for the subset; a mixture's batches are chosen for its sources as in any epoch.
     pub fn plan_subset(&self, epoch: u64, rows: &[u32]) -> Result<Plan> {
+        self.lengths().check()?;
         let n = self.lengths().len();
         if let Some(&row) = rows.iter().find(|&&r| r as usize >= n) {
             return Err(ErrorKind::RowOutOfRange {
@@ -126,6 +128,7 @@ impl Planner {
         if carried.is_empty() {
             return self.plan(epoch);
         }
+        self.lengths().check()?;
         let mut all = self.selected_rows(epoch);
         all.extend_from_slice(carried);
         self.plan_subset(epoch, &all)

@@ -42,8 +42,32 @@ impl FileGuard {
         }
     }
 
+    /// Records the file at `path` as it is now: for a map made elsewhere (a caller's `numpy.memmap`
+    /// of lengths the planner borrows), opened here to be checked as this crate's own maps are.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Read`] when the file cannot be opened or inspected.
+    pub fn open(path: &Path) -> crate::error::Result<Self> {
+        let failed = |e: std::io::Error| -> crate::error::Error {
+            ErrorKind::Read {
+                path: path.display().to_string(),
+                problem: ReadProblem::Io {
+                    kind: e.kind(),
+                    message: e.to_string(),
+                },
+            }
+            .into()
+        };
+        let file = File::open(path).map_err(failed)?;
+        let meta = file.metadata().map_err(failed)?;
+        Ok(Self::new(path, file, meta.len(), meta.modified().ok()))
+    }
+
     /// Whether the file still has the size and modification time it was mapped with.
-    pub(crate) fn check(&self) -> crate::error::Result<()> {
+    ///
+    /// # Errors
+    /// [`ErrorKind::Read`] with [`ReadProblem::Changed`] naming the file and what changed.
+    pub fn check(&self) -> crate::error::Result<()> {
         let problem = match self.file.metadata() {
             Err(e) => ReadProblem::Changed {
                 detail: format!("it cannot be checked any more ({e})"),

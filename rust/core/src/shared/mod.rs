@@ -52,6 +52,7 @@ impl Planner {
     /// settings there (see the module docs): planned and written by the first to ask, found and
     /// checked by the rest.
     pub fn plan_shared(&self, dir: &Path, epoch: u64) -> Result<SharedPlan> {
+        self.lengths().check()?;
         let key = Key {
             fingerprint: self.fingerprint(),
             revision: PLAN_REVISION,
