@@ -99,6 +99,7 @@ def summary(reports: list[dict], files_mib: float) -> dict:
         # Everything a rank keeps privately from before its lengths exist: their copy, the planner, the plan.
         "held_mib": sum(r["held_mib"] for r in reports),
         "largest_held_mib": max(r["held_mib"] for r in reports),
+        "held_by_rank_mib": [r["held_mib"] for r in reports],
         "machine_held_mib": sum(r["held_mib"] for r in reports) + files_mib,
         "borrowed": all(r["borrowed"] for r in reports),
     }
