@@ -7,6 +7,7 @@ or plans of other lengths."""
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -93,13 +94,13 @@ def test_only_a_map_nothing_can_write_is_borrowed(tmp_path, form):
     values = db.seed_workload(5_000, seed=3).astype(np.uint16)
     path = _saved(tmp_path, values)
     make, borrowed = _forms(path, values)[form]
-    given = make()
-    sampler = db.BucketSampler(given, max_tokens=16384, seed=2)
+    array = make()
+    sampler = db.BucketSampler(array, max_tokens=16384, seed=2)
     assert _borrowed(sampler) is borrowed
     expected = values[::2] if "strided" in form else values
     assert _same(sampler.plan(1), db.BucketSampler(expected.copy(), max_tokens=16384, seed=2).plan(1))
-    if not borrowed and isinstance(given, np.memmap) and given.flags.writeable:
-        given[:] = 1  # a writable map changed afterwards: the copy planned from is intact
+    if not borrowed and isinstance(array, np.memmap) and array.flags.writeable:
+        array[:] = 1  # a writable map changed afterwards: the copy planned from is intact
         assert _same(sampler.plan(1), db.BucketSampler(expected.copy(), max_tokens=16384, seed=2).plan(1))
 
 
@@ -211,3 +212,34 @@ def test_a_borrowed_map_keeps_no_copy_of_the_lengths(tmp_path):
     copied, borrowed = grown(False), grown(True)
     assert copied >= 2 * n * 0.9, copied
     assert borrowed < 2 * n / 10, borrowed
+
+
+def test_a_changed_or_pickled_schedule_maps_the_file_again(tmp_path):
+    """Re-pricing, changed settings and pickles (a spawned DataLoader worker) keep the lengths borrowed:
+    a pickle carries where they lie in the file, not a copy of them, and plans as the original does."""
+    values = db.seed_workload(50_000, seed=6).astype(np.uint16)
+    path = _saved(tmp_path, values)
+    maps = (np.load(path, mmap_mode="r"), np.load(path, mmap_mode="r")[100:], np.asarray(np.load(path, "r")))
+    for mapped in maps:
+        sampler = db.BucketSampler(mapped, max_tokens=16384, world_size=2, rank=1, seed=4)
+        assert _borrowed(sampler)
+        changed = sampler.schedule.replace(accumulation=4)
+        assert changed.lengths_borrowed and changed.fingerprint != sampler.schedule.fingerprint
+        blob = pickle.dumps(sampler)
+        assert len(blob) < 5_000, len(blob)  # no copy of 50K lengths inside
+        again = pickle.loads(blob)
+        assert _borrowed(again) and again.schedule.fingerprint == sampler.schedule.fingerprint
+        assert _same(again.plan(2), sampler.plan(2))
+        expected = values[100:] if len(mapped) < len(values) else values
+        assert _same(again.plan(2), db.BucketSampler(expected.copy(), max_tokens=16384, world_size=2, seed=4).plan(2))
+
+
+def test_a_pickle_whose_file_was_replaced_is_refused(tmp_path):
+    path = _saved(tmp_path, db.seed_workload(5_000, seed=7).astype(np.uint16))
+    sampler = db.BucketSampler(np.load(path, mmap_mode="r"), max_tokens=16384, seed=1)
+    blob = pickle.dumps(sampler)
+    np.save(path + ".new.npy", db.seed_workload(5_000, seed=8).astype(np.uint16))
+    os.replace(path + ".new.npy", path)
+    assert _same(sampler.plan(0), sampler.plan(0))  # the sampler keeps the old file's map
+    with pytest.raises(db.DataError, match="changed since this sampler was pickled"):
+        pickle.loads(blob)

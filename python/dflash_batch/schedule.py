@@ -23,7 +23,7 @@ import numpy as np
 
 import dflash_batch._core as _core
 
-from ._core import Plan
+from ._core import DataError, Plan
 
 
 class Schedule:
@@ -39,7 +39,9 @@ class Schedule:
             every process.
     """
 
-    __slots__ = ("_ahead", "_any_ranks", "_bounds", "_config", "_fingerprint", "_mixture", "_plan_dir", "_planner")
+    __slots__ = (
+        "_ahead", "_any_ranks", "_bounds", "_config", "_fingerprint", "_mapped", "_mixture", "_plan_dir", "_planner",
+    )  # fmt: skip
     _config: _core.Config
     _planner: _core.Planner
     _mixture: _core.Mixture | None
@@ -48,6 +50,7 @@ class Schedule:
     _any_ranks: str | None
     _plan_dir: str | None
     _ahead: dict[int, Future[Plan]]
+    _mapped: np.ndarray | None
 
     def __init__(
         self,
@@ -57,7 +60,10 @@ class Schedule:
         plan_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         plan_dir = _plan_dir(plan_dir)
-        planner = _core.Planner(list(chunks), config, mixture)
+        chunks = list(chunks)
+        planner = _core.Planner(chunks, config, mixture)
+        # The caller's read-only map the planner borrows: changed schedules and copies map it again.
+        object.__setattr__(self, "_mapped", chunks[0] if planner.lengths_borrowed else None)
         object.__setattr__(self, "_plan_dir", plan_dir)
         # Plans of later epochs being made in the background (`plan_ahead`): a memo of a pure function.
         object.__setattr__(self, "_ahead", {})
@@ -255,10 +261,16 @@ class Schedule:
         """The schedule with ``changes`` to its settings (same lengths); itself when nothing changes."""
         if all(self._config.get(key) == value for key, value in changes.items()):
             return self
-        return Schedule([self.dataset_lengths()], self._config.replace(**changes), self._mixture, self._plan_dir)
+        lengths = self._mapped if self._mapped is not None else self.dataset_lengths()
+        return Schedule([lengths], self._config.replace(**changes), self._mixture, self._plan_dir)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # The configuration and the lengths, never Rust memory: a copy rebuilds its planner.
+        # The configuration and the lengths, never Rust memory: a copy rebuilds its planner. Borrowed
+        # lengths travel as where they lie in their file (a spawned worker maps it too, instead of
+        # receiving a copy of every length), with the fingerprint the file must still give.
+        if self._mapped is not None:
+            where = _mapped_file(self._mapped)
+            return (_rebuild_mapped, (*where, self.fingerprint, self._config, self._mixture, self._plan_dir))
         return (_rebuild, (self.dataset_lengths(), self._config, self._mixture, self._plan_dir))
 
     def __repr__(self) -> str:
@@ -272,6 +284,39 @@ def _rebuild(
     lengths: np.ndarray, config: _core.Config, mixture: _core.Mixture | None = None, plan_dir: str | None = None
 ) -> Schedule:
     return Schedule([lengths], config, mixture, plan_dir)
+
+
+def _mapped_file(array: np.ndarray) -> tuple[str, int, str, int]:
+    """``(file, offset, dtype, count)`` of a read-only contiguous view of a ``numpy.memmap``: the memmap
+    nearest the buffer (whose ``offset`` is where its own first element lies in the file) places it."""
+    root = array
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if not isinstance(root, np.memmap) or root.filename is None:  # the binding borrowed it as one
+        raise AssertionError("borrowed lengths are not a view of a numpy.memmap")
+    start = array.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    return str(root.filename), int(root.offset) + start, array.dtype.str, len(array)
+
+
+def _rebuild_mapped(
+    filename: str,
+    offset: int,
+    dtype: str,
+    count: int,
+    fingerprint: str,
+    config: _core.Config,
+    mixture: _core.Mixture | None = None,
+    plan_dir: str | None = None,
+) -> Schedule:
+    lengths = np.memmap(filename, dtype=np.dtype(dtype), mode="r", offset=offset, shape=(count,))
+    schedule = Schedule([lengths], config, mixture, plan_dir)
+    if schedule.fingerprint != fingerprint:
+        raise DataError(
+            f"{filename} changed since this sampler was pickled (its lengths give fingerprint "
+            f"{schedule.fingerprint}, the sampler's was {fingerprint}); a mapped file must not change while "
+            "it is in use: write new files and make the sampler again"
+        )
+    return schedule
 
 
 #: Guards every schedule's ``_ahead`` and :data:`_RUNNING`.
