@@ -26,7 +26,7 @@
 //! Seed workload, 8 ranks × 4, `cost=(1, 1/30720)` (`benchmarks/mixing.py`): end to end per
 //! micro-batch 0.944 → 0.992 against rows filled best fit (0.976 when those were matched by cost),
 //! fill 0.994 → 0.996, `window_tv` 0.091 → 0.020 (revision 2; closing fits then took them to
-//! 0.995, 0.9996 and 0.019 at the same planning time); planning no slower (16 against 17 ms an epoch with 2
+//! 0.995, 0.9996 and 0.019, planning 16 against 14 ms); planning no slower (16 against 17 ms an epoch with 2
 //! threads, `examples/time_plan.rs`; 100M samples: 2.5 against 1.6 s, peak RSS 1.49 against 1.23 GiB).
 //! Which samples share a row still changes every epoch (the groups and the ties are drawn anew), but a
 //! row's shape — one long sample and shorter ones — is the same every epoch by design.
@@ -273,12 +273,13 @@ fn place_all(sorted: &[u32], rows: &mut Rows, (tokens, shortest): (u64, u32)) ->
 }
 
 /// The room a closing fit may leave: four room classes, at least 16 tokens, at most `capacity /
-/// 256` (none below 256 tokens: rows of a few samples have no room to spare). Seed workload, 8
-/// ranks × 4, `cost=(1, 1/30720)`, fill and end to end per micro-batch: without closing fits
-/// 0.9960, 0.9923; leaving below 4 tokens (one room class: the tightest class rarely holds one)
-/// 0.9961, 0.9923; 8: 0.9977, 0.9936; **16: 0.9996, 0.9953**; 32: 0.9996, 0.9948; 64: 0.9995,
-/// 0.9937 (a closing fit then often takes a row the least-attention rule was evening out). At
-/// `max_tokens` = 8,192 fill rises 0.977 → 0.996 (slack 16), at 32,768 0.9974 → 0.9978 (32).
+/// 256` (none below 256 tokens: rows of a few samples have no room to spare): 32 tokens at
+/// `max_tokens` = 16,384, whose room classes are 8 tokens. Seed workload, 8 ranks × 4,
+/// `cost=(1, 1/30720)`, fill and end to end per micro-batch, by slack: none 0.9960, 0.9923; 4
+/// (under a room class: the tightest class rarely holds a closing fit) 0.9961, 0.9923; 8: 0.9977,
+/// 0.9936; 16: 0.9996, 0.9953; **32: 0.9996, 0.9948**; 64: 0.9995, 0.9937 (a closing fit then
+/// often takes a row the least-attention rule was evening out; 16 and 32 differ by a few rows). At
+/// `max_tokens` = 8,192 fill rises 0.977 → 0.996 (slack 16), at 32,768 0.9974 → 0.9980 (64).
 fn close_slack(room_shift: u32, capacity: u32) -> u32 {
     (4u32 << room_shift).max(16).min(capacity / 256)
 }

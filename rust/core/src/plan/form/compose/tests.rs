@@ -42,12 +42,13 @@ fn a_closing_fit_comes_before_the_least_attention() {
 /// tokens have none (and are composed by attention alone).
 #[test]
 fn the_slack_scales_with_the_room_classes_and_the_row() {
-    assert_eq!(close_slack(2, 16_384), 16);
-    assert_eq!(close_slack(3, 32_768), 32);
-    assert_eq!(close_slack(1, 8_192), 16);
+    // Room classes: the least shift that puts `capacity >> shift` below 4,096 (`place_all`).
+    assert_eq!(close_slack(3, 16_384), 32);
+    assert_eq!(close_slack(4, 32_768), 64);
+    assert_eq!(close_slack(2, 8_192), 16);
     assert_eq!(close_slack(0, 2_048), 8);
     assert_eq!(close_slack(0, 255), 0);
-    assert_eq!(close_slack(8, 1 << 20), 1024);
+    assert_eq!(close_slack(9, 1 << 20), 2048);
 }
 
 /// When no row has room a new one opens; a row too full for one length takes a shorter one later.
