@@ -144,6 +144,7 @@ CHANGED = textwrap.dedent(
         "stats": lambda: plan.stats(),
         "fingerprint": lambda: sampler.schedule._planner.fingerprint,
         "state_dict+resume": lambda: sampler.load_state_dict({**sampler.state_dict(), "epoch": 1}),
+        "re-priced": lambda: sampler.schedule.replace(accumulation=4).plan(1),
     }
     try:
         calls[call]()
@@ -155,7 +156,7 @@ CHANGED = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("call", ["plan", "len", "iterate", "stats", "fingerprint", "state_dict+resume"])
+@pytest.mark.parametrize("call", ["plan", "len", "iterate", "stats", "fingerprint", "state_dict+resume", "re-priced"])
 @pytest.mark.parametrize("change", ["truncated", "rewritten", "replaced"])
 def test_a_file_changed_under_the_map_is_an_error_naming_it(tmp_path, change, call):
     path = _saved(tmp_path, db.seed_workload(300_000, seed=4).astype(np.uint16))
@@ -166,7 +167,7 @@ def test_a_file_changed_under_the_map_is_an_error_naming_it(tmp_path, change, ca
     out = done.stdout.strip().splitlines()[-1]
     if change == "replaced":
         assert out == "ok"  # the map still holds the old file's pages, and the check the old inode
-    elif call == "plan":  # a new epoch reads every length: refused
+    elif call in ("plan", "re-priced"):  # a new epoch, or a new planner, reads every length: refused
         assert out.startswith("DataError") and path in out and "changed while it was mapped" in out, out
     else:  # refused where the call reads lengths; fine where it uses what was planned before
         assert out == "ok" or (out.startswith("DataError") and path in out), out

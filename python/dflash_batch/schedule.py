@@ -261,6 +261,10 @@ class Schedule:
         """The schedule with ``changes`` to its settings (same lengths); itself when nothing changes."""
         if all(self._config.get(key) == value for key, value in changes.items()):
             return self
+        if self._mapped is not None:
+            # The file still as mapped (a DataError naming it if not): a new planner would read the map
+            # as it is now, and a truncated one with a signal.
+            self._planner.fingerprint  # noqa: B018
         lengths = self._mapped if self._mapped is not None else self.dataset_lengths()
         return Schedule([lengths], self._config.replace(**changes), self._mixture, self._plan_dir)
 
