@@ -294,6 +294,8 @@ class Planner:
     def fingerprint_any_ranks(self) -> str:
         """As ``fingerprint``, but equal for any ``world_size`` (for resuming on another number of
         ranks)."""
+    def check_lengths(self) -> None:
+        """Raises ``DataError`` naming the file of borrowed lengths truncated or rewritten since."""
     @property
     def lengths_borrowed(self) -> bool:
         """Whether the lengths are the caller's read-only ``numpy.memmap``, borrowed, not a copy."""

@@ -264,7 +264,7 @@ class Schedule:
         if self._mapped is not None:
             # The file still as mapped (a DataError naming it if not): a new planner would read the map
             # as it is now, and a truncated one with a signal.
-            self._planner.fingerprint  # noqa: B018
+            self._planner.check_lengths()
         lengths = self._mapped if self._mapped is not None else self.dataset_lengths()
         return Schedule([lengths], self._config.replace(**changes), self._mixture, self._plan_dir)
 

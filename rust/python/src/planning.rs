@@ -206,6 +206,12 @@ impl Planner {
         Ok(py.detach(move || inner.steps()))
     }
 
+    /// Borrowed lengths still as borrowed: a `DataError` naming their file when it was truncated or
+    /// rewritten since (owned lengths always are).
+    fn check_lengths(&self) -> PyResult<()> {
+        self.inner.lengths().check().map_err(to_py)
+    }
+
     /// Whether the planner borrows the caller's read-only map of the lengths instead of a copy.
     #[getter]
     fn lengths_borrowed(&self) -> bool {
@@ -317,12 +323,6 @@ fn mapped<T: numpy::Element>(
 }
 
 impl Planner {
-    /// Borrowed lengths still as borrowed (their file not truncated or rewritten): before the calls
-    /// whose core methods cannot fail, which read them.
-    fn check_lengths(&self) -> PyResult<()> {
-        self.inner.lengths().check().map_err(to_py)
-    }
-
     /// A core plan as the Python `Plan` (its arrays handed to numpy without a copy).
     fn wrap(&self, py: Python<'_>, plan: dflash_batch_core::Plan) -> PyResult<Plan> {
         let (world_size, epoch) = (plan.world_size(), plan.epoch());

@@ -288,3 +288,11 @@ impl fmt::Debug for EscapedHead<'_> {
         write!(f, "'")
     }
 }
+
+/// What the operating system refused, as a read problem (its `std::io` kind kept for the binding).
+pub(crate) fn io_problem(e: std::io::Error) -> ReadProblem {
+    ReadProblem::Io {
+        kind: e.kind(),
+        message: e.to_string(),
+    }
+}

@@ -32,7 +32,7 @@ use arrow_ipc::reader::RecordBatchDecoder;
 use arrow_ipc::{root_as_footer, root_as_message, MessageHeader, MetadataVersion};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
-use crate::error::read::ReadProblem;
+use crate::error::read::{io_problem, ReadProblem};
 use crate::read::guard::FileGuard;
 
 /// The 6-byte magic of the IPC file format, at both ends of the file.
@@ -123,13 +123,6 @@ fn regular(meta: &std::fs::Metadata) -> Result<(), ReadProblem> {
         "a device"
     };
     Err(ReadProblem::NotRegular { what })
-}
-
-pub(crate) fn io_problem(e: std::io::Error) -> ReadProblem {
-    ReadProblem::Io {
-        kind: e.kind(),
-        message: e.to_string(),
-    }
 }
 
 /// Where one message's metadata and body lie in the file.

@@ -19,7 +19,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use crate::error::read::ReadProblem;
+use crate::error::read::{io_problem, ReadProblem};
 use crate::error::ErrorKind;
 
 /// One mapped file as it was when it was mapped.
@@ -51,10 +51,7 @@ impl FileGuard {
         let failed = |e: std::io::Error| -> crate::error::Error {
             ErrorKind::Read {
                 path: path.display().to_string(),
-                problem: ReadProblem::Io {
-                    kind: e.kind(),
-                    message: e.to_string(),
-                },
+                problem: io_problem(e),
             }
             .into()
         };

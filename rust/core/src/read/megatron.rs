@@ -33,8 +33,9 @@ use arrow_array::{new_empty_array, ArrayRef, ArrowPrimitiveType, LargeListArray,
 use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, Schema};
 
+use crate::error::read::io_problem;
 use crate::error::read::ReadProblem;
-use crate::read::arrow::{io_problem, map_file, Column};
+use crate::read::arrow::{map_file, Column};
 use crate::read::guard::FileGuard;
 
 /// The first 9 bytes of every `.idx`.
