@@ -43,6 +43,8 @@ def test_packing_benchmark():
     assert "grain BestFitPackIterDataset, 512 bins" in out and "plan + collate every row" in out
     assert "lower bound: ⌈Σ L / 16384⌉" in out and "dflash_batch packed, cost=(a, b)" in out
     assert "fill ≥ 0.999:" in out and "end to end ≥ 0.99:" in out
+    assert "context parallelism: rows of 32768 tokens" in out and "zigzag spread ≤ 1%:" in out
+    assert "fill ≥ 0.99 (padding as waste):" in out and "plan ≤ 2× packed:" in out
 
 
 def test_mask_benchmark():

@@ -43,6 +43,8 @@ def test_every_declared_kind_is_documented_with_its_class():
         ({"max_tokens": 64, "boundaries": [0, 9, 4]}, "boundaries", "edges_not_increasing"),
         ({"max_tokens": 64, "oversize": "truncate"}, "oversize", "truncate_setting"),
         ({"batch_size": 4, "mode": "packed"}, "mode", "packed_setting"),
+        ({"max_tokens": 64, "context_parallel": 2}, "context_parallel", "context_parallel_setting"),
+        ({"max_tokens": 60, "mode": "packed", "context_parallel": 4}, "max_tokens", "piece_multiple"),
         ({"batch_size": 4, "trim_steps": True}, "trim_steps", "trim_setting"),
         ({"max_tokens": 0}, "max_tokens", "invalid_setting"),
     ],

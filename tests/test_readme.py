@@ -14,7 +14,16 @@ PAGES = [
     README,
     *(
         ROOT / "docs" / f"{name}.md"
-        for name in ("trainers", "reading", "packing", "ranks", "mixtures", "calibration", "billion")
+        for name in (
+            "trainers",
+            "reading",
+            "packing",
+            "ranks",
+            "mixtures",
+            "calibration",
+            "billion",
+            "context_parallel",
+        )
     ),
 ]
 SOURCES = [(page, block) for page in PAGES for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.S)]
@@ -42,6 +51,7 @@ EXPECTED = {
     "StepTimer": lambda out: out == "True 2",
     "plan_dir": lambda out: out == "True",
     "lengths mapped": lambda out: out == "True",
+    "context parallel": lambda out: out == "torch.Size([1, 256]) True",
 }
 
 

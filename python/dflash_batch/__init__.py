@@ -13,6 +13,7 @@ milliseconds, reproducible from ``(seed, epoch)``, with equal step counts on eve
 from ._core import DataError, Error, Plan, PlanError, __version__
 from .calibration import Calibration, StepTimer
 from .collate import Collator, collate, collate_packed
+from .context_parallel import context_parallel_shard, shard_index
 from .cost import CostFit, measure_cost
 from .loader import Loader
 from .mixture import Mixture
@@ -39,9 +40,11 @@ __all__ = [
     "__version__",
     "collate",
     "collate_packed",
+    "context_parallel_shard",
     "measure_cost",
     "read_documents",
     "read_lengths",
     "seed_mixture",
     "seed_workload",
+    "shard_index",
 ]

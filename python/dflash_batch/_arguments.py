@@ -123,6 +123,26 @@ def _default_ranks(world_size: Any, rank: Any) -> tuple[Any, Any]:
     return world_size, rank
 
 
+def _check_context_parallel_ranks(context_parallel: Any, world_size: Any, rank: Any) -> None:
+    """Under context parallelism the ``cp`` ranks of a group train on the same rows, so the sampler's ranks
+    are the data-parallel ones — which torch.distributed cannot tell apart from the CP ones. Refuses to
+    guess them from the process count (every process would get its own rows: the CP shards of different
+    rows would be trained as one)."""
+    if isinstance(context_parallel, bool) or not isinstance(context_parallel, int) or context_parallel <= 1:
+        return  # 1, or a bad value the Config names
+    if world_size is not None and rank is not None:
+        return
+    processes, _ = _distributed()
+    if processes > 1:
+        raise invalid_setting(
+            "world_size",
+            f"context_parallel={context_parallel} splits each row over {context_parallel} ranks that must read "
+            f"the same batches, so the sampler's ranks are the data-parallel ones, not the {processes} "
+            "processes: pass world_size=<data-parallel size> and rank=<data-parallel rank> (e.g. "
+            "mesh['dp'].size() and mesh['dp'].get_local_rank())",
+        )
+
+
 def _check_rank(rank: Any, world_size: int) -> int:
     rank = _int("rank", rank)
     if not 0 <= rank < world_size:

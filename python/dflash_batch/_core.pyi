@@ -182,6 +182,7 @@ class Config:
         mode: str = "padded",
         bucketed: bool = False,
         trim_steps: bool = False,
+        context_parallel: int = 1,
         rank_cost: tuple[float, float] | None = None,
     ) -> None:
         """Checks each setting's type (and the ranges a Python value can exceed). Raises TypeError for a
@@ -205,6 +206,12 @@ class Config:
     @property
     def mode(self) -> str:
         """``"padded"`` or ``"packed"``."""
+    @property
+    def context_parallel(self) -> int:
+        """Ranks each packed row is split over (1: none)."""
+    @property
+    def piece_multiple(self) -> int:
+        """What every sample of a packed row is padded to a multiple of (1: none, and for padded batches)."""
     @property
     def oversize(self) -> str:
         """``"error"``, ``"skip"`` or ``"truncate"``."""
@@ -374,11 +381,13 @@ def collate_packed_slot(
     label_pad_id: int,
     starts: npt.NDArray[np.uint32] | None = None,
     lengths: npt.NDArray[np.uint32] | None = None,
+    piece_multiple: int = 1,
 ) -> tuple[int, int, int]:
-    """Writes the packed batch ``indices`` into ``slot`` (C-contiguous ``[4, capacity]``, int64 or
-    int32: input_ids, labels, position_ids, seq_idx) and its ``cu_seqlens``; returns ``(samples, real
-    tokens, max_seqlen)``. ``starts``/``lengths`` make entry ``s`` the window ``starts[s] ..
-    starts[s] + lengths[s]`` of its sample. Raises ValueError for a row longer than the slot or a
+    """Writes the packed batch ``indices`` into ``slot`` (C-contiguous ``[4, capacity]``, int64 or int32:
+    input_ids, labels, position_ids, seq_idx) and its ``cu_seqlens``; returns ``(samples, real tokens,
+    max_seqlen)``. ``starts``/``lengths`` make entry ``s`` the window ``starts[s] .. starts[s] +
+    lengths[s]`` of its sample. ``piece_multiple`` > 1 pads every entry to a multiple of it (context
+    parallelism; ``cu_seqlens`` then sums the real lengths). Raises ValueError for a row longer than the slot or a
     buffer too small, IndexError for a row past the store."""
 
 def window_tv(

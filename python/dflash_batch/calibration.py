@@ -91,7 +91,9 @@ class StepTimer:
 
     def _batch_lengths(self, batch: Any) -> np.ndarray:
         if isinstance(batch, dict):
-            cu_key = next((key for key in ("cu_seqlens", "cu_seq_lens_q") if key in batch), None)
+            # Padded spans under context parallelism: the kernels compute the padding too.
+            keys = ("cu_seqlens_padded", "cu_seqlens", "cu_seq_lens_q")
+            cu_key = next((key for key in keys if key in batch), None)
             if cu_key is not None:  # a Loader's packed row, or as hf.packed_inputs hands it to the model
                 cu = np.asarray(_to_numpy(batch[cu_key]), dtype=np.float64)
                 return np.diff(cu)[np.diff(cu) > 0]

@@ -15,6 +15,7 @@ import numpy as np
 import dflash_batch._core as _core
 
 from ._errors import invalid_setting
+from .context_parallel import padded_cu_seqlens
 from .reading import INDEX_DTYPES, MASK_COLUMNS, TokenStore, index_array
 
 KEYS = ("input_ids", "attention_mask", "labels", "position_ids")
@@ -124,6 +125,7 @@ def collate_packed(
     dtype: Any = "int64",
     starts: Any = None,
     lengths: Any = None,
+    piece_multiple: int = 1,
 ) -> dict[str, Any]:
     """The packed batch of ``indices``: its samples end to end in one row of ``capacity`` tokens.
 
@@ -138,6 +140,12 @@ def collate_packed(
     ``starts[s] : starts[s] + lengths[s]`` of row ``indices[s]`` (cut at the row's end, like a slice; a
     start past the end is an error): the pieces of a sampler with ``oversize="truncate"``, as
     ``rows, starts, lengths = sampler.pieces(batch)`` gives them.
+
+    ``piece_multiple`` > 1 (context parallelism: ``sampler.schedule.config.piece_multiple``) pads every
+    sample to a multiple of it — ``pad_id`` tokens labelled ``label_pad_id``, positions counting on — and
+    adds ``cu_seqlens_padded`` (int32: where each sample starts in the row, then the last one's padded
+    end) and ``max_seqlen_padded``; ``cu_seqlens`` then sums the real lengths (Megatron THD's
+    convention). See :mod:`dflash_batch.context_parallel`.
     """
     if not isinstance(store, TokenStore):
         raise TypeError(f"store must be a dflash_batch.TokenStore, got {type(store).__name__}")
@@ -158,11 +166,30 @@ def collate_packed(
         check_token("pad_id", pad_id),
         check_token("label_pad_id", label_pad_id),
         windows=windows,
+        piece_multiple=_multiple(piece_multiple),
     )
     result: dict[str, Any] = {key: slot[k : k + 1] for k, key in enumerate(PACKED_KEYS)}
     result["cu_seqlens"] = cu_seqlens[: samples + 1]
     result["max_seqlen"] = max_seqlen
+    if piece_multiple > 1:
+        add_padded(result, piece_multiple)
     return result
+
+
+def add_padded(batch: dict[str, Any], multiple: int) -> None:
+    """Adds ``cu_seqlens_padded`` and ``max_seqlen_padded`` to a packed ``batch`` whose samples are padded
+    to ``multiple`` (numpy or torch: computed where ``cu_seqlens`` lies)."""
+    batch["cu_seqlens_padded"] = padded_cu_seqlens(batch["cu_seqlens"], multiple)
+    batch["max_seqlen_padded"] = -(-int(batch["max_seqlen"]) // multiple) * multiple
+
+
+def _multiple(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 < value < 2**32:
+        raise invalid_setting(
+            "piece_multiple",
+            f"piece_multiple={value!r} is invalid; pass sampler.schedule.config.piece_multiple (an int ≥ 1)",
+        )
+    return int(value)
 
 
 def _windows(starts: Any, lengths: Any, entries: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -182,11 +209,15 @@ def _windows(starts: Any, lengths: Any, entries: int) -> tuple[np.ndarray, np.nd
     return arrays[0], arrays[1]
 
 
-def pack_into(store: TokenStore, indices, slot, cu_seqlens, pad_id, label_pad_id, windows=None) -> tuple[int, int, int]:
+def pack_into(
+    store: TokenStore, indices, slot, cu_seqlens, pad_id, label_pad_id, windows=None, piece_multiple=1
+) -> tuple[int, int, int]:
     """Packs into a ``[4, capacity]`` slot and ``cu_seqlens``, in Rust.
     ``windows``: ``(starts, lengths)`` of every entry within its sample (see :func:`collate_packed`)."""
     starts, lengths = windows if windows is not None else (None, None)
-    return _core.collate_packed_slot(store.native, indices, slot, cu_seqlens, pad_id, label_pad_id, starts, lengths)
+    return _core.collate_packed_slot(
+        store.native, indices, slot, cu_seqlens, pad_id, label_pad_id, starts, lengths, piece_multiple
+    )
 
 
 class Collator:

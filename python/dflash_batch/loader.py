@@ -53,7 +53,7 @@ import dflash_batch._core as _core
 
 from ._errors import invalid_setting
 from ._loader_checks import check_pair, padding_of, placement
-from .collate import KEYS, PACKED_KEYS, check_token, collate, collate_packed, output_dtype, pack_into
+from .collate import KEYS, PACKED_KEYS, add_padded, check_token, collate, collate_packed, output_dtype, pack_into
 from .cursor import Run
 from .from_plan import FromPlan
 from .mixture import Mixture
@@ -102,7 +102,9 @@ class Loader:
 
     With a ``mode="packed"`` sampler each batch is one packed row (see :func:`collate_packed`):
     ``input_ids``, ``labels``, ``position_ids``, ``seq_idx`` as ``[1, max_tokens]`` tensors,
-    ``cu_seqlens`` (int32) and ``max_seqlen`` (int).
+    ``cu_seqlens`` (int32) and ``max_seqlen`` (int). With ``context_parallel`` (or ``pad_to_multiple_of``)
+    every sample is padded to the sampler's multiple and the batch adds ``cu_seqlens_padded`` (int32) and
+    ``max_seqlen_padded``; :func:`context_parallel_shard` cuts it for one CP rank.
     """
 
     def __init__(
@@ -130,6 +132,8 @@ class Loader:
             raise invalid_setting("prefetch", f"prefetch={prefetch!r} is invalid; pass an integer ≥ 1")
         self.store, self.sampler, self.prefetch = store, sampler, prefetch
         self._packed = sampler.mode == "packed"
+        # Context parallelism: every sample of a row padded to this (1: none).
+        self._piece_multiple = int(sampler.schedule.config.piece_multiple)
         self._dtype = output_dtype(dtype if dtype is not None else torch.int64)
         self._settings: dict[str, int] = {
             "pad_id": check_token("pad_id", pad_id),
@@ -202,6 +206,8 @@ class Loader:
         try:
             for batch in pipeline:
                 extras.add(batch, step, run.plan)
+                if self._piece_multiple > 1:
+                    add_padded(batch, self._piece_multiple)
                 step += 1
                 run.advance(step)  # raises if a call moved the position while this loop ran
                 yield batch
@@ -235,7 +241,7 @@ class Loader:
             capacity = int(self.sampler.max_tokens or 0)
             arrays = collate_packed(
                 self.store, entries, capacity=capacity, pad_id=pad_id, label_pad_id=label_pad_id,
-                dtype=self._dtype, starts=starts, lengths=lengths,
+                dtype=self._dtype, starts=starts, lengths=lengths, piece_multiple=self._piece_multiple,
             )  # fmt: skip
         else:
             multiple = self._settings["pad_to_multiple_of"]
@@ -258,7 +264,7 @@ class Loader:
                 windows = (starts, lengths)
             rows = slot["numpy"].reshape(len(PACKED_KEYS), -1)
             samples, _, longest = pack_into(
-                self.store, batch, rows, slot["cu_seqlens"], pad_id, label_pad_id, windows=windows
+                self.store, batch, rows, slot["cu_seqlens"], pad_id, label_pad_id, windows, self._piece_multiple
             )
             return 1, rows.shape[1], samples, longest
         if isinstance(inner, _core.TokenStore):  # straight to Rust: this runs once per batch

@@ -54,7 +54,8 @@ class SourceLosses:
             ).view(target.shape)
             counted = target != -100
             source = batch["source"].to(labels.device)
-            cu = batch.get("cu_seqlens", batch.get("cu_seq_lens_q"))
+            # Where each sample lies in the row: padded for context parallelism, else its real span.
+            cu = batch.get("cu_seqlens_padded", batch.get("cu_seqlens", batch.get("cu_seq_lens_q")))
             if cu is not None:  # packed: token t + 1 belongs to the sample whose span holds it
                 positions = torch.arange(1, labels.shape[1], device=labels.device)
                 sample = torch.searchsorted(cu.to(labels.device).long(), positions, right=True) - 1

@@ -22,7 +22,7 @@ import numpy as np
 import dflash_batch._core as _core
 
 from . import label_tokens, settings
-from ._arguments import _bool, _check_rank, _default_ranks, _epoch, _length_chunks
+from ._arguments import _bool, _check_context_parallel_ranks, _check_rank, _default_ranks, _epoch, _length_chunks
 from ._core import Plan, PlanError
 from .batches import Batches, GlobalBatches
 from .clients import accelerate_reader
@@ -85,12 +85,14 @@ class BucketSampler:
         mode: str = "padded",
         bucketed: bool = False,
         trim_steps: bool = False,
+        context_parallel: int = 1,
         rank_cost: tuple[float, float] | None = None,
         rank: int | None = None,
         column: str = "seq_len",
         check_ranks: bool = True,
         plan_dir: str | os.PathLike[str] | None = None,
     ) -> None:
+        _check_context_parallel_ranks(context_parallel, world_size, rank)
         world_size, rank = _default_ranks(world_size, rank)
         # Every planning setting is checked once, in the core's binding; the schedule holds, pickles and
         # fingerprints this one object.
@@ -99,7 +101,7 @@ class BucketSampler:
             world_size=world_size, drop_last=drop_last, oversize=oversize, pad_to_multiple_of=pad_to_multiple_of,
             threads=threads, accumulation=accumulation, target_efficiency=target_efficiency, order=order, cost=cost,
             balance_tolerance=balance_tolerance, mode=mode, bucketed=bucketed, trim_steps=trim_steps,
-            rank_cost=rank_cost,
+            context_parallel=context_parallel, rank_cost=rank_cost,
         )  # fmt: skip
         rank = _check_rank(rank, config.world_size)
         check_ranks = _bool("check_ranks", check_ranks)

@@ -73,9 +73,10 @@ def packed_inputs(batch: dict[str, Any]) -> dict[str, Any]:
     computes each sample as if alone in its row."""
     inputs = {key: batch[key] for key in ("input_ids", "labels", "position_ids")}
     inputs["use_cache"] = False
-    cu = batch["cu_seqlens"]
+    # Samples padded for context parallelism span their padding too (labelled -100, positions counting on).
+    cu = batch.get("cu_seqlens_padded", batch["cu_seqlens"])
     inputs["cu_seq_lens_q"] = inputs["cu_seq_lens_k"] = cu
-    inputs["max_length_q"] = inputs["max_length_k"] = batch["max_seqlen"]
+    inputs["max_length_q"] = inputs["max_length_k"] = batch.get("max_seqlen_padded", batch["max_seqlen"])
     for key in ("num_items_in_batch", "source"):
         if key in batch:
             inputs[key] = batch[key]

@@ -61,6 +61,7 @@ class StoreCollator:
         self.packed = sampler.mode == "packed"
         self.capacity = sampler.max_tokens
         self.pad_to_multiple_of = sampler.pad_to_multiple_of
+        self.piece_multiple = sampler.schedule.config.piece_multiple  # context parallelism (1: none)
         # Entries past the rows are pieces of long samples: located once here, as a table.
         self.pieces = sampler.pieces(np.arange(sampler.schedule.entries)) if sampler.truncated else None
 
@@ -73,8 +74,9 @@ class StoreCollator:
                 rows, starts, lengths = (part[entries] for part in self.pieces)
                 entries = rows
             arrays = collate_packed(
-                self.store, entries, capacity=int(self.capacity or 0), starts=starts, lengths=lengths, **settings
-            )
+                self.store, entries, capacity=int(self.capacity or 0), starts=starts, lengths=lengths,
+                piece_multiple=self.piece_multiple, **settings,
+            )  # fmt: skip
         else:
             arrays = collate(self.store, entries, pad_to_multiple_of=self.pad_to_multiple_of, **settings)
         return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in arrays.items()}

@@ -323,6 +323,7 @@ fn batch_of((offsets, indices): (&[u64], &[u32]), samples: usize) -> Vec<u32> {
     batch
 }
 
+pub mod context_parallel;
 mod report;
 pub use report::{end_to_end, report, Report};
 pub mod sources;

@@ -42,6 +42,18 @@ fn packed_windows(
     windows: Option<Windows<'_>>,
     capacity: usize,
 ) -> dflash_batch_core::Result<(Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>, Vec<i32>, Packed)> {
+    packed_with(store, indices, windows, capacity, &Padding::default())
+}
+
+/// [`packed_windows`] with `padding`.
+#[allow(clippy::type_complexity)]
+fn packed_with(
+    store: &TokenStore,
+    indices: &[i64],
+    windows: Option<Windows<'_>>,
+    capacity: usize,
+    padding: &Padding,
+) -> dflash_batch_core::Result<(Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>, Vec<i32>, Packed)> {
     let (mut ids, mut labels, mut positions, mut seq) = (
         vec![7; capacity],
         vec![7; capacity],
@@ -56,8 +68,45 @@ fn packed_windows(
         cu_seqlens: &mut cu,
         seq_idx: Some(&mut seq),
     };
-    let got = collate_packed_windows(store, indices, windows, capacity, &Padding::default(), out)?;
+    let got = collate_packed_windows(store, indices, windows, capacity, padding, out)?;
     Ok((ids, labels, positions, seq, cu, got))
+}
+
+#[test]
+fn pieces_padded_to_the_multiple_for_context_parallelism() {
+    let store = store_of(&[vec![5, 6, 7], vec![8], vec![9, 10, 11, 12]]);
+    let padding = Padding {
+        pad_id: -1,
+        label_pad_id: -100,
+        pad_to_multiple_of: 4,
+    };
+    let (ids, labels, positions, seq, cu, got) =
+        packed_with(&store, &[0, 1, 2], None, 16, &padding).unwrap();
+    assert_eq!(
+        ids,
+        [5, 6, 7, -1, 8, -1, -1, -1, 9, 10, 11, 12, -1, -1, -1, -1]
+    );
+    let p = -100;
+    assert_eq!(labels, [p, 6, 7, p, p, p, p, p, p, 10, 11, 12, p, p, p, p]);
+    assert_eq!(positions, [0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 0, 0, 0]);
+    assert_eq!(seq, [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, -1, -1, -1, -1]);
+    // Real lengths summed (Megatron's cu_seqlens); the row positions are 0, 4, 8, 12.
+    assert_eq!(cu, [0, 3, 4, 8]);
+    let expected = Packed {
+        samples: 3,
+        tokens: 8,
+        max_seqlen: 4,
+    };
+    assert_eq!(got, expected);
+    // 3 + 1 + 4 tokens take 12 once padded: a row of 8 no longer holds them.
+    let err = packed_with(&store, &[0, 1, 2], None, 8, &padding).unwrap_err();
+    assert!(matches!(
+        err.kind(),
+        ErrorKind::PackedRowTooLong {
+            tokens: 12,
+            capacity: 8
+        }
+    ));
 }
 
 #[test]

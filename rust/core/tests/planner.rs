@@ -727,14 +727,17 @@ fn packed_settings_are_checked() {
     };
     let e = Planner::new(vec![3u32, 4], rows).unwrap_err();
     assert!(e.to_string().contains("needs max_tokens"), "{e}");
+    // Every sample of a packed row is padded to pad_to_multiple_of, which must divide the row.
     let padded = Config {
         mode: packed,
-        pad_to_multiple_of: 8,
+        pad_to_multiple_of: 6,
         ..config(Batching::Tokens(64))
     };
     let e = Planner::new(vec![3u32, 4], padded).unwrap_err();
     assert!(
-        e.to_string().contains("pad_to_multiple_of must be 1"),
+        e.to_string().contains(
+            "max_tokens 64 is not a multiple of 6, which every packed piece is padded to"
+        ),
         "{e}"
     );
     let edges = Config {

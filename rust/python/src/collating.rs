@@ -302,8 +302,10 @@ fn shape_any(
 ///
 /// `starts` and `lengths` (uint32, one per index, or both `None`) make entry `s` the token window
 /// `starts[s] .. starts[s] + lengths[s]` of its sample: the pieces of `oversize="truncate"`.
+/// `piece_multiple` > 1 pads every entry to a multiple of it (context parallelism; `cu_seqlens`
+/// then sums the real lengths, see `collate/packed.rs`).
 #[pyfunction]
-#[pyo3(signature = (store, indices, slot, cu_seqlens, pad_id, label_pad_id, starts=None, lengths=None))]
+#[pyo3(signature = (store, indices, slot, cu_seqlens, pad_id, label_pad_id, starts=None, lengths=None, piece_multiple=1))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn collate_packed_slot(
     py: Python<'_>,
@@ -315,6 +317,7 @@ pub(crate) fn collate_packed_slot(
     label_pad_id: i64,
     starts: Option<PyReadonlyArray1<'_, u32>>,
     lengths: Option<PyReadonlyArray1<'_, u32>>,
+    piece_multiple: u32,
 ) -> PyResult<(usize, usize, usize)> {
     let windows = match (&starts, &lengths) {
         (Some(s), Some(l)) => Some(Windows {
@@ -332,10 +335,15 @@ pub(crate) fn collate_packed_slot(
             ))
         }
     };
+    if piece_multiple == 0 {
+        return Err(PyValueError::new_err(
+            "piece_multiple must be ≥ 1 (sampler.schedule.config.piece_multiple)",
+        ));
+    }
     let padding = Padding {
         pad_id,
         label_pad_id,
-        pad_to_multiple_of: 1,
+        pad_to_multiple_of: piece_multiple,
     };
     let mut cu = cu_seqlens
         .extract::<PyReadwriteArrayDyn<'_, i32>>()

@@ -32,7 +32,7 @@ impl Settings {
         boundaries='auto', seed=0, shuffle=True, world_size=None, drop_last=False, oversize='error', \
         pad_to_multiple_of=1, threads=None, accumulation=None, target_efficiency=0.98, \
         order='stratified', cost='tokens', balance_tolerance=None, mode='padded', bucketed=False, \
-        trim_steps=False, rank_cost=None)")]
+        trim_steps=False, context_parallel=1, rank_cost=None)")]
     fn new(py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
         let empty = PyDict::new(py);
         let kwargs = kwargs.unwrap_or(&empty);
@@ -69,7 +69,7 @@ impl Settings {
             arg("balance_tolerance"),
         );
         let (mode, bucketed, trim_steps) = (arg("mode"), arg("bucketed"), arg("trim_steps"));
-        let rank_cost = arg("rank_cost");
+        let (context_parallel, rank_cost) = (arg("context_parallel"), arg("rank_cost"));
         let (batch_size, max_tokens, boundaries, seed) = (
             batch_size.as_ref(),
             max_tokens.as_ref(),
@@ -121,6 +121,7 @@ impl Settings {
         };
         let mode = mode_of(&given, mode, bucketed)?;
         let trim_steps = flag(&given, "trim_steps", trim_steps, false)?;
+        let context_parallel = count(&given, "context_parallel", context_parallel.as_ref(), None)?;
         let rank_cost = rank_cost_of(&given, rank_cost.as_ref())?;
         let core = CoreConfig {
             batching,
@@ -131,6 +132,7 @@ impl Settings {
             drop_last,
             oversize,
             pad_to_multiple_of,
+            context_parallel,
             target_efficiency_ppm: CoreConfig::target_efficiency_ppm(target_efficiency)
                 .map_err(to_py)?,
             order,
@@ -162,6 +164,7 @@ impl Settings {
                 // Recorded only when set: checkpoints written before it existed keep their settings.
                 "threads" => {}
                 "rank_cost" if value.is_none() => {}
+                "context_parallel" if self.core.context_parallel == 1 => {}
                 "oversize" => {
                     out.set_item("skip_oversize", self.core.oversize == Oversize::Skip)?;
                 }
@@ -237,6 +240,18 @@ impl Settings {
             Batching::Tokens(t) => Some(t),
             Batching::Rows(_) => None,
         }
+    }
+
+    /// Ranks each packed row is split over (1: none).
+    #[getter]
+    fn context_parallel(&self) -> u32 {
+        self.core.context_parallel
+    }
+
+    /// What every piece of a packed row is padded to a multiple of (1: none; padded batches: 1).
+    #[getter]
+    fn piece_multiple(&self) -> u64 {
+        self.core.piece_multiple()
     }
 
     /// `"padded"` or `"packed"`.

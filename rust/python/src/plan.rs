@@ -155,7 +155,10 @@ impl Plan {
     /// call (O(samples), GIL released), window, window_tv, rank_imbalance_p50/p99/max and
     /// sync_efficiency (per micro-batch) / sync_efficiency_step (per optimizer step), on the
     /// configuration's cost, and end_to_end_efficiency / end_to_end_efficiency_step: useful work over
-    /// what the ranks spend, padding and waiting included.
+    /// what the ranks spend, padding and waiting included. Packed rows whose samples are padded to a
+    /// multiple add piece_padding_tokens; under context parallelism also context_parallel,
+    /// cp_spread_zigzag and cp_spread_contiguous (the attention a row's slowest rank does over
+    /// the mean, less 1, summed over rows).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let offsets = self.offsets.bind(py).readonly();
         let indices = self.indices.bind(py).readonly();
@@ -215,6 +218,18 @@ impl Plan {
             "end_to_end_efficiency_step",
             end.map(|s| s.per_optimizer_step),
         )?;
+        // Context parallelism: the padding the pieces take (counted as waste in efficiency), and how
+        // evenly each layout shares a row's attention among its ranks (`metrics/context_parallel.rs`).
+        let config = self.planner.config();
+        if config.piece_multiple() > 1 {
+            d.set_item("piece_padding_tokens", report.piece_padding)?;
+        }
+        if config.context_parallel > 1 {
+            let cp = report.context_parallel;
+            d.set_item("context_parallel", config.context_parallel)?;
+            d.set_item("cp_spread_zigzag", cp.map(|c| c.zigzag))?;
+            d.set_item("cp_spread_contiguous", cp.map(|c| c.contiguous))?;
+        }
         if let (Some(figures), Some(mixture)) = (report.sources, self.planner.mixture()) {
             let sources = PyDict::new(py);
             for (part, source) in figures.parts.iter().zip(&mixture.sources) {

@@ -23,7 +23,7 @@ pub(crate) struct Setting {
 }
 
 /// The settings in the order `settings()`, checkpoints and the signature list them.
-pub(crate) const SETTINGS: [Setting; 19] = [
+pub(crate) const SETTINGS: [Setting; 20] = [
     Setting {
         name: "batch_size",
         kind: "int | None",
@@ -92,9 +92,10 @@ pub(crate) const SETTINGS: [Setting; 19] = [
         name: "pad_to_multiple_of",
         kind: "int",
         default: "1",
-        range: "1 to 2**32 - 1 (1 packed)",
+        range: "1 to 2**32 - 1 (packed: dividing max_tokens)",
         doc: "padded lengths are rounded up to a multiple of this; the budget counts it, and the Loader \
-              pads with it.",
+              pads with it. With `mode=\"packed\"` every sample in a row is padded to a multiple of it \
+              (FP8 and sequence-parallel kernels: `docs/context_parallel.md`).",
     },
     Setting {
         name: "threads",
@@ -170,6 +171,17 @@ pub(crate) const SETTINGS: [Setting; 19] = [
         range: "a bool (max_tokens, padded, balance_tolerance=None)",
         doc: "trim each step's batches to a common cost and re-form the rows trimmed into extra steps spread \
               through the epoch: ranks wait less for a few percent more steps and some mixing.",
+    },
+    Setting {
+        name: "context_parallel",
+        kind: "int",
+        default: "1",
+        range: "1 to 2**31 - 1 (packed; max_tokens a multiple of 2·context_parallel)",
+        doc: "with `mode=\"packed\"`, the ranks each row is split over (ring or Ulysses attention): every \
+              sample is padded to a multiple of `2·context_parallel` (and of `pad_to_multiple_of`), the \
+              padding counted as waste, so it splits into equal zigzag chunks; `plan.stats()` reports the \
+              attention spread per layout and `db.context_parallel_shard` cuts a batch for one rank \
+              (`docs/context_parallel.md`).",
     },
     Setting {
         name: "rank_cost",

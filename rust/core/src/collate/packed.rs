@@ -12,6 +12,13 @@
 //! | `seq_idx`      | `s`                                     | -1              |
 //!
 //! and `cu_seqlens = [c_0 = 0, c_1, …, c_n]` (int32, `n + 1` entries) and `max_seqlen = max l_s`.
+//!
+//! With `padding.pad_to_multiple_of = m > 1` (context parallelism: `m` a multiple of `2·cp`) each
+//! sample takes `p_s = ⌈l_s / m⌉·m` tokens of the row: its own, then `p_s − l_s` of `pad_id` with
+//! `label_pad_id` labels, `position_ids` counting on (`l_s … p_s − 1`) and `seq_idx` still `s`, so
+//! every document splits into `2·cp` equal chunks. `cu_seqlens` still sums the real lengths (what
+//! Megatron's THD format calls `cu_seqlens`); where sample `s` starts in the row is
+//! `p_0 + … + p_{s−1}` (its `cu_seqlens_padded`, which the caller derives from these and `m`).
 //! Labels are the inputs, as for padded batches (the model shifts them); the first token of each
 //! sample gets `label_pad_id` so no sample is trained to predict from the previous one's end. A store
 //! with a loss mask also gets `label_pad_id` where its mask says so (`read/mask.rs`).
@@ -41,7 +48,7 @@ pub struct PackedBuffers<'a, T> {
 pub struct Packed {
     /// Samples in the row (`cu_seqlens` holds one more entry).
     pub samples: usize,
-    /// Real tokens: `cu_seqlens[samples]`.
+    /// Real tokens: `cu_seqlens[samples]` (without the pieces' padding).
     pub tokens: usize,
     /// The longest sample.
     pub max_seqlen: usize,
@@ -87,7 +94,9 @@ pub fn collate_packed_windows<T: OutputToken, I: Copy + Into<i128>>(
             cut(places, w, indices.len())?;
         }
     }
-    let tokens: usize = located.iter().map(|(_, r)| r.len()).sum();
+    let multiple = padding.pad_to_multiple_of.max(1) as usize;
+    let padded = |len: usize| len.div_ceil(multiple) * multiple;
+    let tokens: usize = located.iter().map(|(_, r)| padded(r.len())).sum();
     if tokens > capacity || i32::try_from(capacity).is_err() {
         return Err(ErrorKind::PackedRowTooLong { tokens, capacity }.into());
     }
@@ -110,7 +119,7 @@ pub fn collate_packed_windows<T: OutputToken, I: Copy + Into<i128>>(
     let label_pad_id = output_value::<T>("label_pad_id", padding.label_pad_id)?;
     let (ids, labels, positions) = (out.input_ids, out.labels, out.position_ids);
     let mut seq_idx = out.seq_idx;
-    let (mut at, mut longest) = (0usize, 0usize);
+    let (mut at, mut longest, mut real) = (0usize, 0usize, 0usize);
     out.cu_seqlens[0] = 0;
     for (s, place) in located.iter().enumerate() {
         let len = place.1.len();
@@ -132,18 +141,22 @@ pub fn collate_packed_windows<T: OutputToken, I: Copy + Into<i128>>(
         if len > 0 {
             labels[at] = label_pad_id;
         }
-        T::write_positions(&mut positions[at..at + len]);
+        let end = at + padded(len);
+        ids[at + len..end].fill(pad_id);
+        labels[at + len..end].fill(label_pad_id);
+        T::write_positions(&mut positions[at..end]);
         if let Some(seq_idx) = seq_idx.as_deref_mut() {
             // Samples in a row are fewer than its capacity, which fits in i32.
             #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
-            seq_idx[at..at + len].fill(T::from(s as i32));
+            seq_idx[at..end].fill(T::from(s as i32));
         }
-        at += len;
+        at = end;
+        real += len;
         longest = longest.max(len);
-        // `at` ≤ capacity, which fits in i32 (checked above).
+        // `real` ≤ `at` ≤ capacity, which fits in i32 (checked above).
         #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
         {
-            out.cu_seqlens[s + 1] = at as i32;
+            out.cu_seqlens[s + 1] = real as i32;
         }
     }
     ids[at..capacity].fill(pad_id);
@@ -154,7 +167,7 @@ pub fn collate_packed_windows<T: OutputToken, I: Copy + Into<i128>>(
     }
     Ok(Packed {
         samples,
-        tokens: at,
+        tokens: real,
         max_seqlen: longest,
     })
 }

@@ -86,6 +86,8 @@ kinds! {
     TrimSetting => "trim_setting", Plan, true;
     TruncateSetting => "truncate_setting", Plan, true;
     PackedSetting => "packed_setting", Plan, true;
+    ContextParallelSetting => "context_parallel_setting", Plan, true;
+    PieceMultiple => "piece_multiple", Plan, true;
     TooFewEdges => "too_few_edges", Plan, true;
     EdgesNotIncreasing => "edges_not_increasing", Plan, true;
     EdgesDoNotCover => "edges_do_not_cover", Plan, false;
@@ -139,6 +141,8 @@ impl ErrorKind {
             Self::TrimSetting { .. } => Some("trim_steps"),
             Self::TruncateSetting { .. } => Some("oversize"),
             Self::PackedSetting { .. } => Some("mode"),
+            Self::ContextParallelSetting { .. } => Some("context_parallel"),
+            Self::PieceMultiple { .. } => Some("max_tokens"),
             Self::MixtureSetting { setting, .. } => Some(setting),
             Self::MixtureWeight { .. } | Self::MixtureWeights { .. } => Some("weights"),
             _ => None,
@@ -197,6 +201,16 @@ mod tests {
             ErrorKind::TrimSetting { problem: "" },
             ErrorKind::TruncateSetting { problem: "" },
             ErrorKind::PackedSetting { problem: "" },
+            ErrorKind::ContextParallelSetting {
+                problem: "",
+                context_parallel: 2,
+            },
+            ErrorKind::PieceMultiple {
+                capacity: 10,
+                multiple: 4,
+                pad_to_multiple_of: 1,
+                context_parallel: 2,
+            },
         ] {
             assert!(kind.is_setting() && kind.setting().is_some(), "{kind:?}");
         }

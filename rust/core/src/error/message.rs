@@ -94,6 +94,32 @@ impl fmt::Display for Error {
             }
             K::SourcesDiffer { source, problem } => write!(f, "source '{source}' {problem}"),
             K::PackedSetting { problem } => write!(f, "mode='packed' {problem}"),
+            K::ContextParallelSetting {
+                problem,
+                context_parallel,
+            } => write!(f, "context_parallel={context_parallel} {problem}"),
+            K::PieceMultiple {
+                capacity,
+                multiple,
+                pad_to_multiple_of,
+                context_parallel,
+            } => {
+                let below = capacity / multiple * multiple;
+                let above = below + multiple;
+                write!(
+                    f,
+                    "max_tokens {capacity} is not a multiple of {multiple}, which every packed piece \
+                     is padded to (pad_to_multiple_of={pad_to_multiple_of}"
+                )?;
+                if *context_parallel > 1 {
+                    write!(f, ", 2·context_parallel={}", 2 * u64::from(*context_parallel))?;
+                }
+                write!(f, "); use max_tokens={above}")?;
+                if below > 0 {
+                    write!(f, " or {below}")?;
+                }
+                Ok(())
+            }
             K::TrimSetting { problem } => write!(f, "trim_steps=True {problem}"),
             K::TruncateSetting { problem } => write!(f, "oversize='truncate' {problem}"),
             K::TooFewEdges { count } => write!(

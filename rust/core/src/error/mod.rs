@@ -115,6 +115,25 @@ pub enum ErrorKind {
         /// What is wrong, as the rest of a sentence after "mode='packed'".
         problem: &'static str,
     },
+    /// `context_parallel` with a setting it cannot work with.
+    ContextParallelSetting {
+        /// What is wrong, as the rest of a sentence after "context_parallel=N".
+        problem: &'static str,
+        /// The degree given.
+        context_parallel: u32,
+    },
+    /// A packed row's capacity that its padded pieces cannot fill exactly: `max_tokens` is not a
+    /// multiple of the piece multiple ([`crate::Config::piece_multiple`]).
+    PieceMultiple {
+        /// `max_tokens`.
+        capacity: u64,
+        /// What every piece is padded to a multiple of.
+        multiple: u64,
+        /// The setting `pad_to_multiple_of`.
+        pad_to_multiple_of: u32,
+        /// The setting `context_parallel`.
+        context_parallel: u32,
+    },
     /// Fewer than two bucket edges.
     TooFewEdges {
         /// Number of edges given.

@@ -3,6 +3,7 @@
 //! it — useful work over what the ranks spend, waiting and padding included.
 
 use crate::lengths::{with_lengths, Length};
+use crate::metrics::context_parallel::{context_parallel, piece_padding, ContextParallel};
 use crate::metrics::sources::{sources, SourceFigures};
 use crate::metrics::{
     batch_costs, rank_imbalance, synchronous, window_tv, Deciles, Imbalance, Synchronous,
@@ -21,6 +22,11 @@ pub struct Report {
     pub end_to_end: Option<Synchronous>,
     /// The sources of a mixture's plan ([`sources`](crate::metrics::sources::sources)).
     pub sources: Option<SourceFigures>,
+    /// Attention spread over the ranks of a context-parallel row, by layout; `None` without context
+    /// parallelism ([`context_parallel`](crate::metrics::context_parallel::context_parallel)).
+    pub context_parallel: Option<ContextParallel>,
+    /// Tokens of padding that pieces take beyond their lengths (to `Config::piece_multiple`).
+    pub piece_padding: u64,
 }
 
 /// End-to-end efficiency: the useful work of the plan's steps (each sample's own `a·l + b·l²`; batch
@@ -125,9 +131,9 @@ fn report_with<L: Length>(
                     + members
                         .iter()
                         .map(|&r| {
-                            // Lengths fit f64 exactly.
-                            #[allow(clippy::cast_precision_loss)]
-                            let l = length(r) as f64;
+                            // The kernel computes a piece's padding too. Lengths fit u32.
+                            #[allow(clippy::cast_possible_truncation)]
+                            let l = f64::from(config.piece(length(r) as u32));
                             model.quadratic * l * l
                         })
                         .sum::<f64>()
@@ -147,5 +153,9 @@ fn report_with<L: Length>(
         synchronous: synchronous(&costs, world, accumulation),
         end_to_end,
         sources: None,
+        context_parallel: context_parallel(config, (offsets, indices), |e| {
+            lengths[e as usize].into()
+        }),
+        piece_padding: piece_padding(config, indices, |e| lengths[e as usize].into()),
     }
 }

@@ -119,8 +119,12 @@ pub struct Config {
     pub drop_last: bool,
     /// Policy for samples over `max_tokens`.
     pub oversize: Oversize,
-    /// Padded lengths are rounded up to a multiple of this.
+    /// Padded lengths are rounded up to a multiple of this; in packed rows, every piece (a sample,
+    /// or a piece of one under `Oversize::Truncate`) is (see [`Config::piece_multiple`]).
     pub pad_to_multiple_of: u32,
+    /// Context-parallel degree of packed rows: each row is split over this many ranks, so every
+    /// piece is padded to a multiple of `2 · context_parallel` (1: no context parallelism).
+    pub context_parallel: u32,
     /// The efficiency `Boundaries::Auto` aims for, in parts per million (1 to 1,000,000).
     pub target_efficiency_ppm: u32,
     /// Batch order of shuffled epochs.
@@ -165,6 +169,7 @@ impl Config {
             drop_last: false,
             oversize: Oversize::Error,
             pad_to_multiple_of: 1,
+            context_parallel: 1,
             target_efficiency_ppm: DEFAULT_TARGET_EFFICIENCY_PPM,
             order: Order::Stratified,
             accumulation: 1,
@@ -268,6 +273,13 @@ impl Config {
         if self.pad_to_multiple_of == 0 {
             return Err(setting("pad_to_multiple_of", 0, "≥ 1"));
         }
+        if self.context_parallel == 0 {
+            return Err(setting(
+                "context_parallel",
+                0,
+                "≥ 1 (ranks a packed row is split over; 1: none)",
+            ));
+        }
         Self::target_efficiency_ppm(f64::from(self.target_efficiency_ppm) / 1e6)?;
         if self.accumulation == 0 {
             return Err(setting(
@@ -293,12 +305,6 @@ impl Config {
                 }
                 .into());
             }
-            if self.pad_to_multiple_of != 1 {
-                return Err(ErrorKind::PackedSetting {
-                    problem: "pads no rows, so pad_to_multiple_of must be 1 (the row is max_tokens long)",
-                }
-                .into());
-            }
             // A packed row is one tensor of max_tokens tokens, and the packer counts its room in
             // u32: a larger capacity was clipped there, so stats disagreed with the rows.
             if let Batching::Tokens(capacity) = self.batching {
@@ -311,13 +317,66 @@ impl Config {
                     }
                     .into());
                 }
+                self.validate_pieces(capacity)?;
             }
+        } else if self.context_parallel != 1 {
+            return Err(ErrorKind::ContextParallelSetting {
+                problem: "splits packed rows over ranks; pass mode='packed' (with max_tokens a \
+                          multiple of 2·context_parallel), or leave it 1 for padded batches",
+                context_parallel: self.context_parallel,
+            }
+            .into());
         }
         match self.batching {
             Batching::Rows(0) => Err(setting("batch_size", 0, "≥ 1")),
             Batching::Tokens(0) => Err(setting("max_tokens", 0, "≥ 1")),
             _ => Ok(()),
         }
+    }
+
+    /// What every piece of a packed row is padded to a multiple of: `pad_to_multiple_of` and, under
+    /// context parallelism, `2 · context_parallel` (their least common multiple), so each
+    /// document splits into `2 · cp` equal chunks (zigzag) and the kernels' own multiple (FP8,
+    /// sequence parallelism) holds. 1 for padded batches. In u64: the product may pass u32 (such a
+    /// multiple fits no row, which [`Config::validate`] refuses).
+    pub fn piece_multiple(&self) -> u64 {
+        if !matches!(self.mode, Mode::Packed { .. }) {
+            return 1;
+        }
+        let cp = if self.context_parallel > 1 {
+            2 * u64::from(self.context_parallel)
+        } else {
+            1
+        };
+        let pad = u64::from(self.pad_to_multiple_of.max(1));
+        pad / gcd(pad, cp) * cp
+    }
+
+    /// The tokens a packed row gives a piece of `length` tokens: `length` rounded up to
+    /// [`Config::piece_multiple`] (which divides the row's capacity: a piece that fits a row still
+    /// fits once padded).
+    #[inline]
+    pub fn piece(&self, length: u32) -> u32 {
+        let multiple = self.piece_multiple();
+        // ≤ capacity when length ≤ capacity (the multiple divides it), and callers only pad
+        // admitted lengths; saturate rather than wrap otherwise.
+        u32::try_from(u64::from(length).div_ceil(multiple) * multiple).unwrap_or(u32::MAX)
+    }
+
+    /// The piece multiple divides the row capacity, so the padded pieces of a row fill it exactly
+    /// and a row splits into `2 · context_parallel` equal chunks.
+    fn validate_pieces(&self, capacity: u64) -> Result<()> {
+        let multiple = self.piece_multiple();
+        if !capacity.is_multiple_of(multiple) {
+            return Err(ErrorKind::PieceMultiple {
+                capacity,
+                multiple,
+                pad_to_multiple_of: self.pad_to_multiple_of,
+                context_parallel: self.context_parallel,
+            }
+            .into());
+        }
+        Ok(())
     }
 
     /// `length` rounded up to `pad_to_multiple_of`. Runs twice per sample in the hot loop, so powers
@@ -330,6 +389,15 @@ impl Config {
         } else {
             l.div_ceil(pad) * pad
         }
+    }
+}
+
+/// Greatest common divisor (Euclid).
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }
 

@@ -36,6 +36,7 @@ pub fn fingerprint<L: Length>(lengths: &[L], config: &Config) -> u64 {
         drop_last,
         oversize,
         pad_to_multiple_of,
+        context_parallel,
         target_efficiency_ppm,
         order,
         accumulation,
@@ -94,6 +95,9 @@ pub fn fingerprint<L: Length>(lengths: &[L], config: &Config) -> u64 {
     }
     if let Some(rank) = rank_cost {
         h = fold(h, [7, rank.linear.to_bits(), rank.quadratic.to_bits()]);
+    }
+    if *context_parallel != 1 {
+        h = fold(h, [8, u64::from(*context_parallel)]);
     }
     match boundaries {
         Boundaries::Auto => fold(h, [3, u64::from(*target_efficiency_ppm)]),

@@ -55,7 +55,9 @@ pub(crate) fn prepare_with<L: Length>(
     let mut bucket_least = vec![u32::MAX; buckets.count()];
     let mut bucket_rows = vec![0u64; buckets.count()];
     let quarter_row = match config.batching {
-        Batching::Tokens(t) => t / 4,
+        // A padded piece is at most `multiple - 1` tokens longer: count every sample that may
+        // pass a quarter row once padded.
+        Batching::Tokens(t) => (t / 4).saturating_sub(config.piece_multiple() - 1),
         Batching::Rows(_) => u64::MAX,
     };
     let (mut admitted, mut admitted_tokens, mut shortest, mut long) = (0, 0, u32::MAX, 0);
@@ -109,6 +111,8 @@ fn batch_bound(config: &Config, (rows, least): (&[u64], &[u32]), counts: (u64, u
         (Mode::Packed { bucketed }, Batching::Tokens(t)) => {
             let window = crate::plan::form::WINDOW as u64;
             let open = if bucketed { window * buckets } else { window };
+            // Rows hold pieces padded to the multiple: at most `multiple - 1` tokens more each.
+            let tokens = tokens + admitted * (config.piece_multiple() - 1);
             4 * tokens / t.max(1) + 2 * long + streams * open
         }
         _ => {

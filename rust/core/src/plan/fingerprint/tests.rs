@@ -207,6 +207,7 @@ fn variants() -> Vec<(&'static str, Config)> {
                 drop_last: true,
                 oversize: Oversize::Skip,
                 pad_to_multiple_of: 4,
+                context_parallel: 1,
                 target_efficiency_ppm: 970_000,
                 order: Order::Random,
                 accumulation: 2,
@@ -230,6 +231,14 @@ fn variants() -> Vec<(&'static str, Config)> {
                 ..base.clone()
             },
         ),
+        (
+            "context_parallel",
+            Config {
+                mode: Mode::Packed { bucketed: false },
+                context_parallel: 4,
+                ..base.clone()
+            },
+        ),
     ]
 }
 
@@ -237,7 +246,7 @@ fn variants() -> Vec<(&'static str, Config)> {
 /// the configuration: checkpoints written then must still be accepted.
 #[test]
 fn every_stored_fingerprint_still_matches() {
-    let stored: [(&str, u64); 20] = [
+    let stored: [(&str, u64); 21] = [
         ("default", 17006243726596172758),
         ("rows", 12743090375431498487),
         ("seed", 13791511467730541533),
@@ -258,6 +267,7 @@ fn every_stored_fingerprint_still_matches() {
         ("edges", 4315851343782065092),
         ("everything", 6587937152557447243),
         ("rank_cost", 16443094584649076445),
+        ("context_parallel", 5139030390029307374),
     ];
     let variants = variants();
     assert_eq!(variants.len(), stored.len());

@@ -91,7 +91,12 @@ pub(crate) fn compose<L: Length>(
     (epoch, group): (u64, u32),
     formed: &mut Formed,
 ) {
-    let (samples, sorted) = longest_first(piece, values, lengths, capacity);
+    let (samples, mut sorted) = longest_first(piece, values, lengths, capacity);
+    if config.piece_multiple() > 1 {
+        // Pieces take their padded lengths (context parallelism): rounding up keeps the order
+        // longest first, and a sample that fits still fits (the multiple divides `capacity`).
+        sorted.iter_mut().for_each(|l| *l = config.piece(*l));
+    }
     let Some(&shortest) = sorted.last() else {
         return;
     };

@@ -33,8 +33,10 @@ pub(crate) struct Packer<'a> {
     config: &'a Config,
     rules: &'a Rules,
     capacity: u32,
-    /// The shortest admitted length: a row with less room than this is full.
+    /// The shortest admitted length (padded as a piece): a row with less room than this is full.
     shortest: u32,
+    /// Pieces are padded to a multiple of this (`Config::piece_multiple`; 1: none).
+    multiple: u64,
     /// Each bucket's window, made when its first sample comes (boxed: a window is ~20 KB, and
     /// making one inline put a stack probe of that size into every placement).
     open: Vec<Option<Box<Window>>>,
@@ -54,7 +56,8 @@ impl<'a> Packer<'a> {
             config,
             rules,
             capacity,
-            shortest: shortest.max(1),
+            shortest: config.piece(shortest.max(1)),
+            multiple: config.piece_multiple(),
             open: (0..buckets).map(|_| None).collect(),
         }
     }
@@ -82,6 +85,12 @@ impl<'a> Packer<'a> {
                 }
             };
             let fit = (self.capacity, self.shortest);
+            // A piece takes its padded length of the row (context parallelism, FP8 multiples).
+            let length = if self.multiple == 1 {
+                length
+            } else {
+                self.config.piece(length)
+            };
             place(fit, self.window(bucket), out, sample, length);
         });
     }
