@@ -92,7 +92,14 @@ def sampler_invariants(lengths, kwargs, world) -> None:
 
 
 def check_budgets(plan, lengths, kwargs) -> None:
-    if kwargs.get("oversize") == "truncate" or kwargs.get("mode") == "packed":
+    if kwargs.get("oversize") == "truncate":
+        return
+    if kwargs.get("mode") == "packed":  # every sample padded to the piece multiple, rows within max_tokens
+        cp = kwargs.get("context_parallel", 1)
+        multiple = int(np.lcm(kwargs.get("pad_to_multiple_of", 1), 2 * cp if cp > 1 else 1))
+        for b in range(len(plan)):
+            used = sum(padded(int(lengths[m]), multiple) for m in np.asarray(plan[b], dtype=np.int64))
+            check(used <= kwargs["max_tokens"], f"packed row {b} takes {used} padded tokens > max_tokens")
         return
     multiple = kwargs.get("pad_to_multiple_of", 1)
     for b in range(len(plan)):

@@ -136,6 +136,7 @@ VALID = {  # values every keyword accepts: most cases use only these, so plans g
     "bucketed": st.booleans(),
     "threads": st.sampled_from([None, 1, 2]),
     "trim_steps": st.booleans(),
+    "context_parallel": st.sampled_from([1, 2, 4]),
 }
 INVALID = {
     "boundaries": st.sampled_from([0, 65536, "bogus", [5, 3, 1]]),
@@ -150,6 +151,7 @@ INVALID = {
     "mode": st.just("rolled"),
     "threads": st.sampled_from([0, -1, 2**70]),
     "trim_steps": st.sampled_from(["yes", 2]),
+    "context_parallel": st.sampled_from([0, 2**32, "4"]),
 }
 
 

@@ -311,3 +311,31 @@ def test_a_torch_dataloader_and_hf_inputs_see_the_padded_samples(store):
     inputs = packed_inputs(batches[0])
     np.testing.assert_array_equal(inputs["cu_seq_lens_q"].numpy(), batches[0]["cu_seqlens_padded"].numpy())
     assert inputs["max_length_q"] == batches[0]["max_seqlen_padded"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    cp=st.sampled_from([1, 2, 3, 4, 8]),
+    chunks=st.lists(st.integers(0, 6), max_size=12),
+    tail=st.integers(0, 5),
+    layout=st.sampled_from(["zigzag", "contiguous"]),
+)
+def test_shard_index_partitions_any_row_and_zigzag_takes_the_paired_chunks(cp, chunks, tail, layout):
+    """Any row of samples padded to 2·cp (empty ones too) and any tail: the cp shards are a partition of the
+    row, each C / cp long, and under zigzag rank i holds exactly chunks i and 2·cp − 1 − i of every sample."""
+    halves = 2 * cp
+    lengths = np.array(chunks, dtype=np.int64) * halves
+    capacity = int(lengths.sum()) + tail * halves
+    if capacity == 0:
+        return
+    bounds = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    indices = [db.shard_index(bounds, capacity, cp, r, layout) for r in range(cp)]
+    assert all(len(i) == capacity // cp for i in indices)
+    np.testing.assert_array_equal(np.sort(np.concatenate(indices)), np.arange(capacity))
+    if layout == "zigzag":
+        segments = np.append(bounds, capacity) if bounds[-1] < capacity else bounds
+        for rank, index in enumerate(indices):
+            owner = np.searchsorted(segments, index, side="right") - 1
+            size = np.diff(segments)[owner] // halves
+            chunk = (index - segments[owner]) // size
+            assert np.all((chunk == rank) | (chunk == halves - 1 - rank))

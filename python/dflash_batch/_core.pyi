@@ -140,7 +140,9 @@ class Plan:
         that does work when ranks wait for the slowest every micro-batch / every optimizer step), and
         end_to_end_efficiency / end_to_end_efficiency_step: the share that trains real tokens (useful
         work over what the ranks spend, padding and waiting included), predicted under rank_price: the
-        (a, b) the ranks were balanced by."""
+        (a, b) the ranks were balanced by. Packed rows whose samples are padded to a multiple add
+        piece_padding_tokens; with context_parallel also context_parallel, cp_spread_zigzag and
+        cp_spread_contiguous (docs/context_parallel.md)."""
     def largest_padded(self, start: int, rank: int, pad_to_multiple_of: int) -> int:
         """Elements of the largest padded batch ``rank`` runs from step ``start`` on: rows × longest
         length rounded up to ``pad_to_multiple_of``; 1 when it runs none. Raises ValueError for a rank

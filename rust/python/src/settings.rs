@@ -176,7 +176,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         name: "context_parallel",
         kind: "int",
         default: "1",
-        range: "1 to 2**31 - 1 (packed; max_tokens a multiple of 2·context_parallel)",
+        range: "1 to 2**32 - 1 (packed; max_tokens a multiple of 2·context_parallel)",
         doc: "with `mode=\"packed\"`, the ranks each row is split over (ring or Ulysses attention): every \
               sample is padded to a multiple of `2·context_parallel` (and of `pad_to_multiple_of`), the \
               padding counted as waste, so it splits into equal zigzag chunks; `plan.stats()` reports the \
