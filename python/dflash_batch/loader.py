@@ -102,9 +102,8 @@ class Loader:
 
     With a ``mode="packed"`` sampler each batch is one packed row (see :func:`collate_packed`):
     ``input_ids``, ``labels``, ``position_ids``, ``seq_idx`` as ``[1, max_tokens]`` tensors,
-    ``cu_seqlens`` (int32) and ``max_seqlen`` (int). With ``context_parallel`` (or ``pad_to_multiple_of``)
-    every sample is padded to the sampler's multiple and the batch adds ``cu_seqlens_padded`` (int32) and
-    ``max_seqlen_padded``; :func:`context_parallel_shard` cuts it for one CP rank.
+    ``cu_seqlens`` (int32) and ``max_seqlen`` (int); samples padded for ``context_parallel`` add
+    ``cu_seqlens_padded`` and ``max_seqlen_padded`` (:func:`context_parallel_shard` cuts a batch for a CP rank).
     """
 
     def __init__(
@@ -132,7 +131,6 @@ class Loader:
             raise invalid_setting("prefetch", f"prefetch={prefetch!r} is invalid; pass an integer ≥ 1")
         self.store, self.sampler, self.prefetch = store, sampler, prefetch
         self._packed = sampler.mode == "packed"
-        # Context parallelism: every sample of a row padded to this (1: none).
         self._piece_multiple = int(sampler.schedule.config.piece_multiple)
         self._dtype = output_dtype(dtype if dtype is not None else torch.int64)
         self._settings: dict[str, int] = {

@@ -15,7 +15,7 @@
 //! A row waits for its slowest rank, so the figure is `Σ_rows max_i W_i / Σ_rows mean_i W_i − 1`: the
 //! share of the attention time lost to the spread (0 when every row is even).
 
-use crate::plan::config::Config;
+use crate::plan::config::{padded_piece, Config};
 
 /// The context-parallel figures of a plan.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -86,6 +86,7 @@ pub fn context_parallel(
     if cp <= 1 {
         return None;
     }
+    let multiple = config.piece_multiple();
     let mut pieces = Vec::new();
     let mut ranks = vec![0u128; cp];
     let mut spread = [(0.0f64, 0.0f64); 2];
@@ -94,7 +95,7 @@ pub fn context_parallel(
         #[allow(clippy::cast_possible_truncation)]
         let members = &indices[row[0] as usize..row[1] as usize];
         pieces.clear();
-        pieces.extend(members.iter().map(|&e| config.piece(length(e))));
+        pieces.extend(members.iter().map(|&e| padded_piece(length(e), multiple)));
         for (layout, sums) in spread.iter_mut().enumerate() {
             ranks.fill(0);
             row_work(&pieces, capacity, layout == 0, &mut ranks);
@@ -117,14 +118,15 @@ pub fn context_parallel(
 
 /// Tokens of padding the pieces of a plan's entries take beyond their own lengths.
 pub fn piece_padding(config: &Config, indices: &[u32], length: impl Fn(u32) -> u32) -> u64 {
-    if config.piece_multiple() == 1 {
+    let multiple = config.piece_multiple();
+    if multiple == 1 {
         return 0;
     }
     indices
         .iter()
         .map(|&e| {
             let l = length(e);
-            u64::from(config.piece(l) - l)
+            u64::from(padded_piece(l, multiple) - l)
         })
         .sum()
 }

@@ -8,6 +8,7 @@ use crate::metrics::sources::{sources, SourceFigures};
 use crate::metrics::{
     batch_costs, rank_imbalance, synchronous, window_tv, Deciles, Imbalance, Synchronous,
 };
+use crate::plan::config::padded_piece;
 
 /// The mixing and balance figures of one of `planner`'s plans, given as CSR.
 #[derive(Debug, Clone, PartialEq)]
@@ -126,6 +127,7 @@ fn report_with<L: Length>(
             // Capacities fit f64 exactly (below 2^32 for packed rows).
             #[allow(clippy::cast_precision_loss)]
             let linear = model.linear * capacity as f64;
+            let multiple = config.piece_multiple();
             let timed = batch_costs(offsets, indices, |members| {
                 linear
                     + members
@@ -133,7 +135,7 @@ fn report_with<L: Length>(
                         .map(|&r| {
                             // The kernel computes a piece's padding too. Lengths fit u32.
                             #[allow(clippy::cast_possible_truncation)]
-                            let l = f64::from(config.piece(length(r) as u32));
+                            let l = f64::from(padded_piece(length(r) as u32, multiple));
                             model.quadratic * l * l
                         })
                         .sum::<f64>()

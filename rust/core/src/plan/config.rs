@@ -4,7 +4,9 @@
 use crate::error::{ErrorKind, Result};
 
 mod cost;
+mod pieces;
 pub use cost::CostModel;
+pub(crate) use pieces::padded_piece;
 
 /// The padding efficiency `Boundaries::Auto` aims for, in parts per million.
 pub const DEFAULT_TARGET_EFFICIENCY_PPM: u32 = 980_000;
@@ -334,51 +336,6 @@ impl Config {
         }
     }
 
-    /// What every piece of a packed row is padded to a multiple of: `pad_to_multiple_of` and, under
-    /// context parallelism, `2 · context_parallel` (their least common multiple), so each
-    /// document splits into `2 · cp` equal chunks (zigzag) and the kernels' own multiple (FP8,
-    /// sequence parallelism) holds. 1 for padded batches. In u64: the product may pass u32 (such a
-    /// multiple fits no row, which [`Config::validate`] refuses).
-    pub fn piece_multiple(&self) -> u64 {
-        if !matches!(self.mode, Mode::Packed { .. }) {
-            return 1;
-        }
-        let cp = if self.context_parallel > 1 {
-            2 * u64::from(self.context_parallel)
-        } else {
-            1
-        };
-        let pad = u64::from(self.pad_to_multiple_of.max(1));
-        pad / gcd(pad, cp) * cp
-    }
-
-    /// The tokens a packed row gives a piece of `length` tokens: `length` rounded up to
-    /// [`Config::piece_multiple`] (which divides the row's capacity: a piece that fits a row still
-    /// fits once padded).
-    #[inline]
-    pub fn piece(&self, length: u32) -> u32 {
-        let multiple = self.piece_multiple();
-        // ≤ capacity when length ≤ capacity (the multiple divides it), and callers only pad
-        // admitted lengths; saturate rather than wrap otherwise.
-        u32::try_from(u64::from(length).div_ceil(multiple) * multiple).unwrap_or(u32::MAX)
-    }
-
-    /// The piece multiple divides the row capacity, so the padded pieces of a row fill it exactly
-    /// and a row splits into `2 · context_parallel` equal chunks.
-    fn validate_pieces(&self, capacity: u64) -> Result<()> {
-        let multiple = self.piece_multiple();
-        if !capacity.is_multiple_of(multiple) {
-            return Err(ErrorKind::PieceMultiple {
-                capacity,
-                multiple,
-                pad_to_multiple_of: self.pad_to_multiple_of,
-                context_parallel: self.context_parallel,
-            }
-            .into());
-        }
-        Ok(())
-    }
-
     /// `length` rounded up to `pad_to_multiple_of`. Runs twice per sample in the hot loop, so powers
     /// of two (the usual 1, 8, 64, 128) avoid the division.
     #[inline]
@@ -389,15 +346,6 @@ impl Config {
         } else {
             l.div_ceil(pad) * pad
         }
-    }
-}
-
-/// Greatest common divisor (Euclid).
-fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
     }
 }
 

@@ -41,7 +41,7 @@
 
 use crate::lengths::Length;
 use crate::plan::arrange::rank_by_key;
-use crate::plan::config::{Config, Order};
+use crate::plan::config::{padded_piece, Config, Order};
 use crate::plan::form::batches::{mean_length, Formed};
 use crate::plan::form::classes::{Lists, CLASSES};
 use crate::rng::{shuffle, Pcg64, Stream};
@@ -92,10 +92,13 @@ pub(crate) fn compose<L: Length>(
     formed: &mut Formed,
 ) {
     let (samples, mut sorted) = longest_first(piece, values, lengths, capacity);
-    if config.piece_multiple() > 1 {
+    let multiple = config.piece_multiple();
+    if multiple > 1 {
         // Pieces take their padded lengths (context parallelism): rounding up keeps the order
         // longest first, and a sample that fits still fits (the multiple divides `capacity`).
-        sorted.iter_mut().for_each(|l| *l = config.piece(*l));
+        sorted
+            .iter_mut()
+            .for_each(|l| *l = padded_piece(*l, multiple));
     }
     let Some(&shortest) = sorted.last() else {
         return;

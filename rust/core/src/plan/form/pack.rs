@@ -22,7 +22,7 @@
 //! longest sample — the attention kernel's `max_seqlen` — is bounded by the bucket's top.
 
 use crate::lengths::Length;
-use crate::plan::config::Config;
+use crate::plan::config::{padded_piece, Config};
 use crate::plan::form::batches::mean_length;
 use crate::plan::form::rule::{closing_order, for_each_sample, Written};
 use crate::plan::form::window::{Row, Window, WINDOW};
@@ -86,11 +86,7 @@ impl<'a> Packer<'a> {
             };
             let fit = (self.capacity, self.shortest);
             // A piece takes its padded length of the row (context parallelism, FP8 multiples).
-            let length = if self.multiple == 1 {
-                length
-            } else {
-                self.config.piece(length)
-            };
+            let length = padded_piece(length, self.multiple);
             place(fit, self.window(bucket), out, sample, length);
         });
     }
