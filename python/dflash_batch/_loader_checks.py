@@ -80,3 +80,13 @@ def placement(device: Any, pin_memory: bool | None, reuse_buffers: Any) -> tuple
     if pinned and not torch.cuda.is_available():
         raise invalid_setting("pin_memory", "pin_memory=True needs CUDA; pass pin_memory=False or leave it unset")
     return placed, pinned
+
+
+def ring_too_large(prefetch: int, multiple: int, ring: tuple[int, int, int], why: str) -> MemoryError:
+    """The error for a prefetch ring of ``(slots, tokens a slot, bytes)`` that cannot be held, and ``why``."""
+    count, capacity, nbytes = ring
+    cause = f"; lower pad_to_multiple_of={multiple}, which sets that width" if multiple > 1 else ""
+    return MemoryError(
+        f"prefetch={prefetch} needs a ring of {count} slots of {capacity:,} tokens (the epoch's "
+        f"largest padded batch), {nbytes / 2**30:,.1f} GiB, {why}{cause}; lower prefetch"
+    )

@@ -52,7 +52,7 @@ import numpy as np
 import dflash_batch._core as _core
 
 from ._errors import invalid_setting
-from ._loader_checks import check_pair, padding_of, placement
+from ._loader_checks import check_pair, padding_of, placement, ring_too_large
 from .collate import KEYS, PACKED_KEYS, add_padded, check_token, collate, collate_packed, output_dtype, pack_into
 from .cursor import Run
 from .from_plan import FromPlan
@@ -302,7 +302,8 @@ class Loader:
         ring = count * len(keys) * capacity * np.dtype(self._dtype).itemsize
         memory = _physical_memory()
         if memory is not None and ring > memory:
-            raise self._ring_too_large(count, capacity, ring, f"more than this machine's {memory / 2**30:,.1f} GiB")
+            why = f"more than this machine's {memory / 2**30:,.1f} GiB"
+            raise ring_too_large(self.prefetch, self._settings["pad_to_multiple_of"], (count, capacity, ring), why)
         self._slot_bytes = 0
         if self._fresh:  # `prefetch` tokens bound the batches in flight; each gets a block of the pool
             self._capacity_now = capacity
@@ -319,19 +320,14 @@ class Loader:
         except RuntimeError as error:  # torch's allocators report running out as a RuntimeError
             if "alloc" not in str(error).lower() and "out of memory" not in str(error).lower():
                 raise
-            raise self._ring_too_large(count, capacity, ring, "more than can be allocated now") from error
+            why = "more than can be allocated now"
+            raise ring_too_large(
+                self.prefetch, self._settings["pad_to_multiple_of"], (count, capacity, ring), why
+            ) from error
         self._slot_bytes = ring
         if self._packed:
             self._slot_bytes += len(slots) * (capacity + 1) * 4
         return slots
-
-    def _ring_too_large(self, count: int, capacity: int, ring: int, why: str) -> MemoryError:
-        multiple = self._settings["pad_to_multiple_of"]
-        cause = f"; lower pad_to_multiple_of={multiple}, which sets that width" if multiple > 1 else ""
-        return MemoryError(
-            f"prefetch={self.prefetch} needs a ring of {count} slots of {capacity:,} tokens (the epoch's "
-            f"largest padded batch), {ring / 2**30:,.1f} GiB, {why}{cause}; lower prefetch"
-        )
 
     def _fresh_slot(self) -> dict[str, Any]:
         """A block for one batch that no tensor handed out still refers to (see :mod:`dflash_batch.blocks`).
