@@ -247,8 +247,9 @@ def synchronous(lengths: np.ndarray) -> dict:
     row("attention", f"accumulation {a}, priced a·L+b·L², cost='tokens'", ATTENTION, accumulation=a)
     row("matched", f"accumulation {a}, priced a·L+b·L², cost=(a, b)", accumulation=a, cost=ATTENTION)
     row("matched+trim", "  + trim_steps=True", accumulation=a, cost=ATTENTION, **trim)
-    # More buckets: the padded share of the priced work is what caps the end-to-end figure per step.
-    row("matched982", "  + target_efficiency=0.982", accumulation=a, cost=ATTENTION, target_efficiency=0.982)
+    # The default aims at 0.982 under this price (more buckets: padding caps the figure per step); 0.98
+    # is the target of every other cost model, and was this one's before.
+    row("matched98", "  target_efficiency=0.98 instead", accumulation=a, cost=ATTENTION, target_efficiency=0.98)
     row("packed", f"packed rows, accumulation {a}, cost=(a, b)", accumulation=a, mode="packed", cost=ATTENTION)
     row("packed1", "packed rows, accumulation 1, cost=(a, b)", accumulation=1, mode="packed", cost=ATTENTION)
     order = np.argsort(lengths, kind="stable")
@@ -295,8 +296,8 @@ def synchronous(lengths: np.ndarray) -> dict:
         ("packed rows, end to end per micro-batch ≥ 0.99", packed["end_to_end"], 0.99),
         ("packed rows, window_tv ≤ 0.03", -packed["window_tv"], -0.03),
         ("packed rows, fill ≥ 0.999", packed["efficiency"], 0.999),
-        ("padded, end to end per optimizer step ≥ 0.975", matched["end_to_end_step"], 0.975),
-        ("  the same with target_efficiency=0.982", figures["matched982"]["end_to_end_step"], 0.975),
+        ("padded, end to end per optimizer step ≥ 0.975 (the default)", matched["end_to_end_step"], 0.975),
+        ("  the same with target_efficiency=0.98", figures["matched98"]["end_to_end_step"], 0.975),
     ]
     for name, value, least in checks:
         print(f"  {name:<64} {abs(value):.4f} {'MET' if value >= least else 'NOT MET'}")

@@ -172,3 +172,49 @@ def test_truncation_in_the_core_keeps_the_fingerprints_checkpoints_hold_and_pick
     assert copy.schedule.fingerprint == sampler.schedule.fingerprint and copy.truncated == sampler.truncated
     batch = sampler.plan(0)[0]
     assert all(np.array_equal(a, b) for a, b in zip(copy.pieces(batch), sampler.pieces(batch), strict=True))
+
+
+ATTENTION = (1.0, 1 / 30720)
+
+
+def test_the_default_target_efficiency_follows_the_price():
+    lengths = db.seed_workload(20_000, seed=0)
+    priced = db.BucketSampler(lengths, max_tokens=16384, cost=ATTENTION)
+    explicit = db.BucketSampler(lengths, max_tokens=16384, cost=ATTENTION, target_efficiency=0.982)
+    assert priced.schedule.fingerprint == explicit.schedule.fingerprint
+    assert np.array_equal(priced.plan(0).indices, explicit.plan(0).indices)
+    assert priced.state_dict()["settings"]["target_efficiency"] == 0.982
+    at_098 = db.BucketSampler(lengths, max_tokens=16384, cost=ATTENTION, target_efficiency=0.98)
+    assert at_098.schedule.fingerprint != priced.schedule.fingerprint
+    assert len(priced.schedule.edges) > len(at_098.schedule.edges)
+    # Only padded batches under a token budget priced with attention aim higher.
+    for kwargs in ({}, {"cost": (2.0, 0.0)}, {"cost": ATTENTION, "mode": "packed", "bucketed": True}):
+        sampler = db.BucketSampler(lengths, max_tokens=16384, **kwargs)  # type: ignore[arg-type]
+        assert sampler.state_dict()["settings"]["target_efficiency"] == 0.98, kwargs
+    rows = db.BucketSampler(lengths, batch_size=8, cost=ATTENTION)
+    assert rows.state_dict()["settings"]["target_efficiency"] == 0.98
+
+
+def test_a_default_target_is_chosen_again_for_a_replaced_price_and_a_pickle():
+    config = _core.Config(max_tokens=16384, cost=ATTENTION)
+    assert config.get("target_efficiency") is None and config.settings()["target_efficiency"] == 0.982
+    assert config.replace(cost="tokens").settings()["target_efficiency"] == 0.98
+    assert pickle.loads(pickle.dumps(config)).settings()["target_efficiency"] == 0.982
+    pinned = _core.Config(max_tokens=16384, cost=ATTENTION, target_efficiency=0.98)
+    assert pinned.replace(cost="tokens").settings()["target_efficiency"] == 0.98
+    assert _core.Config(max_tokens=16384, target_efficiency=None).settings()["target_efficiency"] == 0.98
+
+
+def test_a_run_planned_at_the_old_default_resumes_only_when_told_its_target():
+    lengths = db.seed_workload(20_000, seed=0)
+    old = db.BucketSampler(lengths, max_tokens=16384, cost=ATTENTION, target_efficiency=0.98, world_size=2, rank=0)
+    batches = iter(old)
+    trained = [next(batches) for _ in range(5)]
+    state = old.state_dict()
+    upgraded = db.BucketSampler(lengths, max_tokens=16384, cost=ATTENTION, world_size=2, rank=0)
+    with pytest.raises(db.PlanError, match=r"target_efficiency 0\.98 vs 0\.982 .*pass target_efficiency=0\.98"):
+        upgraded.load_state_dict(state)
+    told = db.BucketSampler(lengths, max_tokens=16384, cost=ATTENTION, target_efficiency=0.98, world_size=2, rank=0)
+    told.load_state_dict(state)
+    assert [list(b) for b in told] == [list(b) for b in batches]
+    assert len(trained) == 5

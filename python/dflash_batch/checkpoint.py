@@ -304,6 +304,12 @@ def _difference(key: str, theirs: Any, mine: Any) -> str:
             if theirs.get(field) != mine.get(field)
         ]
         return ", ".join(parts) or f"mixture {theirs!r} vs {mine!r}"
+    if key == "target_efficiency":
+        # Runs priced with attention before the default followed the price planned at 0.98.
+        return (
+            f"target_efficiency {theirs!r} vs {mine!r} (the default is 0.982 for padded batches priced with "
+            f"an attention term, 0.98 otherwise: pass target_efficiency={theirs!r} to resume that run)"
+        )
     return f"{key} {theirs!r} vs {mine!r}"
 
 

@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--max-tokens", type=_count, help="padded-token budget per batch (default 16384)")
     a.add_argument("--batch-size", type=_count, help="rows per batch instead of a token budget")
     a.add_argument("--boundaries", type=_boundaries, default="auto", help="'auto', a count, or e0,e1,...")
-    a.add_argument("--target-efficiency", type=float, default=0.98)
+    a.add_argument("--target-efficiency", type=float, default=None)
     a.add_argument("--world-size", type=int, default=8)
     a.add_argument("--accumulation", type=int, default=4)
     a.add_argument("--oversize", choices=["error", "skip"], default="error")

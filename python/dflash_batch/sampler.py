@@ -78,7 +78,7 @@ class BucketSampler:
         pad_to_multiple_of: int = 1,
         threads: int | None = None,
         accumulation: int | None = None,
-        target_efficiency: float = 0.98,
+        target_efficiency: float | None = None,
         order: str = "stratified",
         cost: str | tuple[float, float] = "tokens",
         balance_tolerance: float | None = None,

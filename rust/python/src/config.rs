@@ -30,7 +30,7 @@ impl Settings {
     #[new]
     #[pyo3(signature = (**kwargs), text_signature = "(*, batch_size=None, max_tokens=None, \
         boundaries='auto', seed=0, shuffle=True, world_size=None, drop_last=False, oversize='error', \
-        pad_to_multiple_of=1, threads=None, accumulation=None, target_efficiency=0.98, \
+        pad_to_multiple_of=1, threads=None, accumulation=None, target_efficiency=None, \
         order='stratified', cost='tokens', balance_tolerance=None, mode='padded', bucketed=False, \
         trim_steps=False, context_parallel=1, rank_cost=None)")]
     fn new(py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
@@ -109,7 +109,6 @@ impl Settings {
         let threads = threads_of(&given, threads)?;
         // `None`: one micro-batch per step (the sampler tells a trainer's own value apart).
         let accumulation = count(&given, "accumulation", accumulation, Some(1))?;
-        let target_efficiency = number(&given, "target_efficiency", target_efficiency, 0.98)?;
         let order = order_of(&given, order)?;
         let cost = cost_of(&given, cost)?;
         let tolerance = match balance_tolerance.filter(|t| !t.is_none()) {
@@ -120,6 +119,17 @@ impl Settings {
             }
         };
         let mode = mode_of(&given, mode, bucketed)?;
+        // Left out or `None`: the core's default for this mode and price, chosen again by `replace`.
+        let target_efficiency_ppm = match target_efficiency.filter(|t| !t.is_none()) {
+            Some(t) => {
+                let target = number(&given, "target_efficiency", Some(t), 0.0)?;
+                CoreConfig::target_efficiency_ppm(target).map_err(to_py)?
+            }
+            None => {
+                given.set_item("target_efficiency", py.None())?;
+                CoreConfig::default_target_efficiency_ppm(mode, batching, cost)
+            }
+        };
         let trim_steps = flag(&given, "trim_steps", trim_steps, false)?;
         let context_parallel = count(&given, "context_parallel", context_parallel.as_ref(), None)?;
         let rank_cost = rank_cost_of(&given, rank_cost.as_ref())?;
@@ -133,8 +143,7 @@ impl Settings {
             oversize,
             pad_to_multiple_of,
             context_parallel,
-            target_efficiency_ppm: CoreConfig::target_efficiency_ppm(target_efficiency)
-                .map_err(to_py)?,
+            target_efficiency_ppm,
             order,
             accumulation,
             cost,
@@ -165,6 +174,11 @@ impl Settings {
                 "threads" => {}
                 "rank_cost" if value.is_none() => {}
                 "context_parallel" if self.core.context_parallel == 1 => {}
+                // The target the default resolved to: what a checkpoint compares.
+                "target_efficiency" if value.is_none() => {
+                    let ppm = f64::from(self.core.target_efficiency_ppm);
+                    out.set_item(key, ppm / 1e6)?;
+                }
                 "oversize" => {
                     out.set_item("skip_oversize", self.core.oversize == Oversize::Skip)?;
                 }

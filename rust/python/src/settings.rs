@@ -116,9 +116,11 @@ pub(crate) const SETTINGS: [Setting; 20] = [
     Setting {
         name: "target_efficiency",
         kind: "float",
-        default: "0.98",
-        range: "(0, 1]",
-        doc: "the padding efficiency `boundaries=\"auto\"` aims for.",
+        default: "None",
+        range: "(0, 1], or None",
+        doc: "the padding efficiency `boundaries=\"auto\"` aims for. `None`: 0.982 for padded batches \
+              under a token budget priced with an attention term (`cost=(a, b)`, b > 0: there padding \
+              caps the end-to-end figure per step), else 0.98.",
     },
     Setting {
         name: "order",

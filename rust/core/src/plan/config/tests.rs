@@ -112,3 +112,32 @@ fn ratios_become_parts_per_million_or_an_error_naming_the_value() {
         );
     }
 }
+
+#[test]
+fn the_default_target_is_higher_only_for_padded_token_budgets_priced_with_attention() {
+    let attention = CostModel {
+        linear: 1.0,
+        quadratic: 1.0 / 30720.0,
+    };
+    let linear = CostModel {
+        linear: 2.0,
+        quadratic: 0.0,
+    };
+    let tokens = Batching::Tokens(16384);
+    let default =
+        |mode, batching, cost| Config::default_target_efficiency_ppm(mode, batching, cost);
+    assert_eq!(default(Mode::Padded, tokens, attention), 982_000);
+    assert_eq!(default(Mode::Padded, tokens, CostModel::TOKENS), 980_000);
+    assert_eq!(default(Mode::Padded, tokens, linear), 980_000);
+    assert_eq!(default(Mode::Padded, Batching::Rows(8), attention), 980_000);
+    for bucketed in [false, true] {
+        assert_eq!(
+            default(Mode::Packed { bucketed }, tokens, attention),
+            980_000
+        );
+    }
+    assert_eq!(
+        Config::new(tokens).target_efficiency_ppm,
+        DEFAULT_TARGET_EFFICIENCY_PPM
+    );
+}
