@@ -7,6 +7,7 @@ import pickle
 import threading
 
 import dflash_batch as db
+import dflash_batch.metrics
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -51,10 +52,29 @@ def test_plan_covers_every_sample_once_within_budget():
     assert plan.stats()["efficiency"] > 0.9
 
 
+def test_offsets_are_uint32_in_memory_and_in_a_shared_plan(tmp_path):
+    lengths = seed_lengths()
+    own = db.BucketSampler(lengths, max_tokens=16384, world_size=4).plan(1)
+    shared = db.BucketSampler(lengths, max_tokens=16384, world_size=4, plan_dir=str(tmp_path)).plan(1)
+    for plan in (own, shared):
+        assert plan.offsets.dtype == np.uint32 and int(plan.offsets[-1]) == len(plan.indices)
+        # uint32 mixes with int64 as integers (uint64 turned such sums into float64).
+        assert (plan.offsets[1:] - np.int64(1)).dtype == np.int64
+    assert np.array_equal(own.offsets, shared.offsets) and np.array_equal(own.indices, shared.indices)
+    assert [list(own[i]) for i in range(5)] == [list(shared[i]) for i in range(5)]
+
+
+def test_metrics_refuse_offsets_a_plan_cannot_hold():
+    lengths, order = np.array([5, 6], dtype=np.uint32), np.array([0, 1], dtype=np.uint32)
+    assert dflash_batch.metrics.efficiency(lengths, order, np.array([0, 2], dtype=np.int64)) == 11 / 12
+    with pytest.raises(ValueError, match=r"offsets reach 4,294,967,296, past the 4,294,967,295 entries"):
+        dflash_batch.metrics.efficiency(lengths, order, np.array([0, 2**32], dtype=np.int64))
+
+
 def test_plan_arrays_are_rust_owned_read_only_and_not_copied():
     plan = db.BucketSampler(seed_lengths(), max_tokens=16384).plan(0)
     indices, offsets = plan.indices, plan.offsets
-    assert indices.dtype == np.uint32 and offsets.dtype == np.uint64
+    assert indices.dtype == np.uint32 and offsets.dtype == np.uint32
     # numpy does not own the memory: a Rust container does, handed over without a copy.
     assert not indices.flags.owndata and indices.base is not None
     assert type(indices.base).__name__ == "PySliceContainer"

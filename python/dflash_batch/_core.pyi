@@ -118,7 +118,7 @@ class Plan:
     ``indices[offsets[i]:offsets[i+1]]``; step ``s`` on rank ``r`` is batch ``s * world_size + r``."""
 
     @property
-    def offsets(self) -> npt.NDArray[np.uint64]: ...
+    def offsets(self) -> npt.NDArray[np.uint32]: ...
     @property
     def indices(self) -> npt.NDArray[np.uint32]: ...
     @property
@@ -393,13 +393,13 @@ def collate_packed_slot(
     buffer too small, IndexError for a row past the store."""
 
 def window_tv(
-    offsets: npt.NDArray[np.uint64], indices: npt.NDArray[np.uint32], lengths: npt.NDArray[np.uint32], window: int
+    offsets: npt.NDArray[np.uint32], indices: npt.NDArray[np.uint32], lengths: npt.NDArray[np.uint32], window: int
 ) -> float | None:
     """Mean total-variation distance of windows of ``window`` consecutive batches from the whole's token
     deciles; None without a complete window. Raises ValueError for inconsistent arrays."""
 
 def rank_imbalance(
-    offsets: npt.NDArray[np.uint64],
+    offsets: npt.NDArray[np.uint32],
     indices: npt.NDArray[np.uint32],
     lengths: npt.NDArray[np.uint32],
     world_size: int,
@@ -409,9 +409,9 @@ def rank_imbalance(
     None without a step. Raises ValueError for inconsistent arrays."""
 
 def churn(
-    a_offsets: npt.NDArray[np.uint64],
+    a_offsets: npt.NDArray[np.uint32],
     a_indices: npt.NDArray[np.uint32],
-    b_offsets: npt.NDArray[np.uint64],
+    b_offsets: npt.NDArray[np.uint32],
     b_indices: npt.NDArray[np.uint32],
     samples: int,
 ) -> float | None:
@@ -432,7 +432,7 @@ def seed_lengths(n: int, seed: int) -> npt.NDArray[np.uint32]:
     ``seed`` (``dflash_batch.seed_workload`` checks them first)."""
 
 def efficiency(
-    offsets: npt.NDArray[np.uint64],
+    offsets: npt.NDArray[np.uint32],
     indices: npt.NDArray[np.uint32],
     lengths: npt.NDArray[np.uint32],
     pad_to_multiple_of: int = 1,
@@ -442,7 +442,7 @@ def efficiency(
     ``indices``, an index past ``lengths``, or ``pad_to_multiple_of`` 0."""
 
 def end_to_end(
-    offsets: npt.NDArray[np.uint64],
+    offsets: npt.NDArray[np.uint32],
     indices: npt.NDArray[np.uint32],
     lengths: npt.NDArray[np.uint32],
     world_size: int,
@@ -458,7 +458,7 @@ def end_to_end(
     ``lengths``, a packed row over ``capacity``, a zero count, or an invalid cost."""
 
 def sync_efficiency(
-    offsets: npt.NDArray[np.uint64],
+    offsets: npt.NDArray[np.uint32],
     indices: npt.NDArray[np.uint32],
     lengths: npt.NDArray[np.uint32],
     world_size: int,

@@ -134,6 +134,6 @@ def batch_rebalance(
         groups = peer._assign(members, [int(lengths[i]) for i in members])
         batches.extend(groups[rank][slot] for slot in range(accumulation) for rank in range(world_size))
     seconds = time.perf_counter() - start
-    offsets = np.zeros(len(batches) + 1, dtype=np.uint64)
+    offsets = np.zeros(len(batches) + 1, dtype=np.uint32)
     np.cumsum([len(b) for b in batches], out=offsets[1:])
     return np.concatenate([np.asarray(b, dtype=np.uint32) for b in batches]), offsets, seconds

@@ -12,7 +12,14 @@ import dflash_batch._core as _core
 
 
 def _csr(order: Any, offsets: Any) -> tuple[np.ndarray, np.ndarray]:
-    return np.ascontiguousarray(offsets, dtype=np.uint64), np.ascontiguousarray(order, dtype=np.uint32)
+    offsets = np.asarray(offsets)
+    # Plans' offsets are uint32 (a plan holds at most 2**32 - 1 entries); a larger value must not wrap.
+    if offsets.size and offsets.dtype.kind in "iu" and int(offsets.max()) > np.iinfo(np.uint32).max:
+        raise ValueError(
+            f"offsets reach {int(offsets.max()):,}, past the {np.iinfo(np.uint32).max:,} entries a batching "
+            "can hold; score it in parts"
+        )
+    return np.ascontiguousarray(offsets, dtype=np.uint32), np.ascontiguousarray(order, dtype=np.uint32)
 
 
 def efficiency(lengths: Any, order: Any, offsets: Any, pad_to_multiple_of: int = 1) -> float | None:

@@ -99,7 +99,7 @@ fn main() {
     let digest = plan
         .offsets()
         .iter()
-        .copied()
+        .map(|&o| u64::from(o))
         .chain(plan.indices().iter().map(|&i| u64::from(i)))
         .fold(0xcbf2_9ce4_8422_2325u64, |h, v| {
             (h ^ v).wrapping_mul(0x0100_0000_01b3)

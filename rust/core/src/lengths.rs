@@ -277,8 +277,8 @@ impl Builder {
 }
 
 /// Offsets index a `Vec` in memory, so they always fit in `usize`.
-pub(crate) fn to_usize(v: u64) -> usize {
-    usize::try_from(v).unwrap_or(usize::MAX)
+pub(crate) fn to_usize(v: impl Into<u64>) -> usize {
+    usize::try_from(v.into()).unwrap_or(usize::MAX)
 }
 
 #[cfg(test)]

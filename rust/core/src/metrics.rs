@@ -125,7 +125,7 @@ impl Deciles {
 }
 
 /// The rows of batches `first..last` of a CSR plan.
-fn rows<'a>(offsets: &[u64], indices: &'a [u32], first: usize, last: usize) -> &'a [u32] {
+fn rows<'a>(offsets: &[u32], indices: &'a [u32], first: usize, last: usize) -> &'a [u32] {
     // Offsets index `indices`, which lives in memory: they fit in usize.
     #[allow(clippy::cast_possible_truncation)]
     let range = offsets[first] as usize..offsets[last] as usize;
@@ -145,7 +145,7 @@ fn fraction(part: u64, whole: u64) -> f64 {
 /// The mean total-variation distance of windows of `window` consecutive batches from `deciles.share`
 /// (see the module docs), or `None` when the plan has no complete window.
 pub fn window_tv<L: Length>(
-    offsets: &[u64],
+    offsets: &[u32],
     indices: &[u32],
     lengths: &[L],
     deciles: &Deciles,
@@ -190,7 +190,7 @@ pub struct Imbalance {
 
 /// The cost of every batch of a CSR plan: `cost(members)` of each, in order. Computed once and
 /// shared by [`rank_imbalance`] and [`synchronous`].
-pub fn batch_costs(offsets: &[u64], indices: &[u32], cost: impl Fn(&[u32]) -> f64) -> Vec<f64> {
+pub fn batch_costs(offsets: &[u32], indices: &[u32], cost: impl Fn(&[u32]) -> f64) -> Vec<f64> {
     (0..offsets.len().saturating_sub(1))
         .map(|b| cost(rows(offsets, indices, b, b + 1)))
         .collect()
@@ -278,15 +278,15 @@ pub fn synchronous(costs: &[f64], world_size: usize, accumulation: usize) -> Opt
 /// The share of sample pairs that share a batch in plan `a` and again in plan `b` (plans over the same
 /// `samples` sample ids); `None` when `a` has no pair at all.
 pub fn churn(
-    a: (&[u64], &[u32]),
-    b: (&[u64], &[u32]),
+    a: (&[u32], &[u32]),
+    b: (&[u32], &[u32]),
     samples: usize,
 ) -> crate::error::Result<Option<f64>> {
     // Each sample's batch in `a`, and the largest batch of `b`'s members.
     crate::memory::reserve("scoring churn", samples as u64 * 8)?;
     let batch_in_a = batch_of(a, samples);
     let pairs = |k: u64| k * k.saturating_sub(1) / 2;
-    let total: u64 = a.0.windows(2).map(|w| pairs(w[1] - w[0])).sum();
+    let total: u64 = a.0.windows(2).map(|w| pairs(u64::from(w[1] - w[0]))).sum();
     if total == 0 {
         return Ok(None);
     }
@@ -308,7 +308,7 @@ pub fn churn(
 }
 
 /// `batch[sample]`: the batch of each sample in `plan`, `u32::MAX` for samples not in it.
-fn batch_of((offsets, indices): (&[u64], &[u32]), samples: usize) -> Vec<u32> {
+fn batch_of((offsets, indices): (&[u32], &[u32]), samples: usize) -> Vec<u32> {
     let mut batch = vec![u32::MAX; samples];
     for i in 0..offsets.len().saturating_sub(1) {
         // Batch counts fit in u32: there are at most as many batches as samples.

@@ -304,7 +304,7 @@ fn golden_shuffled_plan() {
 /// balance: steps shuffled over their ranks; the rank split now takes a batch of the epoch's tail;
 /// batches ranked by mean length for the stratified order) and session 4 (epochs formed bucket by
 /// bucket, `by_bucket.rs`).
-const GOLDEN_OFFSETS: [u64; 11] = [0, 3, 6, 9, 12, 15, 18, 19, 21, 22, 24];
+const GOLDEN_OFFSETS: [u32; 11] = [0, 3, 6, 9, 12, 15, 18, 19, 21, 22, 24];
 const GOLDEN_INDICES: [u32; 24] = [
     16, 23, 3, 17, 6, 13, 21, 1, 10, 9, 7, 5, 22, 20, 18, 15, 2, 0, 8, 12, 14, 11, 19, 4,
 ];
@@ -314,7 +314,7 @@ fn plan_hash(plan: &Plan) -> u64 {
     let words = plan
         .offsets()
         .iter()
-        .copied()
+        .map(|&o| u64::from(o))
         .chain(plan.indices().iter().map(|&i| u64::from(i)));
     words.fold(0xcbf2_9ce4_8422_2325, |h, w| {
         (h ^ w).wrapping_mul(0x100_0000_01b3)

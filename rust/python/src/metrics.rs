@@ -14,7 +14,7 @@ use crate::errors::to_py;
 #[pyo3(signature = (offsets, indices, lengths, pad_to_multiple_of=1))]
 pub(crate) fn efficiency(
     py: Python<'_>,
-    offsets: PyReadonlyArray1<'_, u64>,
+    offsets: PyReadonlyArray1<'_, u32>,
     indices: PyReadonlyArray1<'_, u32>,
     lengths: PyReadonlyArray1<'_, u32>,
     pad_to_multiple_of: u64,
@@ -30,7 +30,7 @@ pub(crate) fn efficiency(
 #[pyfunction]
 pub(crate) fn window_tv(
     py: Python<'_>,
-    offsets: PyReadonlyArray1<'_, u64>,
+    offsets: PyReadonlyArray1<'_, u32>,
     indices: PyReadonlyArray1<'_, u32>,
     lengths: PyReadonlyArray1<'_, u32>,
     window: usize,
@@ -45,7 +45,7 @@ pub(crate) fn window_tv(
 #[pyfunction]
 pub(crate) fn rank_imbalance(
     py: Python<'_>,
-    offsets: PyReadonlyArray1<'_, u64>,
+    offsets: PyReadonlyArray1<'_, u32>,
     indices: PyReadonlyArray1<'_, u32>,
     lengths: PyReadonlyArray1<'_, u32>,
     world_size: usize,
@@ -67,7 +67,7 @@ pub(crate) fn rank_imbalance(
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn sync_efficiency(
     py: Python<'_>,
-    offsets: PyReadonlyArray1<'_, u64>,
+    offsets: PyReadonlyArray1<'_, u32>,
     indices: PyReadonlyArray1<'_, u32>,
     lengths: PyReadonlyArray1<'_, u32>,
     world_size: usize,
@@ -97,7 +97,7 @@ pub(crate) fn sync_efficiency(
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn end_to_end(
     py: Python<'_>,
-    offsets: PyReadonlyArray1<'_, u64>,
+    offsets: PyReadonlyArray1<'_, u32>,
     indices: PyReadonlyArray1<'_, u32>,
     lengths: PyReadonlyArray1<'_, u32>,
     world_size: usize,
@@ -125,9 +125,9 @@ pub(crate) fn end_to_end(
 #[pyfunction]
 pub(crate) fn churn(
     py: Python<'_>,
-    a_offsets: PyReadonlyArray1<'_, u64>,
+    a_offsets: PyReadonlyArray1<'_, u32>,
     a_indices: PyReadonlyArray1<'_, u32>,
-    b_offsets: PyReadonlyArray1<'_, u64>,
+    b_offsets: PyReadonlyArray1<'_, u32>,
     b_indices: PyReadonlyArray1<'_, u32>,
     samples: usize,
 ) -> PyResult<Option<f64>> {

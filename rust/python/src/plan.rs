@@ -16,7 +16,7 @@ use crate::errors::to_py;
 /// `indices[offsets[i]:offsets[i+1]]`; step `s` on rank `r` is batch `s * world_size + r`.
 #[pyclass(frozen, name = "Plan", module = "dflash_batch._core", sequence)]
 pub(crate) struct Plan {
-    offsets: Py<PyArray1<u64>>,
+    offsets: Py<PyArray1<u32>>,
     indices: Py<PyArray1<u32>>,
     world_size: u32,
     epoch: u64,
@@ -32,7 +32,7 @@ impl Plan {
     /// A plan's arrays (read-only), `(world_size, epoch)`, its stats, the planner and deciles that
     /// made it, and its mixing window in batches.
     pub(crate) fn new(
-        offsets: Py<PyArray1<u64>>,
+        offsets: Py<PyArray1<u32>>,
         indices: Py<PyArray1<u32>>,
         (world_size, epoch): (u32, u64),
         stats: Stats,
@@ -54,9 +54,9 @@ impl Plan {
 
 #[pymethods]
 impl Plan {
-    /// CSR offsets (uint64, `len(plan) + 1` entries), owned by the plan, read-only.
+    /// CSR offsets (uint32, `len(plan) + 1` entries), owned by the plan, read-only.
     #[getter]
-    fn offsets(&self, py: Python<'_>) -> Py<PyArray1<u64>> {
+    fn offsets(&self, py: Python<'_>) -> Py<PyArray1<u32>> {
         self.offsets.clone_ref(py)
     }
 
@@ -144,7 +144,12 @@ impl Plan {
         let offsets = self.offsets.bind(py).readonly();
         let offsets = offsets.as_slice()?;
         let (start, end) = (offsets[index], offsets[index + 1]);
-        let slice = PySlice::new(py, to_isize(start)?, to_isize(end)?, 1);
+        let slice = PySlice::new(
+            py,
+            to_isize(u64::from(start))?,
+            to_isize(u64::from(end))?,
+            1,
+        );
         self.indices.bind(py).as_any().get_item(slice)
     }
 

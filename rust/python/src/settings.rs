@@ -115,7 +115,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
     },
     Setting {
         name: "target_efficiency",
-        kind: "float",
+        kind: "float | None",
         default: "None",
         range: "(0, 1], or None",
         doc: "the padding efficiency `boundaries=\"auto\"` aims for. `None`: 0.982 for padded batches \

@@ -76,7 +76,7 @@ pub fn row_work(pieces: &[u32], capacity: u64, zigzag: bool, ranks: &mut [u128])
 /// `None` without context parallelism, a row capacity, or any attention.
 pub fn context_parallel(
     config: &Config,
-    (offsets, indices): (&[u64], &[u32]),
+    (offsets, indices): (&[u32], &[u32]),
     length: impl Fn(u32) -> u32,
 ) -> Option<ContextParallel> {
     let cp = config.context_parallel as usize;

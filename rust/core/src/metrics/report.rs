@@ -62,7 +62,7 @@ pub fn end_to_end(
 pub fn report(
     planner: &crate::plan::planner::Planner,
     deciles: &std::sync::OnceLock<Deciles>,
-    (offsets, indices): (&[u64], &[u32]),
+    (offsets, indices): (&[u32], &[u32]),
     window: usize,
 ) -> crate::error::Result<Report> {
     planner.lengths().check()?;
@@ -96,7 +96,7 @@ fn report_with<L: Length>(
     config: &crate::plan::config::Config,
     lengths: &[L],
     deciles: &Deciles,
-    (offsets, indices): (&[u64], &[u32]),
+    (offsets, indices): (&[u32], &[u32]),
     window: usize,
 ) -> Report {
     let packed = matches!(config.mode, crate::plan::config::Mode::Packed { .. });

@@ -11,7 +11,7 @@ use crate::metrics::{
 use crate::plan::config::{Batching, Config, CostModel};
 
 /// Checks that `offsets` is a CSR over `indices` whose rows all lie below `samples`.
-pub fn check_csr(offsets: &[u64], indices: &[u32], samples: usize) -> Result<()> {
+pub fn check_csr(offsets: &[u32], indices: &[u32], samples: usize) -> Result<()> {
     // What scoring builds: a cost per batch (and a step's ratio), the lengths' deciles (a sorted copy
     // and a mass per distinct length, at worst), each sample's batch for churn.
     crate::memory::reserve(
@@ -20,7 +20,7 @@ pub fn check_csr(offsets: &[u64], indices: &[u32], samples: usize) -> Result<()>
     )?;
     let rising = offsets.windows(2).all(|w| w[0] <= w[1]);
     let spans =
-        offsets.first() == Some(&0) && offsets.last().copied() == Some(indices.len() as u64);
+        offsets.first() == Some(&0) && offsets.last().map(|&o| o as usize) == Some(indices.len());
     if !(rising && spans) {
         return Err(ErrorKind::BadBatching {
             problem: "offsets must start at 0, never decrease, and end at len(indices)",
@@ -51,7 +51,7 @@ fn at_least_one(name: &'static str, value: u64, expected: &'static str) -> Resul
 /// Real tokens over padded tokens (each batch's rows × its longest length rounded up to `multiple`),
 /// the figure `Stats::efficiency` reports for plans; `None` when the batches hold no token.
 pub fn score_efficiency(
-    (offsets, indices): (&[u64], &[u32]),
+    (offsets, indices): (&[u32], &[u32]),
     lengths: &[u32],
     multiple: u64,
 ) -> Result<Option<f64>> {
@@ -74,7 +74,7 @@ pub fn score_efficiency(
 
 /// [`window_tv`] of any batching, against the token deciles of `lengths`.
 pub fn score_window_tv(
-    (offsets, indices): (&[u64], &[u32]),
+    (offsets, indices): (&[u32], &[u32]),
     lengths: &[u32],
     window: usize,
 ) -> Result<Option<f64>> {
@@ -87,7 +87,7 @@ pub fn score_window_tv(
 /// [`rank_imbalance`] of any batching in padded tokens: a batch costs its rows × its longest length
 /// rounded up to `multiple`.
 pub fn score_rank_imbalance(
-    (offsets, indices): (&[u64], &[u32]),
+    (offsets, indices): (&[u32], &[u32]),
     lengths: &[u32],
     world_size: usize,
     multiple: u64,
@@ -103,7 +103,7 @@ pub fn score_rank_imbalance(
 /// micro-batches per optimizer step: a batch costs its rows × `cost.row(L)`, `L` its longest length
 /// rounded up to `multiple`.
 pub fn score_synchronous(
-    (offsets, indices): (&[u64], &[u32]),
+    (offsets, indices): (&[u32], &[u32]),
     lengths: &[u32],
     (world_size, accumulation): (usize, usize),
     multiple: u64,
@@ -125,7 +125,7 @@ pub fn score_synchronous(
 /// longest length rounded up to `multiple`), or with `capacity`, packed rows of that many tokens (a
 /// row takes `a·capacity + b·Σl²`). The useful work is every sample's `a·l + b·l²`.
 pub fn score_end_to_end(
-    (offsets, indices): (&[u64], &[u32]),
+    (offsets, indices): (&[u32], &[u32]),
     lengths: &[u32],
     (world_size, accumulation): (usize, usize),
     (multiple, capacity): (u64, Option<u64>),
@@ -180,7 +180,7 @@ pub fn score_end_to_end(
 /// What scoring the ranks' time takes, checked: a CSR over `lengths`, counts of at least one, and a
 /// cost the planner would accept.
 fn check_timing(
-    (offsets, indices): (&[u64], &[u32]),
+    (offsets, indices): (&[u32], &[u32]),
     lengths: &[u32],
     (world_size, accumulation): (usize, usize),
     multiple: u64,
@@ -198,7 +198,7 @@ fn check_timing(
 /// Each batch's rows × `cost.row(L)`, `L` its longest length rounded up to `multiple` (exact padded
 /// tokens under [`CostModel::TOKENS`]: counts stay far below 2^53).
 fn padded_costs(
-    csr: (&[u64], &[u32]),
+    csr: (&[u32], &[u32]),
     lengths: &[u32],
     multiple: u64,
     cost: CostModel,
@@ -217,8 +217,8 @@ fn padded_costs(
 
 /// [`churn`] between two batchings of the same `samples` samples.
 pub fn score_churn(
-    a: (&[u64], &[u32]),
-    b: (&[u64], &[u32]),
+    a: (&[u32], &[u32]),
+    b: (&[u32], &[u32]),
     samples: usize,
 ) -> Result<Option<f64>> {
     check_csr(a.0, a.1, samples)?;
@@ -233,7 +233,7 @@ mod tests {
     #[test]
     fn end_to_end_is_useful_work_over_what_the_ranks_spend() {
         let lengths = [3, 5, 8, 13];
-        let good: (&[u64], &[u32]) = (&[0, 2, 4], &[0, 1, 2, 3]);
+        let good: (&[u32], &[u32]) = (&[0, 2, 4], &[0, 1, 2, 3]);
         let tokens = CostModel::TOKENS;
         // Padded: batches take 2 × 5 and 2 × 13; the step waits for 26 on both ranks.
         let padded = score_end_to_end(good, &lengths, (2, 1), (1, None), tokens)
@@ -262,7 +262,7 @@ mod tests {
     #[test]
     fn bad_csr_and_settings_are_errors_and_good_ones_scores() {
         let lengths = [3, 5, 8, 13];
-        let good: (&[u64], &[u32]) = (&[0, 2, 4], &[0, 1, 2, 3]);
+        let good: (&[u32], &[u32]) = (&[0, 2, 4], &[0, 1, 2, 3]);
         assert!(score_window_tv(good, &lengths, 1).unwrap().is_some());
         let imbalance = score_rank_imbalance(good, &lengths, 2, 1).unwrap().unwrap();
         assert_eq!(imbalance.max, 26.0 / 10.0);
@@ -278,7 +278,7 @@ mod tests {
         );
         assert_eq!(score_efficiency((&[0], &[]), &lengths, 1).unwrap(), None);
         for bad in [
-            (&[0u64, 3, 2][..], &[0u32, 1][..]),
+            (&[0u32, 3, 2][..], &[0u32, 1][..]),
             (&[1, 2], &[0]),
             (&[0, 1], &[9]),
         ] {

@@ -32,7 +32,7 @@ pub struct SourceFigures {
 /// The figures of the sources of `mixture` (source `s` holding rows `bounds[s]..bounds[s + 1]`) in a
 /// plan given as CSR, with windows of `window` batches.
 pub fn sources<L: Length>(
-    (offsets, indices): (&[u64], &[u32]),
+    (offsets, indices): (&[u32], &[u32]),
     lengths: &[L],
     mixture: &Mixture,
     window: usize,

@@ -94,7 +94,7 @@ fn a_window_like_the_dataset_has_no_distance_and_sorted_batches_a_large_one() {
         1,
     );
     assert!(whole.unwrap().abs() < 1e-12);
-    let offsets: Vec<u64> = (0..=10).map(|b| b * 10).collect();
+    let offsets: Vec<u32> = (0..=10).map(|b| b * 10).collect();
     let sorted = window_tv(
         &offsets,
         &(0..100).collect::<Vec<u32>>(),
@@ -127,13 +127,13 @@ fn imbalance_is_max_over_min_per_step() {
 
 #[test]
 fn churn_counts_pairs_that_meet_again() {
-    let a = ([0u64, 3, 6].as_slice(), [0u32, 1, 2, 3, 4, 5].as_slice());
+    let a = ([0u32, 3, 6].as_slice(), [0u32, 1, 2, 3, 4, 5].as_slice());
     // In b, the pairs (0, 1) and (4, 5) are together again: 2 of a's 6 pairs.
-    let b = ([0u64, 2, 4, 6].as_slice(), [0u32, 1, 2, 3, 4, 5].as_slice());
+    let b = ([0u32, 2, 4, 6].as_slice(), [0u32, 1, 2, 3, 4, 5].as_slice());
     assert_eq!(churn(a, b, 6).unwrap(), Some(2.0 / 6.0));
     assert_eq!(churn(a, a, 6).unwrap(), Some(1.0));
     assert_eq!(
-        churn(([0u64, 1].as_slice(), [0u32].as_slice()), a, 6).unwrap(),
+        churn(([0u32, 1].as_slice(), [0u32].as_slice()), a, 6).unwrap(),
         None
     );
 }
@@ -142,7 +142,7 @@ fn churn_counts_pairs_that_meet_again() {
 fn synchronous_efficiency_counts_the_wait_for_the_slowest_rank() {
     // Two ranks, four steps, accumulation 2: costs by batch (rank 0, rank 1) per step.
     let costs = [4.0, 2.0, 1.0, 3.0, 5.0, 5.0, 2.0, 2.0];
-    let offsets: Vec<u64> = (0..=8).collect();
+    let offsets: Vec<u32> = (0..=8).collect();
     let indices: Vec<u32> = (0..8).collect();
     let cost = |m: &[u32]| costs[m[0] as usize];
     let got = synchronous(&batch_costs(&offsets, &indices, cost), 2, 2).unwrap();

@@ -57,7 +57,7 @@ impl Stats {
 /// An epoch's plan: every batch of every rank in training order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
-    offsets: Vec<u64>,
+    offsets: Vec<u32>,
     indices: Vec<u32>,
     world_size: u32,
     epoch: u64,
@@ -68,13 +68,13 @@ impl Plan {
     /// Assembles a plan; the planner guarantees `offsets` is monotone, starts at 0 and ends at
     /// `indices.len()`, and that the batch count is a multiple of `world_size`.
     pub(crate) fn new(
-        offsets: Vec<u64>,
+        offsets: Vec<u32>,
         indices: Vec<u32>,
         world_size: u32,
         epoch: u64,
         stats: Stats,
     ) -> Self {
-        debug_assert_eq!(offsets.last().copied(), Some(indices.len() as u64));
+        debug_assert_eq!(offsets.last().map(|&o| o as usize), Some(indices.len()));
         Self {
             offsets,
             indices,
@@ -126,7 +126,7 @@ impl Plan {
     }
 
     /// CSR offsets, `len() + 1` of them.
-    pub fn offsets(&self) -> &[u64] {
+    pub fn offsets(&self) -> &[u32] {
         &self.offsets
     }
 
@@ -151,7 +151,7 @@ impl Plan {
     }
 
     /// Moves the vectors out (for zero-copy hand-over to numpy).
-    pub fn into_parts(self) -> (Vec<u64>, Vec<u32>, Stats) {
+    pub fn into_parts(self) -> (Vec<u32>, Vec<u32>, Stats) {
         (self.offsets, self.indices, self.stats)
     }
 }
@@ -161,7 +161,7 @@ impl Plan {
 /// to `multiple` — or 1 when it runs none: what a buffer that holds every one of them needs. A rank
 /// outside the plan's is an error.
 pub fn largest_padded(
-    (offsets, indices): (&[u64], &[u32]),
+    (offsets, indices): (&[u32], &[u32]),
     world_size: u32,
     lengths: &Lengths,
     (start, rank): (u64, u32),
@@ -187,6 +187,18 @@ pub fn largest_padded(
     }))
 }
 
+/// `position` in a plan's indices as an offset. A plan holds at most `u32::MAX` entries (the planner
+/// refuses more samples, pieces or mixture places: `too_many_samples`, `too_many_pieces`), so `u32`
+/// offsets always fit and take half the bytes of `u64` ones.
+#[inline]
+pub(crate) fn offset(position: usize) -> u32 {
+    debug_assert!(u32::try_from(position).is_ok(), "{position} entries");
+    // Bounded above.
+    #[allow(clippy::cast_possible_truncation)]
+    let offset = position as u32;
+    offset
+}
+
 /// `rank` must be one of the plan's `world_size` ranks.
 fn check_rank(rank: u32, world_size: u32) -> Result<()> {
     if rank >= world_size {
@@ -196,10 +208,10 @@ fn check_rank(rank: u32, world_size: u32) -> Result<()> {
 }
 
 /// Fewest and most rows in a batch, in one pass over the offsets.
-pub(crate) fn row_range(offsets: &[u64]) -> (u64, u64) {
+pub(crate) fn row_range(offsets: &[u32]) -> (u64, u64) {
     let sizes = offsets.windows(2).map(|w| w[1] - w[0]);
-    let (min, max) = sizes.fold((u64::MAX, 0), |(lo, hi), s| (lo.min(s), hi.max(s)));
-    (if max == 0 { 0 } else { min }, max)
+    let (min, max) = sizes.fold((u32::MAX, 0), |(lo, hi), s| (lo.min(s), hi.max(s)));
+    (u64::from(if max == 0 { 0 } else { min }), u64::from(max))
 }
 
 #[cfg(test)]

@@ -43,7 +43,7 @@ pub struct Split {
 /// prices a batch for [`Split`]'s totals.
 #[cfg(test)]
 pub(crate) fn split_for_ranks(
-    offsets: &mut Vec<u64>,
+    offsets: &mut Vec<u32>,
     indices: &[u32],
     world_size: u32,
     first: usize,
@@ -58,7 +58,7 @@ pub(crate) fn split_for_ranks(
 /// planner's target is a multiple of `world_size`, which only names the ranks in the error when rows
 /// run out).
 pub fn split_to(
-    offsets: &mut Vec<u64>,
+    offsets: &mut Vec<u32>,
     indices: &[u32],
     target: usize,
     world_size: u32,
@@ -82,11 +82,11 @@ pub fn split_to(
     if batches + needed > indices.len() {
         return Err(too_few().into());
     }
-    let rows = |i: usize| offsets[i + 1] - offsets[i];
+    let rows = |i: usize| u64::from(offsets[i + 1] - offsets[i]);
     let parts = choose_parts(first.min(batches)..batches, needed, rows);
     let parts = parts.or_else(|| choose_parts(0..batches, needed, rows));
     let parts = parts.ok_or_else(too_few)?;
-    let members = |s: u64, e: u64| &indices[to_usize(s)..to_usize(e)];
+    let members = |s: u32, e: u32| &indices[s as usize..e as usize];
     let (mut before, mut after) = (0, 0);
     for &(i, p) in &parts {
         before += cost(members(offsets[i], offsets[i + 1]));
@@ -108,8 +108,8 @@ pub fn split_to(
 pub fn expand_per_batch<T: Copy + Default>(
     of_batch: &mut Vec<T>,
     split: &Split,
-    offsets_after: &[u64],
-    of_part: impl Fn(u64, u64) -> T,
+    offsets_after: &[u32],
+    of_part: impl Fn(u32, u32) -> T,
 ) {
     let Some(&(first, _)) = split.parts.first() else {
         return;
@@ -211,13 +211,13 @@ thread_local! {
 /// place where rows move after forming.
 pub(crate) fn gather(
     order: &[u32],
-    offsets: &[u64],
+    offsets: &[u32],
     sequence: &[u32],
     mut rows: Vec<u32>,
     pool: Option<&rayon::ThreadPool>,
-) -> (Vec<u32>, Vec<u64>) {
+) -> (Vec<u32>, Vec<u32>) {
     let mut new_offsets = Vec::with_capacity(sequence.len() + 1);
-    new_offsets.push(0u64);
+    new_offsets.push(0u32);
     let mut end = 0;
     for &id in sequence {
         let id = id as usize;
@@ -266,10 +266,12 @@ pub(crate) fn gather(
 }
 
 /// The `(start, end)` of each of `parts` near-equal pieces of `start..end` (larger pieces first).
-fn part_bounds(start: u64, end: u64, parts: u64) -> impl Iterator<Item = (u64, u64)> {
+fn part_bounds(start: u32, end: u32, parts: u64) -> impl Iterator<Item = (u32, u32)> {
+    // At most `end - start` parts (every part keeps a row): the count fits u32.
+    let parts = u32::try_from(parts).unwrap_or(u32::MAX);
     let (base, extra) = ((end - start) / parts, (end - start) % parts);
     (0..parts).scan(start, move |s, p| {
-        let e = *s + base + u64::from(p < extra);
+        let e = *s + base + u32::from(p < extra);
         let piece = (*s, e);
         *s = e;
         Some(piece)
@@ -280,7 +282,7 @@ fn part_bounds(start: u64, end: u64, parts: u64) -> impl Iterator<Item = (u64, u
 /// back: the unsplit batches between two splits move up as one block (`copy_within`, memory speed:
 /// a per-offset loop cost ~4M instructions an epoch on the seed workload), so every old offset is
 /// read before its slot is overwritten.
-fn expand(offsets: &mut Vec<u64>, parts: &[(usize, u64)], needed: usize) {
+fn expand(offsets: &mut Vec<u32>, parts: &[(usize, u64)], needed: usize) {
     let batches = offsets.len() - 1;
     offsets.resize(batches + 1 + needed, 0);
     let mut shift = needed; // where old offsets after the current split move: up by the parts left
@@ -312,7 +314,7 @@ pub struct Dropped {
 /// Truncates the epoch's offsets to a multiple of `world_size` batches; `cost` prices what is dropped.
 #[cfg(test)]
 pub(crate) fn drop_remainder(
-    offsets: &mut Vec<u64>,
+    offsets: &mut Vec<u32>,
     indices: &[u32],
     world_size: u32,
     cost: impl Fn(&[u32]) -> u64,
@@ -329,7 +331,7 @@ pub(crate) fn drop_remainder(
 /// Truncates the epoch's offsets to its first `keep` batches (all of them when it has fewer);
 /// `cost` prices what is dropped.
 pub fn drop_to(
-    offsets: &mut Vec<u64>,
+    offsets: &mut Vec<u32>,
     indices: &[u32],
     keep: usize,
     cost: impl Fn(&[u32]) -> u64,

@@ -1,4 +1,4 @@
-//! The plan file: a fixed header, the CSR offsets (`u64`) and the indices (`u32`), little-endian,
+//! The plan file: a fixed header, the CSR offsets and the indices (`u32` each), little-endian,
 //! each array at an 8-byte aligned place so a reader maps them as arrays without a copy.
 //!
 //! ```text
@@ -7,7 +7,7 @@
 //! 40   batches                  48   samples (indices) 56  rows (every index is below it)
 //! 64   the 13 Stats fields      168  checksum of what follows the header
 //! 176  checksum of bytes 0..176 184..256 zero
-//! 256  offsets: batches + 1 × u64, then indices: samples × u32
+//! 256  offsets: batches + 1 × u32, zeros to a multiple of 8 bytes, then indices: samples × u32
 //! ```
 //!
 //! The header says what the file is (which data and settings, which epoch, which rules); the two
@@ -24,8 +24,8 @@ use crate::plan::output::{Plan, Stats};
 /// Bytes before the offsets.
 pub(crate) const HEADER: usize = 256;
 const MAGIC: &[u8; 8] = b"DFLPLAN\0";
-/// Bumped when the layout changes.
-const FORMAT: u32 = 1;
+/// Bumped when the layout changes (2: `u32` offsets).
+pub(crate) const FORMAT: u32 = 2;
 /// Bytes read or written at a time.
 pub(crate) const BLOCK: usize = 1 << 20;
 
@@ -47,7 +47,7 @@ pub struct Layout {
     pub batches: u64,
     /// Entries of the indices array.
     pub samples: u64,
-    /// Byte offset of the offsets array (`batches + 1` × `u64`).
+    /// Byte offset of the offsets array (`batches + 1` × `u32`).
     pub offsets_at: u64,
     /// Byte offset of the indices array (`samples` × `u32`).
     pub indices_at: u64,
@@ -65,7 +65,7 @@ impl Layout {
             batches,
             samples,
             offsets_at: HEADER as u64,
-            indices_at: HEADER as u64 + 8 * (batches + 1),
+            indices_at: HEADER as u64 + offsets_bytes(batches),
             world_size: key.world_size,
             epoch: key.epoch,
             stats,
@@ -83,6 +83,12 @@ impl Layout {
     fn file_bytes(&self) -> u64 {
         self.indices_at + 4 * self.samples
     }
+}
+
+/// Bytes of the offsets of `batches` batches (`batches + 1` × `u32`) and the zeros that align the
+/// indices after them to 8 bytes.
+fn offsets_bytes(batches: u64) -> u64 {
+    (4 * (batches + 1)).next_multiple_of(8)
 }
 
 /// A 64-bit checksum of a byte stream fed in pieces of whole 8-byte words: four lanes so the
@@ -184,17 +190,20 @@ pub(crate) fn write(path: &Path, key: &Key, plan: &Plan, block: &mut [u8]) -> st
 /// them are the file's: the last block is padded with zeros to whole 8-byte words, as the checksum
 /// reads it.
 fn each_block(
-    offsets: &[u64],
+    offsets: &[u32],
     indices: &[u32],
     block: &mut [u8],
     mut f: impl FnMut(&[u8], usize) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
-    for piece in offsets.chunks(BLOCK / 8) {
-        let bytes = &mut block[..8 * piece.len()];
-        for (out, o) in bytes.chunks_exact_mut(8).zip(piece) {
+    for piece in offsets.chunks(BLOCK / 4) {
+        let real = 4 * piece.len();
+        for (out, o) in block[..real].chunks_exact_mut(4).zip(piece) {
             out.copy_from_slice(&o.to_le_bytes());
         }
-        f(bytes, bytes.len())?;
+        // The zeros that align the indices are the file's.
+        let padded = real.next_multiple_of(8);
+        block[real..padded].fill(0);
+        f(&block[..padded], padded)?;
     }
     for piece in indices.chunks(BLOCK / 4) {
         let real = 4 * piece.len();
@@ -299,19 +308,26 @@ fn check_data(
     let mut sum = Checksum::new();
     let mut previous = 0u64;
     let mut problem: Option<Refusal> = None;
-    let offsets_bytes = 8 * (layout.batches + 1);
-    let mut remaining = offsets_bytes;
+    // Whole 8-byte words (BLOCK is a multiple of 8): the alignment's zeros come in the last read.
+    let mut remaining = offsets_bytes(layout.batches);
+    let mut unread = layout.batches + 1;
     let mut first = true;
     while remaining > 0 {
         let n = usize::try_from(remaining.min(BLOCK as u64)).unwrap_or(BLOCK);
         file.read_exact(&mut block[..n])?;
         sum.feed(&block[..n]);
-        for word in block[..n].chunks_exact(8) {
-            let o = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
+        for word in block[..n].chunks_exact(4) {
+            let o = u64::from(u32::from_le_bytes(word.try_into().unwrap_or([0; 4])));
+            if unread == 0 {
+                if o != 0 {
+                    problem.get_or_insert_with(|| "its offsets are not a plan's (padding)".into());
+                }
+                continue;
+            }
             if (first && o != 0) || o < previous || o > layout.samples {
                 problem.get_or_insert_with(|| format!("its offsets are not a plan's (offset {o})"));
             }
-            (previous, first) = (o, false);
+            (previous, first, unread) = (o, false, unread - 1);
         }
         remaining -= n as u64;
     }
@@ -339,6 +355,14 @@ fn check_data(
             .get_or_insert_with(|| "its data does not match its checksum (it was changed)".into());
     }
     Ok(problem.map_or(Ok(()), Err))
+}
+
+/// Writes the checksum of a changed header back into it (tests forge files of another format).
+#[cfg(test)]
+pub(crate) fn reseal_header(bytes: &mut [u8]) {
+    let mut sum = Checksum::new();
+    sum.feed(&bytes[..176]);
+    bytes[176..184].copy_from_slice(&sum.finish().to_le_bytes());
 }
 
 /// What differs between the key a file holds and the one asked for.

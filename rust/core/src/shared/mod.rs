@@ -69,7 +69,7 @@ impl Planner {
             .write(true)
             .open(&lock_path)
             .map_err(io(&lock_path, "open the lock file"))?;
-        let path = dir.join(format!("{stem}-r{PLAN_REVISION}-e{epoch}.plan"));
+        let path = dir.join(format!("{stem}{}{epoch}.plan", current()));
         // Allocated where running out is an error, not an abort (`memory.rs`).
         let mut block = memory::vec_with_capacity("reading or writing a shared plan", file::BLOCK)?;
         block.resize(file::BLOCK, 0);
@@ -118,9 +118,16 @@ impl Planner {
     }
 }
 
-/// Deletes this planner's plan files of epochs before `epoch - 1` and every temporary of it (the
-/// lock is held, so no writer is alive to own one). Best effort: a file that cannot be deleted is
-/// only space.
+/// What follows a planner's stem in the names of the plan files this version writes, before the
+/// epoch: the planning rules and the file format. A file another version wrote is then never found
+/// (and planned over: it is not refused as a foreign file), only tidied away.
+fn current() -> String {
+    format!("-r{PLAN_REVISION}-f{}-e", file::FORMAT)
+}
+
+/// Deletes this planner's plan files of epochs before `epoch - 1`, those of other rules or formats
+/// (an older version's: this one reads none of them), and every temporary of it (the lock is held,
+/// so no writer is alive to own one). Best effort: a file that cannot be deleted is only space.
 fn tidy(dir: &Path, stem: &str, epoch: u64) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -130,12 +137,13 @@ fn tidy(dir: &Path, stem: &str, epoch: u64) {
         let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(stem)) else {
             continue;
         };
-        let earlier = rest
-            .strip_prefix(&format!("-r{PLAN_REVISION}-e"))
+        let ours = rest.strip_prefix(&current());
+        let earlier = ours
             .and_then(|r| r.strip_suffix(".plan"))
             .and_then(|e| e.parse::<u64>().ok())
             .is_some_and(|e| e.saturating_add(1) < epoch);
-        if earlier || rest.contains(".tmp-") {
+        let older_version = ours.is_none() && rest.ends_with(".plan");
+        if earlier || older_version || rest.contains(".tmp-") {
             let _ = std::fs::remove_file(entry.path());
         }
     }

@@ -1,3 +1,4 @@
+use super::file::HEADER;
 use super::*;
 use crate::{Batching, Config};
 
@@ -18,17 +19,19 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 /// A plan file's offsets and indices.
-type Arrays = (Vec<u64>, Vec<u32>);
+type Arrays = (Vec<u32>, Vec<u32>);
 
 /// The file's arrays, read back as a reader maps them.
 fn arrays(shared: &SharedPlan) -> Arrays {
     let bytes = std::fs::read(&shared.path).unwrap();
     let at = |x: u64| usize::try_from(x).unwrap();
     let layout = &shared.layout;
-    let offsets = bytes[at(layout.offsets_at)..at(layout.indices_at)]
-        .chunks_exact(8)
-        .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
+    let end = at(layout.offsets_at) + 4 * at(layout.batches + 1);
+    let offsets = bytes[at(layout.offsets_at)..end]
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes(w.try_into().unwrap()))
         .collect();
+    assert!(bytes[end..at(layout.indices_at)].iter().all(|&b| b == 0));
     let indices = bytes[at(layout.indices_at)..]
         .chunks_exact(4)
         .map(|w| u32::from_le_bytes(w.try_into().unwrap()))
@@ -138,6 +141,36 @@ fn a_changed_cut_or_foreign_file_is_refused() {
             },
             "header",
         ),
+        // A file of format 1 (u64 offsets), its header whole: named, not read as this format.
+        (
+            {
+                let mut b = whole.clone();
+                b[8..12].copy_from_slice(&1u32.to_le_bytes());
+                super::file::reseal_header(&mut b);
+                b
+            },
+            "plan file format 1, this version writes 2",
+        ),
+        // An offset past the samples (the second: the first batch's end).
+        (
+            {
+                let mut b = whole.clone();
+                b[HEADER + 4..HEADER + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+                b
+            },
+            "offsets are not a plan's (offset 4294967295)",
+        ),
+        // The zeros after the offsets (4 ranks: batches + 1 offsets is odd, so there are 4).
+        (
+            {
+                let mut b = whole.clone();
+                let batches = p.plan(0).unwrap().len();
+                assert_eq!(batches % 2, 0);
+                b[HEADER + 4 * (batches + 1)] = 1;
+                b
+            },
+            "(padding)",
+        ),
         (whole[..whole.len() - 4].to_vec(), "cut short"),
         (whole[..100].to_vec(), "less than"),
         (
@@ -164,9 +197,15 @@ fn publishing_an_epoch_deletes_those_before_the_previous_and_dead_writers_tempor
     std::fs::write(&dead, b"half a plan").unwrap();
     let other = dir.join("dflash-0000000000000000-r2-e0.plan");
     std::fs::write(&other, b"another planner's").unwrap();
+    // This planner's epoch 2 as an older version named it (format 1: u64 offsets): not read.
+    let older = dir.join(format!("{stem}-r{PLAN_REVISION}-e2.plan"));
+    std::fs::write(&older, b"an older version's").unwrap();
     let e2 = p.plan_shared(&dir, 2).unwrap();
-    assert!(e2.planned, "a temporary is not a plan");
-    assert!(!e0.exists() && !dead.exists());
+    assert!(
+        e2.planned,
+        "a temporary is not a plan, nor an older version's file"
+    );
+    assert!(!e0.exists() && !dead.exists() && !older.exists());
     assert!(
         e1.exists(),
         "a rank may still be finishing the previous epoch"
@@ -182,7 +221,7 @@ fn publishing_an_epoch_deletes_those_before_the_previous_and_dead_writers_tempor
     let late = p.plan_shared(&dir, 1).unwrap();
     assert!(late.planned);
     assert!(dir
-        .join(format!("{stem}-r{PLAN_REVISION}-e2.plan"))
+        .join(format!("{stem}-r{PLAN_REVISION}-f2-e2.plan"))
         .exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -4,6 +4,7 @@
 use crate::lengths::to_usize;
 use crate::plan::balance::{balance_windows, Unit};
 use crate::plan::config::Config;
+use crate::plan::output::offset;
 use crate::plan::split::reorder_region;
 
 /// The batches of one stream, in training order, written into its slice of the permutation buffer.
@@ -142,7 +143,7 @@ pub(crate) fn mean_length(tokens: u64, rows: u64) -> u64 {
 /// rank splitting and dropping happen and is matched on its own (`planner.rs`).
 #[derive(Default)]
 pub(crate) struct Epoch {
-    pub(crate) offsets: Vec<u64>,
+    pub(crate) offsets: Vec<u32>,
     /// The cost of each batch (see [`Formed::cost`]).
     pub(crate) cost: Vec<f32>,
     /// The first batch of the tail.
@@ -196,10 +197,9 @@ impl Epoch {
         if start != self.written {
             order.copy_within(start..start + main_rows, self.written);
         }
-        let shift = self.written as u64;
+        let shift = offset(self.written);
         let main_ends = &part.offsets[1..=part.main];
-        self.offsets
-            .extend(main_ends.iter().map(|&o| u64::from(o) + shift));
+        self.offsets.extend(main_ends.iter().map(|&o| o + shift));
         self.cost.extend_from_slice(main_cost);
         self.written += main_rows;
         self.padded_tokens += part.padded_tokens;
@@ -209,9 +209,9 @@ impl Epoch {
     /// placed so far (the packed leftovers).
     pub(crate) fn push_rows(&mut self, order: &mut [u32], rows: &[u32], part: Formed) {
         order[self.written..self.written + part.written].copy_from_slice(&rows[..part.written]);
-        let shift = self.written as u64;
+        let shift = offset(self.written);
         self.offsets
-            .extend(part.offsets[1..].iter().map(|&o| u64::from(o) + shift));
+            .extend(part.offsets[1..].iter().map(|&o| o + shift));
         self.cost.extend_from_slice(&part.cost);
         self.written += part.written;
         self.padded_tokens += part.padded_tokens;
@@ -235,7 +235,7 @@ impl Epoch {
         let mut ends = Vec::with_capacity(sequence.len());
         let offsets = &self.offsets;
         let bound = |i: usize| to_usize(offsets[start + i]);
-        reorder_region(order, bound, &sequence, |_, end| ends.push(end as u64));
+        reorder_region(order, bound, &sequence, |_, end| ends.push(offset(end)));
         let tail_cost: Vec<f32> = sequence
             .iter()
             .map(|&id| self.cost[start + id as usize])
@@ -251,7 +251,7 @@ impl Epoch {
         order[self.written..end].copy_from_slice(&self.tail_rows);
         for &size in &self.tail_sizes {
             self.written += size as usize;
-            self.offsets.push(self.written as u64);
+            self.offsets.push(offset(self.written));
         }
         self.cost.append(&mut self.tail_cost);
         self.tail_rows = Vec::new();

@@ -1,6 +1,6 @@
 use super::*;
 
-fn sizes(offsets: &[u64]) -> Vec<u64> {
+fn sizes(offsets: &[u32]) -> Vec<u32> {
     offsets.windows(2).map(|w| w[1] - w[0]).collect()
 }
 
@@ -17,7 +17,7 @@ fn splits_largest_batches_into_near_equal_parts() {
     assert_eq!((got.batches, got.before, got.after), (1, 5, 5));
     assert_eq!(got.parts, [(1, 3)]);
     // Values per batch follow: the split batch's parts get theirs from their rows.
-    let mut first_rows = vec![0u64, 2, 7];
+    let mut first_rows = vec![0u32, 2, 7];
     expand_per_batch(&mut first_rows, &got, &offsets, |start, _| start);
     assert_eq!(first_rows, [0, 2, 4, 6, 7]);
 }
