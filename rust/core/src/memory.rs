@@ -40,7 +40,7 @@ pub const MIXTURE_GROUP_BYTES: u64 = 17;
 pub const PLAN_BYTES_PER_BATCH: u64 = 48;
 
 /// The same for epochs too large to arrange (`ARRANGE_MAX_SAMPLES`), whose batches are neither
-/// ordered nor balanced: a group's `u32` end (its vector grown by doubling), the epoch's `u64`
+/// ordered nor balanced: a group's `u32` end (its vector grown by doubling), the epoch's `u32`
 /// offset and an unused cost's room. ~13 bytes measured at their peak (`tests/memory_peaks.rs`);
 /// at 1B samples 48 would reserve ~15 GB more than planning takes, and refuse a plan that fits.
 pub const UNARRANGED_BYTES_PER_BATCH: u64 = 24;
