@@ -126,7 +126,7 @@ VALID = {  # values every keyword accepts: most cases use only these, so plans g
     "oversize": st.sampled_from(["error", "skip", "truncate"]),
     "pad_to_multiple_of": st.sampled_from([1, 2, 8, 64]),
     "accumulation": st.integers(1, 6),
-    "target_efficiency": st.sampled_from([0.5, 0.9, 0.98, 1.0]),
+    "target_efficiency": st.sampled_from([None, 0.5, 0.9, 0.98, 1.0]),
     "order": st.sampled_from(["stratified", "random"]),
     "cost": st.one_of(
         st.sampled_from([None, "tokens"]), st.tuples(st.sampled_from([1.0, 2.5]), st.sampled_from([0.0, 1e-4]))
