@@ -51,6 +51,7 @@ EXPECTED = {
     "StepTimer": lambda out: out == "True 2",
     "plan_dir": lambda out: out == "True",
     "lengths mapped": lambda out: out == "True",
+    "lengths cached": lambda out: out == "uint16 True",
     "context parallel": lambda out: out == "torch.Size([1, 256]) True",
 }
 

@@ -19,11 +19,15 @@ import numpy as np
 
 import dflash_batch._core as _core
 
+from . import lengths_cache
 from .sources import Source, resolve
 
 
-def read_lengths(source: Any, column: str = "seq_len", *, progress: bool | None = None) -> np.ndarray:
-    """The token length of every row of ``source``, as a read-only 1-D ``uint32`` array.
+def read_lengths(
+    source: Any, column: str = "seq_len", *, progress: bool | None = None, cache: str | os.PathLike[str] | None = None
+) -> np.ndarray:
+    """The token length of every row of ``source``, as a read-only 1-D ``uint32`` array (with ``cache``, a
+    read-only map of ``uint16`` or ``uint32``).
 
     Args:
         source: an Arrow IPC file or stream, a ``save_to_disk`` directory, a Megatron-LM dataset by its
@@ -35,6 +39,11 @@ def read_lengths(source: Any, column: str = "seq_len", *, progress: bool | None 
             sample and no columns: its ``.idx`` lengths are read, whatever ``column`` says.
         progress: show a progress bar over the files (default: when there are several and stderr is a
             terminal).
+        cache: a ``.npy`` path in a machine-local directory (``/dev/shm/...`` keeps it in memory). The
+            first call writes the lengths there (``uint16`` when they fit) and every call returns a
+            read-only map of that file, which a ``BucketSampler`` borrows instead of copying: the
+            processes of a machine share one copy. Written again when the files (path, size, modification
+            time), the column or the row mapping changed; one process writes while the others wait.
 
     Raises:
         FileNotFoundError / OSError: the source or one of its files cannot be opened.
@@ -43,8 +52,22 @@ def read_lengths(source: Any, column: str = "seq_len", *, progress: bool | None 
             ``.idx`` whose magic, version, dtype, counts, pointers or document boundaries do not hold
             against itself and its ``.bin``. The message names the file and the fix.
         IndexError: a ``datasets`` indices mapping names a row past the data.
+        ValueError: ``cache`` with a table in memory (no files to tell a stale cache by).
+        DataError: ``cache`` names a file this library did not write (it is not overwritten), or a damaged one.
     """
     resolved = resolve(source)
+    if cache is not None:
+        if resolved.table is not None:
+            raise ValueError(
+                "cache= keeps lengths read from files, and an in-memory table has none to tell a stale cache by; "
+                "np.save the lengths yourself and pass np.load(path, mmap_mode='r') to the sampler"
+            )
+        key = lengths_cache.source_key(resolved.paths, column, resolved.rows)
+        return lengths_cache.cached(cache, key, lambda: _read(resolved, column, progress))
+    return _read(resolved, column, progress)
+
+
+def _read(resolved: Source, column: str, progress: bool | None) -> np.ndarray:
     if resolved.table is not None:
         return _core.read_table_lengths(resolved.table, column, resolved.rows)
     with _Progress(len(resolved.paths), "reading lengths", progress) as bar:

@@ -1,0 +1,103 @@
+"""``read_lengths(..., cache=path)``: a dataset's lengths kept in one ``.npy`` file, which every process of a
+machine maps read-only, so each :class:`~dflash_batch.BucketSampler` borrows them instead of copying and the
+page cache holds them once (``docs/billion.md``).
+
+The file is numpy's ``.npy`` (``uint16`` when every length fits, else ``uint32``) followed by a trailer: a
+magic word and a digest of what the lengths were read from (each file's path, size and modification time,
+the column, a ``datasets`` row mapping). A cache whose digest differs — the files changed, another column —
+is written again; a file at the path that does not end with the trailer was not written here and is refused
+rather than overwritten. One process writes while the others wait on ``<path>.lock`` (``flock``, so a
+machine-local directory), to a temporary name renamed into place: a writer killed midway leaves no file at
+the path. This stays in Python because the file is numpy's format, mapped by numpy.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import glob
+import hashlib
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+import dflash_batch._core as _core
+
+MAGIC = b"DFLLENS1"
+#: The magic word and a SHA-256 digest, after the array.
+TRAILER = len(MAGIC) + 32
+
+
+def source_key(paths: Sequence[str], column: str, rows: np.ndarray | None) -> bytes:
+    """The digest of what lengths read from ``paths`` (in order) and ``column`` through ``rows`` depend on."""
+    digest = hashlib.sha256(b"dflash_batch lengths\0" + column.encode() + b"\0")
+    for path in paths:
+        status = os.stat(path)
+        digest.update(f"{os.path.abspath(path)}\0{status.st_size}\0{status.st_mtime_ns}\0".encode())
+    if rows is not None:
+        digest.update(b"rows\0" + np.ascontiguousarray(rows, dtype=np.int64).tobytes())
+    return digest.digest()
+
+
+def cached(path: str | os.PathLike[str], key: bytes, read: Callable[[], np.ndarray]) -> np.ndarray:
+    """The lengths kept at ``path`` for ``key``, read with ``read()`` and written there first when the file
+    is missing or was written for another key; a read-only ``numpy.memmap`` of the file."""
+    path = os.path.abspath(os.fspath(path))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".lock", "ab") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        found = _mapped(path, key)
+        if found is None:
+            _write(path, key, read())
+            found = _mapped(path, key)
+    if found is None:  # another process rewrote it between the write and the map: it is not ours to trust
+        raise _core.DataError(f"the lengths cache {path} changed while it was written; run again")
+    return found
+
+
+def _mapped(path: str, key: bytes) -> np.ndarray | None:
+    """A read-only map of the cache at ``path`` when it was written for ``key``; ``None`` when there is no
+    file or it holds another key's lengths; ``DataError`` for a file this module did not write."""
+    try:
+        size = os.path.getsize(path)
+    except FileNotFoundError:
+        return None
+    with open(path, "rb") as file:
+        file.seek(max(size - TRAILER, 0))
+        trailer = file.read(TRAILER)
+    if len(trailer) < TRAILER or not trailer.startswith(MAGIC):
+        raise _core.DataError(
+            f"{path} is not a lengths cache dflash_batch wrote (it does not end with one's trailer), so "
+            "cache= will not overwrite it; delete it or pass another path"
+        )
+    if trailer[len(MAGIC) :] != key:
+        return None
+    try:
+        lengths: Any = np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as err:
+        raise _core.DataError(f"the lengths cache {path} is damaged ({err}); delete it and read again") from err
+    whole = isinstance(lengths, np.memmap) and lengths.offset + lengths.nbytes + TRAILER == size
+    if not whole or lengths.ndim != 1 or lengths.dtype not in (np.uint16, np.uint32):
+        raise _core.DataError(f"the lengths cache {path} is damaged (its array and size disagree); delete it")
+    return lengths
+
+
+def _write(path: str, key: bytes, lengths: np.ndarray) -> None:
+    """Writes ``lengths`` (narrowed to ``uint16`` when they fit) and the trailer for ``key`` to ``path``,
+    through a temporary renamed into place. The caller holds the lock: temporaries left are dead writers'."""
+    for dead in glob.glob(glob.escape(path) + ".tmp-*"):
+        os.remove(dead)
+    narrow = lengths.astype(np.uint16) if lengths.size == 0 or int(lengths.max()) < 1 << 16 else lengths
+    temporary = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(temporary, "wb") as file:
+            np.save(file, narrow, allow_pickle=False)
+            file.write(MAGIC + key)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
