@@ -93,13 +93,13 @@ fn offsets_bytes(batches: u64) -> u64 {
 
 /// A 64-bit checksum of a byte stream fed in pieces of whole 8-byte words: four lanes so the
 /// multiplications overlap (a reader checks gigabytes of it at 1B samples).
-struct Checksum {
+pub(super) struct Checksum {
     lanes: [u64; 4],
     words: usize,
 }
 
 impl Checksum {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self {
             lanes: [
                 0x9E37_79B9_7F4A_7C15,
@@ -112,7 +112,7 @@ impl Checksum {
     }
 
     /// Feeds `bytes`, whose length is a multiple of 8 (the caller pads the last piece).
-    fn feed(&mut self, bytes: &[u8]) {
+    pub(super) fn feed(&mut self, bytes: &[u8]) {
         for (i, word) in bytes.chunks_exact(8).enumerate() {
             let w = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
             // By the word's place in the stream, so how it is cut into pieces does not matter.
@@ -122,7 +122,7 @@ impl Checksum {
         self.words += bytes.len() / 8;
     }
 
-    fn finish(&self) -> u64 {
+    pub(super) fn finish(&self) -> u64 {
         self.lanes.iter().fold(self.words as u64, |h, &l| {
             (h ^ l).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(31)
         })
@@ -355,14 +355,6 @@ fn check_data(
             .get_or_insert_with(|| "its data does not match its checksum (it was changed)".into());
     }
     Ok(problem.map_or(Ok(()), Err))
-}
-
-/// Writes the checksum of a changed header back into it (tests forge files of another format).
-#[cfg(test)]
-pub(crate) fn reseal_header(bytes: &mut [u8]) {
-    let mut sum = Checksum::new();
-    sum.feed(&bytes[..176]);
-    bytes[176..184].copy_from_slice(&sum.finish().to_le_bytes());
 }
 
 /// What differs between the key a file holds and the one asked for.
