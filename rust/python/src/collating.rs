@@ -129,9 +129,7 @@ pub(crate) fn collate_slot(
     if let Some(shape) = slot_typed::<i32>(py, store, indices, slot, &padding)? {
         return shape.map_err(to_py);
     }
-    Err(PyTypeError::new_err(
-        "slot must be a writeable int64 or int32 numpy array",
-    ))
+    Err(wrong_slot_dtype())
 }
 
 fn slot_typed<T: OutputToken + Element>(
@@ -167,6 +165,11 @@ fn block_any<T: OutputToken>(
     with_index_slice!(indices, rows => py.detach(|| {
         collate_padded_block(&store.store, rows, padding, block, Some(&store.pool))
     }))
+}
+
+/// The error of a slot that is neither width the collators write (each tries int64, then int32).
+pub(crate) fn wrong_slot_dtype() -> PyErr {
+    PyTypeError::new_err("slot must be a writeable int64 or int32 numpy array")
 }
 
 /// The four rows of a C-contiguous `[4, capacity]` slot as separate slices (one numpy borrow).

@@ -7,7 +7,7 @@ use numpy::{Element, PyReadonlyArray1, PyReadwriteArrayDyn};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
-use super::slot_rows;
+use super::{slot_rows, wrong_slot_dtype};
 use crate::errors::to_py;
 use crate::reading::TokenStore;
 
@@ -73,9 +73,7 @@ pub(crate) fn collate_packed_slot(
     if let Some(got) = packed_slot_typed::<i32>(py, store, indices, windows, slot, cu, &padding)? {
         return got.map_err(to_py);
     }
-    Err(PyTypeError::new_err(
-        "slot must be a writeable int64 or int32 numpy array",
-    ))
+    Err(wrong_slot_dtype())
 }
 
 fn packed_slot_typed<T: OutputToken + Element>(
