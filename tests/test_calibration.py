@@ -12,7 +12,7 @@ import dflash_batch as db
 import numpy as np
 import pytest
 from dflash_batch.price_fit import MIN_RECORDS, robust_fit
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 RANKS, ACCUMULATION = 4, 4
@@ -59,16 +59,22 @@ def _timings(rng, length, rows, price, noise, outliers):
 
 @settings(max_examples=60, deadline=None)
 @given(**PRICES)
+# A 66-token row costs 7e-6 s beside a 0.0078 s step with 2.3% noise (1.8e-4 s): no fit can price it to 10%
+# (found by hypothesis in a clean clone: 10.8% off there, 0.085 of the bound below).
+@example(a=1e-07, ratio=0.0078125, c=0.0078125, noise=0.0234375, outliers=0.0625, seed=13248)
 def test_the_fit_recovers_a_known_price_through_noise_and_outliers(a, ratio, c, noise, outliers, seed):
-    """Rows and lengths that vary apart (``batch_size`` batches, say): the row price itself is recovered."""
+    """Rows and lengths that vary apart (``batch_size`` batches, say): the row price itself is recovered,
+    each batch's rows priced within 10% or within three standard deviations of that batch's timing noise
+    (rows far cheaper than the noise of a step cannot be priced closer by any fit)."""
     rng = np.random.default_rng(seed)
     length = rng.integers(64, 4096, 400).astype(np.float64)
     rows = rng.integers(1, 16, 400).astype(np.float64)
-    x, x2, _, seconds, bad = _timings(rng, length, rows, (a, a * ratio, c), noise, outliers)
+    x, x2, clean, seconds, bad = _timings(rng, length, rows, (a, a * ratio, c), noise, outliers)
     (fa, fb, fc), kept = robust_fit(x, x2, seconds)
     truth = a * length + a * ratio * length**2
     fitted = fa * length + fb * length**2
-    assert np.all(np.abs(fitted / truth - 1) < 0.1), (fa, fb, fc)
+    error = rows * np.abs(fitted - truth)
+    assert np.all(error <= 0.1 * rows * truth + 3 * noise * clean), (fa, fb, fc)
     if bad.sum() >= 4:
         assert kept[bad].mean() < 0.5
 
