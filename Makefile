@@ -16,8 +16,10 @@ $(BIN)/python:
 venv: $(BIN)/python
 
 # Builds the Rust extension (release) and installs it with the extras the tests need.
+# (Once more after a failure: the extras come from the network, which has dropped a download mid-wheel.)
+DEVELOP := $(BIN)/maturin develop --release --quiet --extras $(EXTRAS)
 build: venv
-	$(BIN)/maturin develop --release --quiet --extras $(EXTRAS)
+	$(DEVELOP) || $(DEVELOP)
 
 demo: build
 	$(BIN)/dflash-batch demo
@@ -50,11 +52,16 @@ ADAPTER_TESTS := tests/test_hf.py tests/test_trainer.py tests/test_trainer_world
 	tests/test_trainer_text.py \
 	tests/test_accelerate.py tests/test_clients_resume.py tests/test_torch_recipes.py tests/test_state_rows.py \
 	tests/test_position.py
+# The same torch as .venv's (linked from it by tests/_lowest_venv.py, not downloaded again); an install
+# interrupted by the network is tried again, twice.
+LOWEST_INSTALL := $(LOWEST)/bin/pip install --quiet -r tests/clients-lowest.txt \
+	"torch==$$($(BIN)/python -c 'import torch; print(torch.__version__.split("+")[0])')" \
+	"numpy>=1.24" "pyarrow>=14" "tqdm>=4.60" "pytest>=8" "hypothesis>=6.100" "tokenizers>=0.15"
 test-clients-lowest: build
 	test -x $(LOWEST)/bin/python || $(PYTHON) -m venv $(LOWEST)
 	$(LOWEST)/bin/pip install --quiet --upgrade pip
-	$(LOWEST)/bin/pip install --quiet -r tests/clients-lowest.txt "torch==$$($(BIN)/python -c 'import torch; print(torch.__version__.split("+")[0])')" \
-		"numpy>=1.24" "pyarrow>=14" "tqdm>=4.60" "pytest>=8" "hypothesis>=6.100" "tokenizers>=0.15"
+	$(BIN)/python tests/_lowest_venv.py "$$($(LOWEST)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+	$(LOWEST_INSTALL) || $(LOWEST_INSTALL) || $(LOWEST_INSTALL)
 	$(LOWEST)/bin/python -c "import site; open(site.getsitepackages()[0] + '/dflash_batch.pth', 'w').write('$(abspath python)\n')"
 	$(LOWEST)/bin/python -c "import transformers, accelerate, trl, lightning, torchdata; print('lowest clients:', \
 		transformers.__version__, accelerate.__version__, trl.__version__, lightning.__version__)"
