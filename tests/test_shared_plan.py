@@ -320,3 +320,32 @@ def test_the_next_epoch_is_not_made_ahead_under_another_price(tmp_path):
     assert sampler.position.schedule_at(2) is priced and 2 in priced._ahead
     own.set_epoch(2)
     assert _same(priced._ahead[2].result(timeout=120), own.plan(2))
+
+
+def test_a_mixtures_shared_plan_is_its_own_and_other_weights_plan_apart(tmp_path):
+    parts = db.seed_mixture(6000, seed=5)
+
+    def sampler(weights, **kwargs):
+        mixture = db.Mixture({name: (lengths, w) for (name, lengths), w in zip(parts.items(), weights, strict=True)})
+        return db.BucketSampler(mixture, max_tokens=16384, world_size=2, rank=1, **kwargs)
+
+    weights, others = (0.3, 0.3, 0.25, 0.15), (0.4, 0.2, 0.3, 0.1)
+    own, shared = sampler(weights), sampler(weights, plan_dir=tmp_path)
+    for epoch in range(3):
+        assert _same(own.plan(epoch), shared.plan(epoch))
+        assert shared.plan(epoch).stats() == own.plan(epoch).stats()
+    stems = {f.split("-r")[0].removesuffix(".lock") for f in _files(tmp_path)}
+    other_own, other_shared = sampler(others), sampler(others, plan_dir=tmp_path)
+    assert _same(other_own.plan(1), other_shared.plan(1)), "another mixture's file is not taken for its plan"
+    assert not _same(other_shared.plan(1), shared.plan(1))
+    assert len({f.split("-r")[0].removesuffix(".lock") for f in _files(tmp_path)} - stems) == 1, "its own stem"
+    # Mid-epoch state of the shared sampler resumes on a fresh one to exactly the rest of its batches.
+    shared.set_epoch(2)
+    batches = iter(shared)
+    seen = [next(batches).tolist() for _ in range(3)]
+    state = shared.state_dict()
+    resumed = sampler(weights, plan_dir=tmp_path)
+    resumed.load_state_dict(state)
+    own.set_epoch(2)
+    every = [b.tolist() for b in own]
+    assert every[:3] == seen and [b.tolist() for b in resumed] == every[3:]
