@@ -64,6 +64,23 @@ def test_changed_files_or_another_column_write_the_cache_again(dataset, tmp_path
     assert open(cache, "rb").read()[-lengths_cache.TRAILER :] == lengths_cache.MAGIC + key
 
 
+def test_a_rewrite_of_the_same_size_with_its_time_set_back_writes_the_cache_again(dataset, tmp_path):
+    # What `cp -p`, `rsync -t` or `tar x` leave: other rows of the same bytes in all, with the source's
+    # modification time. Size and time alone would pass it for the file cached.
+    path, rows = dataset
+    cache = tmp_path / "lengths.npy"
+    assert db.read_lengths(path, "input_ids", cache=cache).tolist() == [len(r) for r in rows]
+    before = os.stat(path)
+    # Each record batch of 7 rows (write_ipc's) reversed: the same buffers' sizes, other lengths per row.
+    reordered = [row for start in range(0, len(rows), 7) for row in reversed(rows[start : start + 7])]
+    assert [len(r) for r in reordered] != [len(r) for r in rows]
+    write_ipc(path, token_table(reordered))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert db.read_lengths(path, "input_ids", cache=cache).tolist() == [len(r) for r in reordered]
+
+
 def test_lengths_past_uint16_are_kept_as_uint32(tmp_path):
     table = pa.table({"seq_len": pa.array([5, 70_000, 12], type=pa.int64())})
     path = write_ipc(tmp_path / "long.arrow", table)

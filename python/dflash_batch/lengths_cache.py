@@ -3,12 +3,17 @@ machine maps read-only, so each :class:`~dflash_batch.BucketSampler` borrows the
 page cache holds them once (``docs/billion.md``).
 
 The file is numpy's ``.npy`` (``uint16`` when every length fits, else ``uint32``) followed by a trailer: a
-magic word and a digest of what the lengths were read from (each file's path, size and modification time,
-the column, a ``datasets`` row mapping). A cache whose digest differs — the files changed, another column —
-is written again; a file at the path that does not end with the trailer was not written here and is refused
-rather than overwritten. One process writes while the others wait on ``<path>.lock`` (``flock``, so a
-machine-local directory), to a temporary name renamed into place: a writer killed midway leaves no file at
-the path. This stays in Python because the file is numpy's format, mapped by numpy.
+magic word and a digest of what the lengths were read from (each file's path, inode, size, modification
+and change times, the column, a ``datasets`` row mapping). The change time is in the key because tools that
+copy a dataset into place (``cp -p``, ``rsync -t``, ``tar x``) set the modification time back to the
+source's: a rewritten file of the same size would otherwise pass for the one cached. No call sets a change
+time back, and replacing a file by renaming gives another inode.
+
+A cache whose digest differs — the files changed, another column — is written again; a file at the path
+that does not end with the trailer was not written here and is refused rather than overwritten. One
+process writes while the others wait on ``<path>.lock`` (``flock``, so a machine-local directory), to a
+temporary name renamed into place: a writer killed midway leaves no file at the path. This stays in Python
+because the file is numpy's format, mapped by numpy.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ def source_key(paths: Sequence[str], column: str, rows: np.ndarray | None) -> by
     digest = hashlib.sha256(b"dflash_batch lengths\0" + column.encode() + b"\0")
     for path in paths:
         status = os.stat(path)
-        digest.update(f"{os.path.abspath(path)}\0{status.st_size}\0{status.st_mtime_ns}\0".encode())
+        stamp = (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+        digest.update(f"{os.path.abspath(path)}\0{stamp}\0".encode())
     if rows is not None:
         digest.update(b"rows\0" + np.ascontiguousarray(rows, dtype=np.int64).tobytes())
     return digest.digest()
