@@ -185,4 +185,26 @@ mod tests {
             prop_assert_eq!(fast, slow);
         }
     }
+
+    /// The same at a bucket's size, with runs of a power of two (a step of exactly 2^64 / c) and of one.
+    #[test]
+    fn merging_a_large_bucket_equals_scanning_it() {
+        for (seed, counts) in [
+            (1, vec![40_000usize, 30_000, 20_000, 10_000]),
+            (2, vec![65_536, 1, 4_096, 0, 3, 1 << 14, 7, 1]),
+        ] {
+            let total: usize = counts.iter().sum();
+            let sorted: Vec<u64> = (0..total as u64).collect();
+            let (mut fast, mut slow) = (vec![0u64; total], vec![0u64; total]);
+            merge_by_time(
+                &sorted,
+                &counts,
+                &mut Pcg64::new(seed, 3, Stream::Workload),
+                &mut fast,
+            );
+            let runs = Runs::new(&counts, &mut Pcg64::new(seed, 3, Stream::Workload));
+            merge_many(&sorted, runs, &mut slow);
+            assert!(fast == slow, "counts {counts:?}");
+        }
+    }
 }
