@@ -5,6 +5,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 EXTRAS ?= dev,torch
 export PYO3_PYTHON := $(abspath $(BIN)/python)
+# The network has dropped downloads mid-wheel (torch's CUDA wheels run to GBs): pip resumes an interrupted
+# download this many times, and retries a failed connection, before it gives up (older pips ignore these).
+export PIP_RESUME_RETRIES := 20
+export PIP_RETRIES := 10
 
 .PHONY: convergence figures demo test test-all test-rust test-python test-python-all test-clients-lowest mypy fuzz \
 	lint bench build venv clean wheel wheel-test
@@ -16,10 +20,10 @@ $(BIN)/python:
 venv: $(BIN)/python
 
 # Builds the Rust extension (release) and installs it with the extras the tests need.
-# (Once more after a failure: the extras come from the network, which has dropped a download mid-wheel.)
+# (Twice more after a failure: the extras come from the network, which has dropped a download mid-wheel.)
 DEVELOP := $(BIN)/maturin develop --release --quiet --extras $(EXTRAS)
 build: venv
-	$(DEVELOP) || $(DEVELOP)
+	$(DEVELOP) || $(DEVELOP) || $(DEVELOP)
 
 demo: build
 	$(BIN)/dflash-batch demo
