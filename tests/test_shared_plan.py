@@ -4,6 +4,7 @@ a planner killed mid-write leaves nothing another process accepts."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pickle
 import signal
@@ -216,6 +217,54 @@ def test_eight_processes_share_one_plan_equal_to_each_ones_own(tmp_path):
             _, shared, own = line.split()
             assert shared == own
     assert len({tuple(per_child) for per_child in lines}) == 1, "every process mapped the same plans"
+
+
+# Registered before dflash_batch's own exit handlers, so it runs after them (atexit is last in, first
+# out): a plan still being made here would return from Rust into a finalizing interpreter, which ends its
+# thread with pthread_exit, and the unwinding through pyo3's frames aborts the process.
+_EXIT_CHILD = """
+import atexit, sys
+
+def at_exit():
+    print("made before finalizing:", sampler.schedule_ahead.done(), flush=True)
+
+atexit.register(at_exit)
+import dflash_batch as db
+
+lengths = db.seed_workload(int(sys.argv[2]), seed=7)
+sampler = db.BucketSampler(lengths, max_tokens=16384, world_size=8, rank=0, plan_dir=sys.argv[1])
+sampler.schedule.plan_ahead(1)
+sampler.schedule_ahead = sampler.schedule._ahead[1]
+"""
+
+
+def test_exit_waits_for_the_plan_being_made_ahead(tmp_path):
+    # Regression: a script that ended while the next epoch was planned ahead aborted at exit ("FATAL:
+    # exception not rethrown") now and then, in the killed-planner test below.
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_CHILD, str(tmp_path), "5000000"], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-2000:]}"
+    assert done.stdout.strip().splitlines()[-1] == "made before finalizing: True", done.stdout
+    assert any(f.endswith("-e1.plan") for f in _files(tmp_path)), "the plan was finished and published"
+
+
+def test_exit_waits_a_bounded_time_for_a_plan_another_process_holds_up(tmp_path):
+    # Another process of the machine holds the directory's lock (it plans, or it hangs): exit waits
+    # _EXIT_WAIT_S for the plan being made ahead, then says so and leaves.
+    short_wait = "import dflash_batch as db\ndb.schedule._EXIT_WAIT_S = 0.5"
+    child = _EXIT_CHILD.replace("import dflash_batch as db", short_wait)
+    same = db.BucketSampler(db.seed_workload(50_000, seed=7), max_tokens=16384, world_size=8)
+    fingerprint = same.schedule.fingerprint
+    with open(tmp_path / f"dflash-{fingerprint}.lock", "ab") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = subprocess.run(
+            [sys.executable, "-c", child, str(tmp_path), "50000"], capture_output=True, text=True, timeout=300
+        )
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-2000:]}"
+    assert done.stdout.strip().splitlines()[-1] == "made before finalizing: False", done.stdout
+    assert "plan is still being made after" in done.stderr and "exiting without it" in done.stderr, done.stderr
+    assert not any(f.endswith(".plan") for f in _files(tmp_path))
 
 
 @pytest.mark.multiprocess

@@ -13,10 +13,14 @@ pickled copy in a ``DataLoader`` worker and the running sampler can never disagr
 
 from __future__ import annotations
 
+import atexit
 import os
+import sys
 import threading
+import time
 from collections.abc import Iterable
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout  # not the builtin before Python 3.11
 from typing import Any
 
 import numpy as np
@@ -229,7 +233,7 @@ class Schedule:
         if plan_dir is None:
             return
         with _AHEAD_LOCK:
-            if epoch in self._ahead:
+            if epoch in self._ahead or _EXITING:
                 return
             future: Future[Plan] = Future()
             self._ahead[epoch] = future
@@ -323,10 +327,14 @@ def _rebuild_mapped(
     return schedule
 
 
-#: Guards every schedule's ``_ahead`` and :data:`_RUNNING`.
+#: Guards every schedule's ``_ahead``, :data:`_RUNNING` and :data:`_EXITING`.
 _AHEAD_LOCK = threading.Lock()
 #: Plans being made in the background, in every schedule.
 _RUNNING: set[Future[Plan]] = set()
+#: Set once the interpreter exits: no plan is started in the background after that.
+_EXITING = False
+#: The longest the interpreter's exit waits for plans being made in the background, in seconds.
+_EXIT_WAIT_S = 600.0
 
 
 def _finish_ahead() -> None:
@@ -336,6 +344,31 @@ def _finish_ahead() -> None:
         running = list(_RUNNING)
     for future in running:
         future.exception()  # waits; the error, if any, is for whoever asks for the plan
+
+
+@atexit.register
+def _finish_ahead_at_exit() -> None:
+    """Waits for background plans before the interpreter finalizes. A daemon thread still inside Rust
+    then returns into a finalizing interpreter, which ends it with ``pthread_exit``; the unwinding
+    reaches pyo3's frames and aborts the process ("FATAL: exception not rethrown", seen when a script
+    ended while the next epoch was planned ahead): a training run that finished would exit with a
+    signal. Planning cannot be interrupted; an epoch's plan takes seconds at most, or as long as the process
+    planning it for the machine (whose lock it waits on): the wait ends after :data:`_EXIT_WAIT_S`."""
+    global _EXITING
+    with _AHEAD_LOCK:
+        _EXITING = True
+        running = list(_RUNNING)
+    deadline = time.monotonic() + _EXIT_WAIT_S
+    for future in running:
+        try:
+            future.exception(timeout=max(deadline - time.monotonic(), 0.0))
+        except FutureTimeout:
+            print(
+                f"dflash_batch: the next epoch's plan is still being made after {_EXIT_WAIT_S:.0f} s at exit "
+                "(another process of this machine may hold the plan directory's lock); exiting without it",
+                file=sys.stderr,
+            )
+            return
 
 
 if hasattr(os, "register_at_fork"):  # POSIX only; elsewhere there is no fork to inherit a lock through
