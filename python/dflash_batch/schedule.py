@@ -337,13 +337,21 @@ _EXITING = False
 _EXIT_WAIT_S = 600.0
 
 
-def _finish_ahead() -> None:
-    """Waits for background plans before a fork (``os.register_at_fork``): a child would otherwise inherit
-    the plan directory's lock, held by a thread that does not exist in it, for as long as it lives."""
+def _finish_ahead(timeout: float | None = None) -> bool:
+    """Waits for background plans, at most ``timeout`` seconds (``None``: until they are made); ``False``
+    when the time ran out first. Before a fork (``os.register_at_fork``) it waits to the end: a child would
+    otherwise inherit the plan directory's lock, held by a thread that does not exist in it, for as long
+    as it lives."""
     with _AHEAD_LOCK:
         running = list(_RUNNING)
+    deadline = None if timeout is None else time.monotonic() + timeout
     for future in running:
-        future.exception()  # waits; the error, if any, is for whoever asks for the plan
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        try:
+            future.exception(left)  # waits; the error, if any, is for whoever asks for the plan
+        except FutureTimeout:
+            return False
+    return True
 
 
 @atexit.register
@@ -356,19 +364,13 @@ def _finish_ahead_at_exit() -> None:
     planning it for the machine (whose lock it waits on): the wait ends after :data:`_EXIT_WAIT_S`."""
     global _EXITING
     with _AHEAD_LOCK:
-        _EXITING = True
-        running = list(_RUNNING)
-    deadline = time.monotonic() + _EXIT_WAIT_S
-    for future in running:
-        try:
-            future.exception(timeout=max(deadline - time.monotonic(), 0.0))
-        except FutureTimeout:
-            print(
-                f"dflash_batch: the next epoch's plan is still being made after {_EXIT_WAIT_S:.0f} s at exit "
-                "(another process of this machine may hold the plan directory's lock); exiting without it",
-                file=sys.stderr,
-            )
-            return
+        _EXITING = True  # no plan starts after this, so the wait below sees every one
+    if not _finish_ahead(_EXIT_WAIT_S):
+        print(
+            f"dflash_batch: the next epoch's plan is still being made after {_EXIT_WAIT_S:.0f} s at exit "
+            "(another process of this machine may hold the plan directory's lock); exiting without it",
+            file=sys.stderr,
+        )
 
 
 if hasattr(os, "register_at_fork"):  # POSIX only; elsewhere there is no fork to inherit a lock through
