@@ -11,6 +11,7 @@ from pathlib import Path
 import dflash_batch as db
 import numpy as np
 import pytest
+from dflash_batch import price_fit
 from dflash_batch.price_fit import MIN_RECORDS, robust_fit
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -94,7 +95,7 @@ def test_under_a_token_budget_the_fit_predicts_every_batch(a, ratio, c, noise, o
 
 def test_a_fit_no_better_than_the_price_in_use_is_not_applied():
     sampler = _sampler(rank_cost=(1.0, 1 / 2048))
-    timer = db.StepTimer(sampler)
+    timer = db.StepTimer(sampler, all_ranks_here=True)
     _train(timer, sampler, (1e-6, 1e-6 / 2048, 1e-3), np.random.default_rng(1))
     report = timer.end_epoch()
     assert report.fitted is not None and not report.applied
@@ -107,7 +108,7 @@ def test_an_applied_fit_rebalances_the_next_epochs_only():
     sampler = _sampler()
     plain = _sampler()
     steps, current = len(sampler), sampler.plan(0)
-    timer = db.StepTimer(sampler)
+    timer = db.StepTimer(sampler, all_ranks_here=True)
     _train(timer, sampler, (1e-6, 1e-6 / 2048, 1e-3), np.random.default_rng(2), outliers=0.03)
     report = timer.end_epoch()
     assert report.applied and report.from_epoch == 1, report
@@ -133,7 +134,7 @@ def test_an_applied_fit_rebalances_the_next_epochs_only():
 
 def test_a_resume_mid_epoch_after_a_refit_plans_the_same_batches():
     sampler = _sampler()
-    timer = db.StepTimer(sampler)
+    timer = db.StepTimer(sampler, all_ranks_here=True)
     _train(timer, sampler, (1e-6, 1e-6 / 1024, 0.0), np.random.default_rng(3))
     assert timer.end_epoch().applied
     sampler.set_epoch(1)
@@ -191,7 +192,7 @@ def test_bad_prices_in_a_state_are_refused(rank_costs):
 
 def test_too_few_records_fit_nothing():
     sampler = _sampler()
-    timer = db.StepTimer(sampler)
+    timer = db.StepTimer(sampler, all_ranks_here=True)
     plan = sampler.plan()
     for i in range(MIN_RECORDS - 1):
         timer.record(plan[i], 0.01 + i * 1e-4, rank=i % RANKS)
@@ -202,7 +203,7 @@ def test_too_few_records_fit_nothing():
 
 def test_bad_records_are_refused_naming_the_value():
     sampler = _sampler()
-    timer = db.StepTimer(sampler)
+    timer = db.StepTimer(sampler, all_ranks_here=True)
     batch = sampler.plan()[0]
     for seconds in (0.0, -1.0, float("nan"), float("inf"), True):
         with pytest.raises(ValueError, match="seconds"):
@@ -216,7 +217,7 @@ def test_bad_records_are_refused_naming_the_value():
     with pytest.raises(IndexError, match="below"):
         timer.record(np.array([10**9]), 0.1)
     with pytest.raises(ValueError, match="margin"):
-        db.StepTimer(sampler, margin=1.0)
+        db.StepTimer(sampler, margin=1.0, all_ranks_here=True)
     timer.record(batch, 0.1)
     sampler.set_epoch(1)
     with pytest.raises(db.PlanError, match="end_epoch"):
@@ -225,14 +226,14 @@ def test_bad_records_are_refused_naming_the_value():
 
 def test_loader_batches_are_timed_by_their_masks_and_cu_seqlens():
     sampler = _sampler()
-    timer = db.StepTimer(sampler)
+    timer = db.StepTimer(sampler, all_ranks_here=True)
     mask = np.zeros((3, 8), dtype=np.int64)
     mask[0, :8], mask[1, :5], mask[2, :2] = 1, 1, 1
     assert timer.features({"attention_mask": mask}) == (3 * 8, 3 * 64)
-    packed = db.StepTimer(_sampler(mode="packed"))
+    packed = db.StepTimer(_sampler(mode="packed"), all_ranks_here=True)
     assert packed.features({"cu_seqlens": np.array([0, 3, 7, 7], dtype=np.int32)}) == (7, 9 + 16)
     ticks = iter([1.0, 1.25])
-    clocked = db.StepTimer(sampler, clock=lambda: next(ticks))
+    clocked = db.StepTimer(sampler, clock=lambda: next(ticks), all_ranks_here=True)
     with clocked.time({"attention_mask": mask}):
         pass
     assert clocked._records[0][4] == 0.25
@@ -347,3 +348,58 @@ def test_a_checkpoints_prices_are_taken_without_its_position_but_not_while_itera
     assert fresh.position.prices == sampler.position.prices
     with pytest.raises(db.PlanError, match="rank_costs"):
         _sampler().position.load_prices({"rank_costs": [[0, "a", 1]]})
+
+
+def test_a_timer_of_several_ranks_without_a_process_group_is_refused():
+    """Regression (issue 59): ranks as separate processes with world_size/rank passed and no process group,
+    each with a StepTimer, fitted each its own price and trained batches of different plans (66 samples
+    twice and 4 never in one epoch), with no refusal and no warning."""
+    sampler = _sampler()  # world_size=4, rank=0, no torch.distributed
+    with pytest.raises(db.PlanError, match=r"world_size=4 ranks, but torch.distributed is not initialized.*"
+                       r"init_process_group\(\).*rank_cost=\(a, b\).*all_ranks_here=True"):  # fmt: skip
+        db.StepTimer(sampler)
+    db.StepTimer(sampler, all_ranks_here=True)  # one process recording every rank: no one to disagree
+    db.StepTimer(db.BucketSampler(np.full(100, 50), max_tokens=1000))  # one rank: nothing to share
+    with pytest.raises(TypeError, match="all_ranks_here must be a bool"):
+        db.StepTimer(sampler, all_ranks_here="yes")
+
+
+def test_a_trim_steps_sampler_is_refused_when_the_timer_is_built():
+    """Regression (issue 59): refused only at the first applied fit, an epoch into the run."""
+    with pytest.raises(db.PlanError, match="cannot re-price a trim_steps=True sampler"):
+        db.StepTimer(_sampler(trim_steps=True), all_ranks_here=True)
+
+
+@pytest.mark.parametrize("seconds", [5e-324, 1e-12, 2e5, np.float64(1e-10)])
+def test_seconds_outside_a_nanosecond_to_a_day_are_refused_at_record(seconds):
+    """Regression (issue 59): denormal seconds were accepted and failed the fit with numpy's LinAlgError."""
+    sampler = _sampler()
+    timer = db.StepTimer(sampler, all_ranks_here=True)
+    with pytest.raises(ValueError, match=r"between 1e-09 \(a nanosecond\) and 86400 \(a day\)"):
+        timer.record(sampler.plan()[0], seconds)
+    timer.record(sampler.plan()[0], np.float32(0.5))  # numpy numbers are numbers
+
+
+def test_attention_dominated_timings_fit_a_quadratic_price_the_planner_takes():
+    """Regression (issue 59): timings with no linear part fitted (1, 5e13), which the planner refused as a
+    rank_cost the user never set; the logs wrote it as inf (non-standard JSON in trainer_state.json)."""
+    sampler = _sampler()
+    timer = db.StepTimer(sampler, all_ranks_here=True)
+    plan = sampler.plan()
+    for i in range(len(plan)):
+        _, x2 = timer.features(plan[i])
+        timer.record(plan[i], 1e-9 * x2 * (1 + 0.01 * (i % 3)), rank=i % RANKS)
+    report = timer.end_epoch()
+    assert report.price == (0.0, 1.0) and report.applied, report
+    assert sampler.rank_price(1) == (0.0, 1.0)
+    logs = report.logs()
+    assert logs["rank_price/linear"] == 0.0 and logs["rank_price/quadratic"] == 1.0
+    json.dumps(logs, allow_nan=False)
+    assert all(np.isfinite(v) for v in logs.values())
+
+
+@pytest.mark.parametrize(("a", "b", "price"), [(0.0, 1.0, (0.0, 1.0)), (1e-20, 1.0, (0.0, 1.0)),
+                                               (1.0, 1e-14, (1.0, 0.0)), (2.0, 1.0, (1.0, 0.5))])  # fmt: skip
+def test_a_fit_becomes_a_price_within_the_planners_bounds(a, b, price):
+    assert price_fit.rank_price(a, b) == price
+    db.BucketSampler(np.full(100, 50), max_tokens=1000, rank_cost=price)  # taken

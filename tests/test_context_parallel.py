@@ -339,3 +339,15 @@ def test_shard_index_partitions_any_row_and_zigzag_takes_the_paired_chunks(cp, c
             size = np.diff(segments)[owner] // halves
             chunk = (index - segments[owner]) // size
             assert np.all((chunk == rank) | (chunk == halves - 1 - rank))
+
+
+@pytest.mark.parametrize("cp", [np.int64(2), np.uint32(4), np.int8(2)])
+def test_a_numpy_integer_context_parallel_never_takes_ranks_from_torchrun(monkeypatch, cp):
+    """Regression (issue 59): `context_parallel=np.int64(2)` under torchrun skipped the refusal
+    (`isinstance(..., int)`), so CP partners read different rows."""
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("RANK", "3")
+    with pytest.raises(db.PlanError, match="pass world_size=<data-parallel size> and rank=<data-parallel rank>"):
+        db.BucketSampler([5, 6] * 20, max_tokens=64, mode="packed", context_parallel=cp)
+    sampler = db.BucketSampler([5, 6] * 20, max_tokens=64, mode="packed", context_parallel=cp, world_size=2, rank=1)
+    assert sampler.schedule.config.context_parallel == int(cp)

@@ -283,3 +283,41 @@ def test_any_resume_on_any_ranks_trains_every_sample_of_the_epoch_once(
         return
     assert sorted(nxt) == sorted(list(range(n)) + carried)
     assert len({s.plan().steps for s in new}) == 1
+
+
+def test_a_carrying_epoch_priced_otherwise_than_its_origin_resumes_each_by_its_own_price():
+    """Regression (issue 59): a price refitted from epoch 1 on (StepTimer.end_epoch after epoch 1 began),
+    an elastic resume near epoch 0's end carrying rows into epoch 1, then a checkpoint in epoch 1: the
+    checkpoint was decoded with epoch 1's price and epoch 0 re-planned with it — rows trained twice and
+    others never, or the unedited state refused as edited."""
+    lengths = np.random.default_rng(0).integers(16, 4000, 200)
+    price = (1.0, 1 / 2048)  # attention-dominated: balances the ranks otherwise than tokens
+    make = lambda w, r, **k: db.BucketSampler(  # noqa: E731
+        lengths, max_tokens=16384, world_size=w, rank=r, seed=1, accumulation=2, **k
+    )
+    assert not np.array_equal(make(3, 0).plan(0).indices, make(3, 0, rank_cost=price).plan(0).indices)
+    old = [make(3, r) for r in range(3)]
+    for s in old:
+        s.position.price_from(1, price)
+    trained = [i for s in old for i in run(s, old[0].plan().steps - 1)]
+    state = old[0].state_dict()
+    assert state["rank_costs"] == [[1, *price]]
+    new = [make(8, r) for r in range(8)]
+    with pytest.warns(UserWarning, match="carried"):
+        for s in new:
+            s.load_state_dict(state)
+    carried = sorted(set(range(len(lengths))) - set(trained))
+    assert sorted(new[0].position.origin.carried.tolist()) == carried
+    for s in new:
+        s.set_epoch(1)
+    first = [i for s in new for i in run(s, 1)]
+    middle = new[0].state_dict()
+    assert middle["elastic"]["carried_from"] == 0
+    again = [make(8, r) for r in range(8)]
+    with pytest.warns(UserWarning, match="carried"):
+        for s in again:
+            s.load_state_dict(middle)
+    assert sorted(again[0].position.origin.carried.tolist()) == carried, "epoch 0 was re-planned by epoch 1's price"
+    rest = [i for s in again for i in run(s)]
+    assert sorted(first + rest) == sorted(list(range(len(lengths))) + carried), "a row twice or never"
+    assert np.array_equal(again[0].plan(1).indices, new[0].plan(1).indices)

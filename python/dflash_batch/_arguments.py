@@ -128,8 +128,10 @@ def _check_context_parallel_ranks(context_parallel: Any, world_size: Any, rank: 
     are the data-parallel ones — which torch.distributed cannot tell apart from the CP ones. Refuses to
     guess them from the process count (every process would get its own rows: the CP shards of different
     rows would be trained as one)."""
-    if isinstance(context_parallel, bool) or not isinstance(context_parallel, int) or context_parallel <= 1:
-        return  # 1, or a bad value the Config names
+    if not _is_int(context_parallel):
+        return  # a bad value the Config names
+    if context_parallel <= 1:
+        return
     if world_size is not None and rank is not None:
         return
     processes, _ = _distributed()
@@ -169,8 +171,14 @@ def _distributed() -> tuple[int, int]:
         ) from None
 
 
+def _is_int(value: Any) -> bool:
+    """Whether ``value`` is an integer as users hand them over: Python's or numpy's, never a bool (numpy
+    integers are integers everywhere: ``np.int64(2)`` from an array is the 2 the user meant)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def _int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if not _is_int(value):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     return int(value)
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ._arguments import _is_int
 from ._core import PlanError
 from .price_fit import Calibration, decide
 
@@ -40,6 +41,14 @@ class StepTimer:
         sampler: the :class:`BucketSampler` whose batches are timed (its ranks, mode and lengths).
         margin: a fit is applied when its held-back error is below ``(1 - margin) ×`` the price in use's.
         clock: seconds for :meth:`time` on the CPU (default ``time.perf_counter``).
+        all_ranks_here: this one process records every rank's micro-batches (``record(..., rank=r)``: a
+            simulation, or one process driving all ranks). Without it, a sampler of several ranks needs
+            ``torch.distributed`` initialized when the timer is built: each rank's own timings would fit
+            each its own price, and ranks balanced by different prices take their batches from different
+            plans (samples trained twice and others never), so the timer refuses.
+
+    Refused (``PlanError``) for a ``trim_steps=True`` sampler, whose steps are trimmed to a common cost that
+    a new price would change.
 
     A torch loop::
 
@@ -53,11 +62,22 @@ class StepTimer:
             timer.end_epoch()                    # every rank, when torch.distributed runs
     """
 
-    def __init__(self, sampler: Any, *, margin: float = 0.1, clock: Callable[[], float] = time.perf_counter) -> None:
-        if not (isinstance(margin, int | float) and 0.0 <= margin < 1.0):
+    def __init__(
+        self,
+        sampler: Any,
+        *,
+        margin: float = 0.1,
+        clock: Callable[[], float] = time.perf_counter,
+        all_ranks_here: bool = False,
+    ) -> None:
+        if isinstance(margin, bool) or not (isinstance(margin, int | float | np.number) and 0.0 <= margin < 1.0):
             raise ValueError(f"margin={margin!r} is invalid; pass a number in [0, 1), e.g. 0.1")
         if not callable(clock):
             raise TypeError(f"clock must be callable (seconds as a float), got {type(clock).__name__}")
+        if not isinstance(all_ranks_here, bool | np.bool_):
+            raise TypeError(f"all_ranks_here must be a bool, got {type(all_ranks_here).__name__}")
+        _check_sampler(sampler, bool(all_ranks_here))
+        self._all_here = bool(all_ranks_here)
         self._sampler, self._margin, self._clock = sampler, float(margin), clock
         schedule = sampler.schedule
         self._packed = schedule.mode == "packed"
@@ -119,15 +139,20 @@ class StepTimer:
     def record(self, batch: Any, seconds: float, *, rank: int | None = None) -> None:
         """Records that ``batch`` (one micro-batch) took ``seconds`` on ``rank`` (default: the sampler's; pass
         it to simulate several ranks in one process). Call in training order from the epoch's start."""
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds):
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float | np.number) or not math.isfinite(seconds):
             raise ValueError(f"seconds={seconds!r} is invalid; pass the micro-batch's time, a finite number")
         if seconds <= 0:
             raise ValueError(f"seconds={seconds!r} is invalid; a micro-batch takes a positive time")
+        if not MIN_SECONDS <= seconds <= MAX_SECONDS:
+            raise ValueError(
+                f"seconds={seconds!r} is invalid; a micro-batch's time in seconds lies between {MIN_SECONDS:g} "
+                f"(a nanosecond) and {MAX_SECONDS:g} (a day): pass seconds, not another unit"
+            )
         self._add(batch, float(seconds), rank)
 
     def _add(self, batch: Any, seconds: Any, rank: int | None) -> None:
         rank = self._sampler.rank if rank is None else rank
-        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self._sampler.world_size:
+        if not _is_int(rank) or not 0 <= rank < self._sampler.world_size:
             raise ValueError(f"rank={rank!r} is invalid; pass 0 ≤ rank < {self._sampler.world_size}")
         epoch = self._sampler.epoch
         if self._epoch is not None and epoch != self._epoch:
@@ -191,23 +216,49 @@ class StepTimer:
         """Fits this epoch's records (every rank's, gathered: a collective under ``torch.distributed``), and
         when the fit predicts held-back micro-batches better than the price in use, balances the ranks of the
         next epoch on by it. Logs and returns what it found (also in :attr:`history`); clears the records."""
+        _check_sampler(self._sampler, self._all_here)  # a process group destroyed since: still refused
         records = [(r, o, x, x2, _seconds(s)) for r, o, x, x2, s in self._records]
+        records = [r for r in records if MIN_SECONDS <= r[4] <= MAX_SECONDS]  # CUDA events read as 0 ms
         epoch = self._sampler.epoch if self._epoch is None else self._epoch
         before = self._sampler.rank_price(epoch)
-        gathered = _gather(records)
+        gathered = records if self._all_here else _gather(records)
         decision = decide(gathered, before, epoch, self._margin, self._sampler.world_size)
-        decision = _broadcast(decision)
+        decision = decision if self._all_here else _broadcast(decision)
         if decision.applied and decision.price is not None:
             # The epoch after the records', or after the one under way when it has begun since.
-            start, position = epoch + 1, self._sampler.position
-            if position.epoch > start or (position.epoch == start and (position.step or position.running)):
-                start = position.epoch + 1
-            position.price_from(start, decision.price)
+            start = self._sampler.position.price_after(epoch, decision.price)
             decision = replace(decision, from_epoch=start)
         self._records, self._counts, self._epoch = [], {}, None
         self.history.append(decision)
         log.info("dflash_batch StepTimer: %s", decision)
         return decision
+
+
+#: The shortest and longest micro-batch time taken, in seconds: below, a denormal or a clock's zero; above,
+#: another unit (a timestamp, milliseconds of a long step).
+MIN_SECONDS, MAX_SECONDS = 1e-9, 86_400.0
+
+
+def _check_sampler(sampler: Any, all_here: bool) -> None:
+    """Refuses a sampler whose ranks could not share one refitted price (see :class:`StepTimer`)."""
+    from .distributed import process_group_size
+
+    if sampler.schedule.config.get("trim_steps"):
+        raise PlanError(
+            "a StepTimer cannot re-price a trim_steps=True sampler: its steps are trimmed to a common cost "
+            "that a new rank price would change (and the step count with it); build the sampler without "
+            "trim_steps to let a StepTimer balance its ranks, or keep trim_steps and drop the StepTimer"
+        )
+    if sampler.world_size > 1 and not all_here and not process_group_size():
+        raise PlanError(
+            f"this sampler plans for world_size={sampler.world_size} ranks, but torch.distributed is not "
+            "initialized: this process's StepTimer would fit its own timings alone and balance the next epochs "
+            "by a price the other ranks never see, and ranks balanced by different prices train batches of "
+            "different plans (samples twice, others never). Call torch.distributed.init_process_group() "
+            "before building the StepTimer (its end_epoch then gathers every rank's timings and broadcasts one "
+            "price), or fix the price with BucketSampler(rank_cost=(a, b)); a single process that records "
+            "every rank's micro-batches passes StepTimer(sampler, all_ranks_here=True)"
+        )
 
 
 def _gather(records: list[Any]) -> list[Any]:

@@ -19,6 +19,7 @@ import numpy as np
 
 from ._arguments import _epoch, _int, _is_hex, _state_count
 from ._core import PLAN_REVISION, Plan, PlanError
+from .plan_key import Keys, encode_prices, state_prices
 from .schedule import Schedule
 
 VERSION = 1
@@ -57,8 +58,10 @@ class Resume:
     origin: Origin | None
 
 
-def encode(schedule: Schedule, epoch: int, step: int, origin: Origin | None) -> dict[str, Any]:
-    """The state of a position: ``step`` steps of ``epoch`` trained, plus what identifies the plan."""
+def encode(keys: Keys, epoch: int, step: int, origin: Origin | None) -> dict[str, Any]:
+    """The state of a position: ``step`` steps of ``epoch`` trained, plus what identifies the plan and the
+    rank prices, from which every epoch's key is derived again (:mod:`dflash_batch.plan_key`)."""
+    schedule = keys.at(epoch)
     state: dict[str, Any] = {
         "version": VERSION,
         "epoch": epoch,
@@ -76,14 +79,21 @@ def encode(schedule: Schedule, epoch: int, step: int, origin: Origin | None) -> 
     elastic = origin.record(epoch) if origin is not None else None
     if elastic is not None:
         state["elastic"] = elastic
+    if keys.prices:
+        state["rank_costs"] = encode_prices(keys.prices)
     return state
 
 
-def decode(schedule: Schedule, state: Any, *, warn: bool = True) -> Resume:
-    """The position ``state`` resumes at on ``schedule``, or a :class:`PlanError` naming what is wrong."""
+def decode(keys: Keys, state: Any, *, warn: bool = True) -> tuple[Resume, Keys]:
+    """The position ``state`` resumes at, and the keys it plans with (``keys`` with the prices the state
+    records), or a :class:`PlanError` naming what is wrong. Every epoch is checked and re-planned by its
+    own key: an elastic origin by its epoch's price, the epoch carrying its rest by that epoch's."""
     _check_shape(state)
+    keys = keys.with_prices(state_prices(state))
+    epoch = _epoch(state["epoch"])
+    schedule = keys.at(epoch)
     _check_revision(schedule, state)
-    epoch, step, elastic = _epoch(state["epoch"]), operator.index(state["step"]), state.get("elastic")
+    step, elastic = operator.index(state["step"]), state.get("elastic")
     world = operator.index(state["world_size"])
     if elastic is not None and operator.index(elastic["world_size"]) == world:
         raise PlanError(
@@ -92,9 +102,9 @@ def decode(schedule: Schedule, state: Any, *, warn: bool = True) -> Resume:
         )
     if world != schedule.world_size and elastic is None:
         if state.get("fingerprint_any_ranks") == schedule.fingerprint_any_ranks:
-            return Resume(epoch, 0, replanned(schedule, epoch, world, step, warn=warn))
+            return Resume(epoch, 0, replanned(schedule, epoch, world, step, warn=warn)), keys
     if elastic is not None and state["fingerprint"] == schedule.fingerprint:
-        return _inside_elastic(schedule, epoch, step, elastic)
+        return _inside_elastic(keys, epoch, step, elastic), keys
     if elastic is not None:
         if "carried_from" in elastic:
             raise PlanError(
@@ -116,50 +126,7 @@ def decode(schedule: Schedule, state: Any, *, warn: bool = True) -> Resume:
     steps = schedule.plan(epoch).steps
     if not 0 <= step <= steps:
         raise PlanError(f"step {step} is outside epoch {epoch}, which has {steps} steps")
-    return Resume(epoch, step, None)
-
-
-#: A run's rank prices: ``(first epoch, (a, b))`` in increasing epochs, each balancing the ranks of its epochs
-#: on until the next (``Cursor.price_from``; written by :class:`~dflash_batch.StepTimer`).
-Prices = tuple[tuple[int, tuple[float, float]], ...]
-
-
-def price_at(prices: Prices, epoch: int) -> tuple[float, float] | None:
-    """The rank price of ``epoch`` (``None``: the schedule's own)."""
-    chosen = None
-    for first, price in prices:
-        if first <= epoch:
-            chosen = price
-    return chosen
-
-
-def encode_prices(prices: Prices) -> list[list[float]]:
-    """``[[first epoch, a, b], ...]``: plain values a checkpoint may carry through JSON."""
-    return [[first, a, b] for first, (a, b) in prices]
-
-
-def decode_prices(value: Any) -> Prices:
-    """What :func:`encode_prices` wrote, checked (``PlanError`` naming what is wrong)."""
-    if value is None:
-        return ()
-    bad = PlanError(
-        f"state rank_costs={value!r} is not what state_dict() writes (a list of [first epoch, a, b] in increasing "
-        "epochs); pass the checkpoint's state unedited"
-    )
-    if not isinstance(value, list | tuple):
-        raise bad
-    prices: list[tuple[int, tuple[float, float]]] = []
-    for entry in value:
-        if not (isinstance(entry, list | tuple) and len(entry) == 3):
-            raise bad
-        first, a, b = entry
-        numbers = all(isinstance(x, int | float) and not isinstance(x, bool) for x in (a, b))
-        if isinstance(first, bool) or not isinstance(first, int) or first < 0 or not numbers:
-            raise bad
-        if prices and first <= prices[-1][0]:
-            raise bad
-        prices.append((first, (float(a), float(b))))
-    return tuple(prices)
+    return Resume(epoch, step, None), keys
 
 
 def _check_shape(state: Any) -> None:
@@ -184,8 +151,9 @@ def _check_shape(state: Any) -> None:
         _state_count("elastic step", elastic["step"], 0)
 
 
-def _inside_elastic(schedule: Schedule, epoch: int, step: int, elastic: dict[str, Any]) -> Resume:
-    """A checkpoint inside an epoch already resumed elastically (or carrying its rest), on these ranks."""
+def _inside_elastic(keys: Keys, epoch: int, step: int, elastic: dict[str, Any]) -> Resume:
+    """A checkpoint inside an epoch already resumed elastically (or carrying its rest), on these ranks: the
+    origin re-planned by its own epoch's key, the carrying epoch by its own."""
     origin_epoch = _epoch(elastic.get("carried_from", epoch))
     if origin_epoch not in (epoch, epoch - 1):
         raise PlanError(
@@ -193,11 +161,12 @@ def _inside_elastic(schedule: Schedule, epoch: int, step: int, elastic: dict[str
             "checkpoint's state unedited"
         )
     # The core refuses an origin step past that epoch's steps on its ranks.
-    origin = replanned(schedule, origin_epoch, operator.index(elastic["world_size"]), operator.index(elastic["step"]))
+    world, origin_step = operator.index(elastic["world_size"]), operator.index(elastic["step"])
+    origin = replanned(keys.at(origin_epoch), origin_epoch, world, origin_step)
     if origin_epoch == epoch:
         plan = origin.plan
     elif len(origin.carried):
-        plan = schedule.plan_carrying(epoch, origin.carried)
+        plan = keys.at(epoch).plan_carrying(epoch, origin.carried)
     else:
         raise PlanError(
             f"state says epoch {epoch} carries samples of epoch {origin_epoch}, but that epoch's rest fits "

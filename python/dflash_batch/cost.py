@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ._arguments import _is_int
 from ._errors import invalid_setting
 
 #: Lengths and rows timed by default: long enough for attention to show, small enough for any GPU.
@@ -64,9 +65,10 @@ class CostFit:
         """``max_tokens`` in the units of ``cost``: the price of a batch of ``tokens // length`` rows of
         ``length`` tokens — e.g. ``fit.budget(16384, 8192)`` keeps batches of the longest samples as they
         are under ``max_tokens=16384``, and lets shorter rows fill in what they cost on this model."""
-        if not (isinstance(tokens, int) and isinstance(length, int) and 0 < length <= tokens):
+        if not (_is_int(tokens) and _is_int(length) and 0 < length <= tokens):
             raise ValueError(f"budget({tokens!r}, {length!r}) needs ints with 0 < length <= tokens")
         a, b = self.cost
+        tokens, length = int(tokens), int(length)
         return max(1, math.ceil((tokens // length) * (a * length + b * length * length)))
 
     def seconds(self, rows: int, length: int) -> float:
@@ -151,9 +153,9 @@ def measure_cost(
     if not callable(step):
         raise TypeError(f"step must be a callable taking a batch dict, got {type(step).__name__}")
     grid = _grid(lengths, rows, max_tokens)
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+    if not _is_int(repeats) or repeats < 1:
         raise invalid_setting("repeats", f"repeats={repeats!r} is invalid; pass an int ≥ 1")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+    if not _is_int(warmup) or warmup < 0:
         raise invalid_setting("warmup", f"warmup={warmup!r} is invalid; pass an int ≥ 0")
     device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -190,10 +192,10 @@ def measure_cost(
 
 def _grid(lengths: Sequence[int], rows: Sequence[int], max_tokens: int | None) -> list[tuple[int, int]]:
     for name, values in (("lengths", lengths), ("rows", rows)):
-        bad = [v for v in values if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1]
+        bad = [v for v in values if not _is_int(v) or v < 1]
         if bad or not len(values):
             raise ValueError(f"{name} must be positive ints, got {list(values)!r}")
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+    if max_tokens is not None and (not _is_int(max_tokens) or max_tokens < 1):
         raise invalid_setting("max_tokens", f"max_tokens={max_tokens!r} is invalid; pass None or an int ≥ 1")
     grid = [(int(r), int(n)) for n in sorted(set(lengths)) for r in sorted(set(rows))]
     return [(r, n) for r, n in grid if max_tokens is None or r * n <= max_tokens]

@@ -17,8 +17,9 @@ iterator, the :class:`~dflash_batch.Loader` and every adapter drive the same pro
 * ``state_dict(step=None)`` records the steps handed out (or ``step``, what the loop says it trained);
 * ``price_from(epoch, (a, b))`` balances the ranks of epochs from ``epoch`` on by that price (a cost refitted
   from step times: :class:`~dflash_batch.StepTimer`), never an epoch already begun. The prices are part of
-  the position: an epoch is planned by ``schedule_at(epoch)`` (the schedule with its ``rank_cost``), and
-  checkpoints, copies and resumes carry them, so a resumed epoch is planned as it was trained.
+  every epoch's plan key (:class:`~dflash_batch.plan_key.Keys`, held whole and swapped whole): an epoch is
+  planned by ``schedule_at(epoch)``, and checkpoints, copies and resumes carry the prices, so every epoch —
+  an elastic origin and the epoch carrying its rest included — is planned as it was trained.
 
 Every method takes one lock, so a checkpoint written from another thread sees one consistent position.
 """
@@ -35,6 +36,7 @@ from ._core import Plan, PlanError
 from ._errors import invalid_setting
 from .checkpoint import Origin
 from .clients import READS_AHEAD
+from .plan_key import Keys, Prices, encode_prices, state_prices
 from .schedule import Schedule
 
 SUPERSEDED = (
@@ -101,10 +103,8 @@ class Cursor:
         self._owner: threading.Thread | None = None
         # The current epoch's plan: (epoch, origin it was planned from, plan).
         self._cached: tuple[int, Origin | None, Plan] | None = None
-        # Rank prices by epoch, and the schedule of the last one asked for (building one is a planner's
-        # construction: kept, not rebuilt for every plan).
-        self._prices: checkpoint.Prices = ()
-        self._priced: tuple[tuple[float, float], Schedule] | None = None
+        # Every epoch's plan key: the schedule and the rank prices by epoch.
+        self._keys = Keys(schedule)
 
     # -- reading --------------------------------------------------------------------------------------
 
@@ -127,22 +127,18 @@ class Cursor:
         return self._resume
 
     @property
-    def prices(self) -> checkpoint.Prices:
+    def prices(self) -> Prices:
         """The rank prices set so far: ``(first epoch, (a, b))`` in increasing epochs."""
-        return self._prices
+        return self._keys.prices
+
+    @property
+    def keys(self) -> Keys:
+        """Every epoch's plan key (:mod:`dflash_batch.plan_key`): the schedule and the prices by epoch."""
+        return self._keys
 
     def schedule_at(self, epoch: int) -> Schedule:
         """The schedule ``epoch`` is planned by: the schedule, with the rank price of ``epoch`` when one is set."""
-        return self._schedule_for(checkpoint.price_at(self._prices, epoch))
-
-    def _schedule_for(self, price: tuple[float, float] | None) -> Schedule:
-        if price is None:
-            return self._schedule
-        priced = self._priced
-        if priced is None or priced[0] != price:
-            priced = (price, self._schedule.replace(rank_cost=price))
-            self._priced = priced
-        return priced[1]
+        return self._keys.at(epoch)
 
     @property
     def origin(self) -> Origin | None:
@@ -169,7 +165,8 @@ class Cursor:
             current = epoch == self._epoch
             if current:  # released before planning its successor: one epoch's plan at a time
                 self._cached = None
-            schedule = self.schedule_at(epoch)
+            keys = self._keys
+            schedule = keys.at(epoch)
             if origin is not None and epoch == origin.epoch + 1 and len(origin.carried):
                 plan = schedule.plan_carrying(epoch, origin.carried)
             else:
@@ -178,8 +175,7 @@ class Cursor:
                 self._cached = (epoch, origin, plan)
                 # With a plan_dir, the next epoch is made while this one trains — when it is planned by
                 # the same schedule: another price would build (and cache, evicting this one's) a planner.
-                same = checkpoint.price_at(self._prices, epoch + 1) == checkpoint.price_at(self._prices, epoch)
-                if schedule.plan_dir is not None and same:
+                if schedule.plan_dir is not None and keys.same_from(epoch):
                     schedule.plan_ahead(epoch + 1)
             return plan
 
@@ -188,30 +184,24 @@ class Cursor:
         many the loop trained (checked against what was handed out). Without ``step``, refused while a
         client that reads ahead of the loop iterates (it cannot be told what was trained)."""
         with self._lock:
-            epoch, handed_out, origin, live = self._epoch, self._step, self._origin, self._live
-            prices = self._prices
+            epoch, handed_out, origin, live, keys = self._epoch, self._step, self._origin, self._live, self._keys
         if step is None and live is not None and live.reader is not None:
             raise PlanError(READS_AHEAD.format(client=live.reader))
         trained = handed_out if step is None else checkpoint.trained_step(step, handed_out, epoch)
-        state = checkpoint.encode(self._schedule_for(checkpoint.price_at(prices, epoch)), epoch, trained, origin)
-        if prices:
-            state["rank_costs"] = checkpoint.encode_prices(prices)
-        return state
+        return checkpoint.encode(keys, epoch, trained, origin)
 
     def load_prices(self, state: Any) -> None:
         """Takes the rank prices of a checkpoint's ``state`` (its ``rank_costs``; none: the schedule's own)
         without resuming its position — for a trainer that fast-forwards the epoch itself, before it
         iterates. Refused while an iteration runs (nothing changes then)."""
-        prices = checkpoint.decode_prices(state.get("rank_costs") if isinstance(state, dict) else None)
+        prices = state_prices(state)
         with self._lock:
             if self._live is not None:
                 raise PlanError(
                     "a checkpoint's rank prices cannot be taken while an iteration runs (its batches would change "
                     "under it); finish or close the iteration first, or load the whole state with load_state_dict"
                 )
-            for _, price in prices:
-                self._schedule_for(price)  # each checked before anything changes
-            self._prices, self._cached = prices, None
+            self._keys, self._cached = self._keys.with_prices(prices), None  # each checked first
 
     def price_from(self, epoch: int, price: tuple[float, float]) -> None:
         """Balances the ranks of epochs from ``epoch`` on by ``price`` (``(a, b)``: a row of ``L`` tokens takes
@@ -224,11 +214,19 @@ class Cursor:
                     f"epoch {epoch} has begun (the position is at step {self._step} of epoch {self._epoch}): its "
                     f"plan cannot change while it trains; set a price from epoch {self._epoch + 1} on"
                 )
-            price = (float(price[0]), float(price[1]))
-            self._schedule_for(price)  # checked (and built) before anything changes
-            self._prices = (*(p for p in self._prices if p[0] < epoch), (epoch, price))
+            self._keys = self._keys.with_price_from(epoch, price)  # checked (and built) before anything changes
             if epoch <= self._epoch:
                 self._cached = None
+
+    def price_after(self, epoch: int, price: tuple[float, float]) -> int:
+        """Balances the ranks by ``price`` from the first epoch after ``epoch`` that has not begun (the one
+        after the current epoch when that has begun since: a fit of epoch ``epoch``'s timings made late);
+        returns that epoch. Refused like :meth:`price_from`."""
+        with self._lock:
+            begun = self._step > 0 or self._live is not None or self._resume
+            start = max(epoch + 1, self._epoch + 1 if begun else self._epoch)
+            self.price_from(start, price)
+            return start
 
     # -- moving the position --------------------------------------------------------------------------
 
@@ -256,14 +254,10 @@ class Cursor:
 
     def load_state_dict(self, state: Any) -> None:
         """Resumes at ``state``: checked completely (an elastic resume planned) before anything changes."""
-        prices = checkpoint.decode_prices(state.get("rank_costs") if isinstance(state, dict) else None)
-        epoch = state.get("epoch") if isinstance(state, dict) else None
-        price = checkpoint.price_at(prices, epoch) if isinstance(epoch, int) and not isinstance(epoch, bool) else None
-        resume = checkpoint.decode(self._schedule_for(price), state)
+        resume, keys = checkpoint.decode(self._keys, state)
         with self._lock:
             self._epoch, self._step, self._resume, self._origin = resume.epoch, resume.step, True, resume.origin
-            self._prices = prices
-            self._cached = None
+            self._keys, self._cached = keys, None
             self._supersede("load_state_dict")
 
     def _supersede(self, why: str) -> None:
@@ -325,7 +319,7 @@ class Cursor:
                 "step": self._step,
                 "resume": self._resume,
                 "elastic": where,
-                "rank_costs": checkpoint.encode_prices(self._prices),
+                "rank_costs": encode_prices(self._keys.prices),
             }
 
     @classmethod
@@ -333,11 +327,11 @@ class Cursor:
         """The position a :meth:`snapshot` describes, on ``schedule`` (its origin planned again, quietly:
         the original warned once about carried samples)."""
         cursor = cls(schedule)
-        cursor._prices = checkpoint.decode_prices(snapshot.get("rank_costs"))
+        cursor._keys = cursor._keys.with_prices(state_prices(snapshot))
         where = snapshot["elastic"]
         if where is not None:
             cursor._origin = checkpoint.replanned(
-                cursor.schedule_at(where["epoch"]), where["epoch"], where["world_size"], where["step"], warn=False
+                cursor._keys.at(where["epoch"]), where["epoch"], where["world_size"], where["step"], warn=False
             )
         cursor._epoch, cursor._step, cursor._resume = snapshot["epoch"], snapshot["step"], snapshot["resume"]
         return cursor

@@ -51,6 +51,7 @@ import numpy as np
 
 import dflash_batch._core as _core
 
+from ._arguments import _is_int
 from ._errors import invalid_setting
 from ._loader_checks import check_pair, padding_of, placement, ring_too_large
 from .collate import KEYS, PACKED_KEYS, add_padded, check_token, collate, collate_packed, output_dtype, pack_into
@@ -127,7 +128,7 @@ class Loader:
         if isinstance(store, Mixture):
             store = store.store
         check_pair(store, sampler)
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
+        if not _is_int(prefetch) or prefetch < 1:
             raise invalid_setting("prefetch", f"prefetch={prefetch!r} is invalid; pass an integer ≥ 1")
         self.store, self.sampler, self.prefetch = store, sampler, prefetch
         self._packed = sampler.mode == "packed"

@@ -57,6 +57,19 @@ class Calibration:
     reason: str
     ratio_range: tuple[float, float] | None = None
 
+    def logs(self) -> dict[str, float]:
+        """What a trainer logs of it, as ``rank_price/*`` floats — finite only (a trainer's state is JSON:
+        ``inf``/``nan`` would be written as the non-standard ``Infinity``/``NaN``). The price ``(a, b)`` is
+        logged as ``linear`` and ``quadratic``: ``(1, b/a)``, or ``(0, 1)`` for a purely quadratic fit."""
+        logs = {"rank_price/applied": float(self.applied), "rank_price/records": float(self.records)}
+        if self.price is not None:
+            logs["rank_price/linear"], logs["rank_price/quadratic"] = self.price
+            logs["rank_price/error"], logs["rank_price/error_before"] = self.error, self.error_before  # type: ignore[assignment]
+        if self.measured is not None:
+            logs["rank_price/measured_balance"] = self.measured
+            logs["rank_price/predicted_balance"] = self.predicted  # type: ignore[assignment]
+        return {key: float(value) for key, value in logs.items() if value is not None and math.isfinite(value)}
+
     def __str__(self) -> str:
         if self.fitted is None:
             return f"epoch {self.epoch}: rank price kept at {self.price_before} ({self.reason})"
@@ -102,9 +115,7 @@ def decide(
     error_before = _median_error(scaled, x[held], x2[held], seconds[held])
     full, used_all = robust_fit(x, x2, seconds)
     a, b, c = full
-    price = (1.0, b / a) if a > 0 else (0.0, 1.0)
-    if a > 0 and 0 < price[1] < 1e-12:
-        price = (1.0, 0.0)
+    price = rank_price(a, b)
     applied = error < (1.0 - margin) * error_before and error_before - error > MIN_GAIN
     reason = (
         "it predicts held-back micro-batches better than the price in use"
@@ -118,6 +129,21 @@ def decide(
         records=int(used_all.sum()), dropped=int((~used_all).sum()), measured=measured, predicted=predicted,
         predicted_before=predicted_before, reason=reason, ratio_range=(min(ratios), max(ratios)),
     )  # fmt: skip
+
+
+#: The least and largest ``b/a`` a rank price may have (the planner's bounds on each of ``a`` and ``b``): below,
+#: the price is linear at every length; above, quadratic.
+RATIO_BOUNDS = (1e-12, 1e12)
+
+
+def rank_price(a: float, b: float) -> tuple[float, float]:
+    """The rank price of a fit's ``a·x + b·x²``, within what the planner takes: ``(1, b/a)``, ``(1, 0)`` when the
+    quadratic part is negligible at any length, ``(0, 1)`` when the linear one is (attention-dominated timings
+    fit ``a`` ≈ 0: ``(1, 5e13)`` would be refused as a ``rank_cost`` the user never set)."""
+    if a <= 0 or b / a > RATIO_BOUNDS[1]:
+        return (0.0, 1.0)
+    ratio = b / a
+    return (1.0, ratio if ratio >= RATIO_BOUNDS[0] else 0.0)
 
 
 def _ratio(fit: tuple[float, float, float]) -> float:

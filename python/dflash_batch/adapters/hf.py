@@ -291,9 +291,7 @@ class BucketTrainer(Trainer):
             )
         # The rank prices a StepTimer set are the checkpoint's: the resumed epoch is planned with its own.
         sampler.position.load_prices(state)
-        epoch = state.get("epoch")
-        schedule = sampler.position.schedule_at(epoch) if isinstance(epoch, int) and epoch >= 0 else sampler.schedule
-        resume = checkpoint.decode(schedule, state)  # refuses other data or settings, naming them
+        resume, _ = checkpoint.decode(sampler.position.keys, state)  # refuses other data or settings, naming them
         with open(trainer_state) as f:
             global_step = int(json.load(f)["global_step"])
         accumulation = self.args.gradient_accumulation_steps

@@ -40,12 +40,4 @@ class Calibrate(TrainerCallback):
 
     def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         report = self.trainer.step_timer.end_epoch()
-        logs = {"rank_price/applied": float(report.applied), "rank_price/records": float(report.records)}
-        if report.price is not None:
-            logs["rank_price/quadratic"] = report.price[1] / report.price[0] if report.price[0] else float("inf")
-            logs["rank_price/error"] = report.error
-            logs["rank_price/error_before"] = report.error_before
-        if report.measured is not None:
-            logs["rank_price/measured_balance"] = report.measured
-            logs["rank_price/predicted_balance"] = report.predicted
-        self.trainer.log(logs)
+        self.trainer.log(report.logs())

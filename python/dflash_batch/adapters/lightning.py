@@ -76,11 +76,5 @@ class StepTiming(Callback):
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         self.timer.cancel()  # a step that skipped its backward (training_step returned None) is not timed
         report = self.timer.end_epoch()
-        logs = {"rank_price/applied": float(report.applied), "rank_price/records": float(report.records)}
-        if report.price is not None and report.price[0]:
-            logs["rank_price/quadratic"] = report.price[1] / report.price[0]
-        if report.measured is not None and report.predicted is not None:
-            logs["rank_price/measured_balance"] = report.measured
-            logs["rank_price/predicted_balance"] = report.predicted
-        for key, value in logs.items():
+        for key, value in report.logs().items():
             pl_module.log(key, value, on_epoch=True, on_step=False)
