@@ -351,3 +351,20 @@ def test_a_numpy_integer_context_parallel_never_takes_ranks_from_torchrun(monkey
         db.BucketSampler([5, 6] * 20, max_tokens=64, mode="packed", context_parallel=cp)
     sampler = db.BucketSampler([5, 6] * 20, max_tokens=64, mode="packed", context_parallel=cp, world_size=2, rank=1)
     assert sampler.schedule.config.context_parallel == int(cp)
+
+
+def test_a_cp_checkpoint_resumed_without_cp_names_context_parallel():
+    """Regression (issue 59): a cp=2 checkpoint resumed with cp=1 was refused as "different lengths:
+    another dataset" (context_parallel is recorded only when > 1)."""
+    lengths = [5, 6, 7, 9] * 30
+    with_cp = db.BucketSampler(lengths, max_tokens=64, mode="packed", context_parallel=2, world_size=1, rank=0)
+    next(iter(with_cp))
+    state = with_cp.state_dict()
+    plain = db.BucketSampler(lengths, max_tokens=64, mode="packed", world_size=1, rank=0)
+    with pytest.raises(db.PlanError, match=r"context_parallel 2 vs 1") as refused:
+        plain.load_state_dict(state)
+    assert "another dataset" not in str(refused.value)
+    with pytest.raises(db.PlanError, match=r"context_parallel 1 vs 2"):
+        db.BucketSampler(
+            lengths, max_tokens=64, mode="packed", context_parallel=2, world_size=1, rank=0
+        ).load_state_dict({**plain.state_dict(), "step": 1})

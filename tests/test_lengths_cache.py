@@ -61,7 +61,8 @@ def test_changed_files_or_another_column_write_the_cache_again(dataset, tmp_path
     assert db.read_lengths(path, "input_ids", cache=cache).tolist() == [len(r) for r in longer]
     assert db.read_lengths(path, "seq_len", cache=cache).tolist() == [len(r) for r in longer]
     key = lengths_cache.source_key([str(path)], "seq_len", None)
-    assert open(cache, "rb").read()[-lengths_cache.TRAILER :] == lengths_cache.MAGIC + key
+    trailer = open(cache, "rb").read()[-lengths_cache.TRAILER :]
+    assert trailer[:-8] == lengths_cache.MAGIC + key
 
 
 def test_a_rewrite_of_the_same_size_with_its_time_set_back_writes_the_cache_again(dataset, tmp_path):
@@ -111,6 +112,32 @@ def test_a_damaged_cache_is_refused_naming_it(dataset, tmp_path):
     cache.write_bytes(whole[:-100] + whole[-lengths_cache.TRAILER :])
     with pytest.raises(db.DataError, match="damaged"):
         db.read_lengths(path, "input_ids", cache=cache)
+
+
+def test_a_bit_flipped_in_the_cached_data_is_refused(dataset, tmp_path):
+    """Regression (issue 59): one bit flipped in a lengths cache's data was returned as the lengths (the
+    trailer hashed the source files, not the content)."""
+    path, rows = dataset
+    cache = tmp_path / "lengths.npy"
+    db.read_lengths(path, "input_ids", cache=cache)
+    whole = bytearray(cache.read_bytes())
+    at = len(whole) - lengths_cache.TRAILER - 7  # inside the array, near its end
+    whole[at] ^= 0x04
+    cache.write_bytes(bytes(whole))
+    with pytest.raises(db.DataError, match=r"does not match the checksum written with it.*delete it"):
+        db.read_lengths(path, "input_ids", cache=cache)
+    cache.unlink()
+    assert db.read_lengths(path, "input_ids", cache=cache).tolist() == [len(r) for r in rows]
+
+
+def test_a_cache_an_earlier_version_wrote_is_written_again(dataset, tmp_path):
+    path, rows = dataset
+    cache = tmp_path / "lengths.npy"
+    db.read_lengths(path, "input_ids", cache=cache)
+    whole = cache.read_bytes()
+    cache.write_bytes(whole[: -lengths_cache.TRAILER] + lengths_cache.OLD_MAGIC + bytes(32))
+    assert db.read_lengths(path, "input_ids", cache=cache).tolist() == [len(r) for r in rows]
+    assert cache.read_bytes()[-lengths_cache.TRAILER :].startswith(lengths_cache.MAGIC)
 
 
 def test_a_table_in_memory_cannot_be_cached(tmp_path):

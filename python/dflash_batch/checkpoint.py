@@ -235,6 +235,11 @@ def differences(schedule: Schedule, state: dict[str, Any]) -> str:
     theirs = {"num_samples": state.get("num_samples"), "world_size": state.get("world_size")}
     theirs.update(state.get("settings") or {})
     differing = [_difference(key, theirs[key], mine[key]) for key in mine if key in theirs and theirs[key] != mine[key]]
+    # Settings recorded only when not their default (context_parallel > 1), on one side only.
+    for key in sorted(theirs.keys() - mine.keys() - {"mixture", "rank_cost"}):
+        differing.append(f"{key} {theirs[key]!r} vs {UNRECORDED.get(key, 'unset')!r}")
+    for key in sorted(mine.keys() - theirs.keys() - {"mixture", "rank_cost"}) if "settings" in state else ():
+        differing.append(f"{key} {UNRECORDED.get(key, 'unset')!r} vs {mine[key]!r}")
     # Recorded only when set (a price refitted from step times: StepTimer).
     if "settings" in state and theirs.get("rank_cost") != mine.get("rank_cost"):
         differing.append(f"rank_cost {theirs.get('rank_cost')!r} vs {mine.get('rank_cost')!r}")
@@ -254,6 +259,11 @@ def differences(schedule: Schedule, state: dict[str, Any]) -> str:
         f"the same {schedule.num_samples} samples and settings, but different lengths: another dataset, "
         "or the same one tokenized differently"
     )
+
+
+#: The values of settings a checkpoint records only when they are not these (the fingerprint folds them in
+#: only then, so every earlier fingerprint stands).
+UNRECORDED = {"context_parallel": 1}
 
 
 def _difference(key: str, theirs: Any, mine: Any) -> str:

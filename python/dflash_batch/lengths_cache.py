@@ -3,11 +3,13 @@ machine maps read-only, so each :class:`~dflash_batch.BucketSampler` borrows the
 page cache holds them once (``docs/billion.md``).
 
 The file is numpy's ``.npy`` (``uint16`` when every length fits, else ``uint32``) followed by a trailer: a
-magic word and a digest of what the lengths were read from (each file's path, inode, size, modification
-and change times, the column, a ``datasets`` row mapping). The change time is in the key because tools that
-copy a dataset into place (``cp -p``, ``rsync -t``, ``tar x``) set the modification time back to the
-source's: a rewritten file of the same size would otherwise pass for the one cached. No call sets a change
-time back, and replacing a file by renaming gives another inode.
+magic word, a digest of what the lengths were read from (each file's path, inode, size, modification
+and change times, the column, a ``datasets`` row mapping) and a CRC-32 of the array's bytes, checked each
+time the file is mapped (a bit flipped in the data is a ``DataError``, never lengths planned from; the
+check reads every page, which the planner then reads from the page cache anyway). The change time is in
+the key because tools that copy a dataset into place (``cp -p``, ``rsync -t``, ``tar x``) set the
+modification time back to the source's: a rewritten file of the same size would otherwise pass for the
+one cached. No call sets a change time back, and replacing a file by renaming gives another inode.
 
 A cache whose digest differs — the files changed, another column — is written again; a file at the path
 that does not end with the trailer was not written here and is refused rather than overwritten. One
@@ -22,6 +24,7 @@ import fcntl
 import glob
 import hashlib
 import os
+import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,9 +32,12 @@ import numpy as np
 
 import dflash_batch._core as _core
 
-MAGIC = b"DFLLENS1"
-#: The magic word and a SHA-256 digest, after the array.
-TRAILER = len(MAGIC) + 32
+MAGIC = b"DFLLENS2"
+#: What caches written before the content checksum began with: theirs to rewrite, not to refuse.
+OLD_MAGIC = b"DFLLENS1"
+#: The magic word, a SHA-256 digest of the source and the data's CRC-32 (8 bytes, little-endian), after
+#: the array.
+TRAILER = len(MAGIC) + 32 + 8
 
 
 def source_key(paths: Sequence[str], column: str, rows: np.ndarray | None) -> bytes:
@@ -72,12 +78,15 @@ def _mapped(path: str, key: bytes) -> np.ndarray | None:
     with open(path, "rb") as file:
         file.seek(max(size - TRAILER, 0))
         trailer = file.read(TRAILER)
+        file.seek(max(size - (len(OLD_MAGIC) + 32), 0))
+        if file.read(len(OLD_MAGIC)) == OLD_MAGIC:
+            return None  # an earlier version's cache (no content checksum): written again
     if len(trailer) < TRAILER or not trailer.startswith(MAGIC):
         raise _core.DataError(
             f"{path} is not a lengths cache dflash_batch wrote (it does not end with one's trailer), so "
             "cache= will not overwrite it; delete it or pass another path"
         )
-    if trailer[len(MAGIC) :] != key:
+    if trailer[len(MAGIC) : len(MAGIC) + 32] != key:
         return None
     try:
         lengths: Any = np.load(path, mmap_mode="r", allow_pickle=False)
@@ -86,7 +95,17 @@ def _mapped(path: str, key: bytes) -> np.ndarray | None:
     whole = isinstance(lengths, np.memmap) and lengths.offset + lengths.nbytes + TRAILER == size
     if not whole or lengths.ndim != 1 or lengths.dtype not in (np.uint16, np.uint32):
         raise _core.DataError(f"the lengths cache {path} is damaged (its array and size disagree); delete it")
+    if _checksum(lengths) != trailer[len(MAGIC) + 32 :]:
+        raise _core.DataError(
+            f"the lengths cache {path} is damaged: its data does not match the checksum written with it (a "
+            "changed byte: disk or memory corruption, or an edit); delete it and read the lengths again"
+        )
     return lengths
+
+
+def _checksum(lengths: np.ndarray) -> bytes:
+    """CRC-32 of the array's bytes, as the trailer's 8 bytes."""
+    return zlib.crc32(memoryview(np.ascontiguousarray(lengths)).cast("B")).to_bytes(8, "little")
 
 
 def _write(path: str, key: bytes, lengths: np.ndarray) -> None:
@@ -99,7 +118,7 @@ def _write(path: str, key: bytes, lengths: np.ndarray) -> None:
     try:
         with open(temporary, "wb") as file:
             np.save(file, narrow, allow_pickle=False)
-            file.write(MAGIC + key)
+            file.write(MAGIC + key + _checksum(narrow))
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)

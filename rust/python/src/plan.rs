@@ -26,6 +26,40 @@ pub(crate) struct Plan {
     deciles: Arc<OnceLock<Deciles>>,
     /// Batches per mixing window: `accumulation × world_size`.
     window: usize,
+    /// The shared plan file the arrays map, when they do (`plan_dir`).
+    mapped: Option<Mapped>,
+}
+
+/// A plan file mapped by a plan's arrays: kept open, so that a truncation after mapping is seen by
+/// its size before a batch is read (reading a truncated map's pages ends the process with SIGBUS).
+struct Mapped {
+    file: std::fs::File,
+    path: std::path::PathBuf,
+    size: u64,
+}
+
+impl Mapped {
+    /// A `DataError` when the file is shorter than it was when mapped.
+    fn check(&self) -> PyResult<()> {
+        let now = self.file.metadata().map_or(0, |m| m.len());
+        if now >= self.size {
+            return Ok(());
+        }
+        Err(to_py(
+            dflash_batch_core::ErrorKind::SharedPlan {
+                path: self.path.display().to_string(),
+                problem: dflash_batch_core::SharedProblem::Refused {
+                    why: format!(
+                        "it was truncated to {now} bytes after this process mapped its {} (reading \
+                         the lost pages would end the process with SIGBUS); plan files must not \
+                         change while a run maps them",
+                        self.size
+                    ),
+                },
+            }
+            .into(),
+        ))
+    }
 }
 
 impl Plan {
@@ -48,7 +82,27 @@ impl Plan {
             planner,
             deciles,
             window,
+            mapped: None,
         }
+    }
+
+    /// The plan whose arrays map the shared plan file at `path` (checked before each batch is read).
+    pub(crate) fn mapping(mut self, path: &std::path::Path) -> PyResult<Self> {
+        let file = std::fs::File::open(path).map_err(|e| {
+            pyo3::exceptions::PyOSError::new_err(format!("{}: {e}", path.display()))
+        })?;
+        let size = file.metadata().map_or(0, |m| m.len());
+        self.mapped = Some(Mapped {
+            file,
+            path: path.to_path_buf(),
+            size,
+        });
+        Ok(self)
+    }
+
+    /// `DataError` when the plan file its arrays map was truncated since (see [`Mapped`]).
+    fn check_mapped(&self) -> PyResult<()> {
+        self.mapped.as_ref().map_or(Ok(()), Mapped::check)
     }
 }
 
@@ -56,14 +110,16 @@ impl Plan {
 impl Plan {
     /// CSR offsets (uint32, `len(plan) + 1` entries), owned by the plan, read-only.
     #[getter]
-    fn offsets(&self, py: Python<'_>) -> Py<PyArray1<u32>> {
-        self.offsets.clone_ref(py)
+    fn offsets(&self, py: Python<'_>) -> PyResult<Py<PyArray1<u32>>> {
+        self.check_mapped()?;
+        Ok(self.offsets.clone_ref(py))
     }
 
     /// Sample indices of every batch in training order (uint32), read-only.
     #[getter]
-    fn indices(&self, py: Python<'_>) -> Py<PyArray1<u32>> {
-        self.indices.clone_ref(py)
+    fn indices(&self, py: Python<'_>) -> PyResult<Py<PyArray1<u32>>> {
+        self.check_mapped()?;
+        Ok(self.indices.clone_ref(py))
     }
 
     /// Elements of the largest padded batch `rank` runs from step `start` on (rows × longest rounded
@@ -141,6 +197,7 @@ impl Plan {
                     "batch {i} out of range for a plan of {len} batches"
                 ))
             })?;
+        self.check_mapped()?;
         let offsets = self.offsets.bind(py).readonly();
         let offsets = offsets.as_slice()?;
         let (start, end) = (offsets[index], offsets[index + 1]);

@@ -149,7 +149,8 @@ impl Planner {
             layout.stats.clone(),
             (Arc::clone(&self.inner), Arc::clone(&self.deciles)),
             self.accumulation as usize * layout.world_size as usize,
-        ))
+        )
+        .mapping(&shared.path)?)
     }
 
     /// The rest of `epoch` after `step` steps on `old_world` ranks, planned on these ranks, and the

@@ -60,7 +60,7 @@ impl Planner {
     fn plan_with<L: Length>(&self, lengths: &[L], epoch: u64) -> Result<Plan> {
         memory::reserve("planning an epoch", self.plan_bytes())?;
         let former = self.former(lengths);
-        let (mut order, mut formed, key, reformed) = self.form_within(&former, epoch);
+        let (mut order, mut formed, key, reformed) = self.form_within(&former, epoch)?;
         let target = self.target_batches(&former, None);
         let world_size = self.config.world_size;
         let mut real_tokens = formed.tokens.unwrap_or(self.admitted_tokens);

@@ -9,6 +9,7 @@ pub(crate) mod epoch;
 pub(crate) mod fingerprint;
 pub(crate) mod form;
 pub(crate) mod histogram;
+pub(crate) mod merge;
 pub mod mixture;
 pub(crate) mod optimize;
 pub(crate) mod output;

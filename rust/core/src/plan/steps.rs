@@ -8,16 +8,22 @@
 //! that forms fewer batches splits some; one that forms more is formed again from other keyed draws
 //! of the same epoch (each exceeds with probability well under a half), and after
 //! 16 attempts from epoch 0's draws, which form exactly the reference count — so the loop
-//! ends and no sample is ever repeated or dropped. Rejected: an analytic worst-case count (a bucket's
+//! ends and no sample is ever repeated or dropped. A mixture's selection is part of the epoch's key
+//! and is never drawn again: every attempt forms the epoch's own selection (a down-sampled source's
+//! cycle holds: no row twice within a cycle, none skipped). Drawing it again after eight attempts
+//! (the rule before) repeated 1,484 of 8,000 slots of a cycle in ~0.5% of epochs; an epoch whose own
+//! selection forms too many batches under every forming draw is refused, naming the fix. Rejected: an analytic worst-case count (a bucket's
 //! batches all cut at the rows its top edge allows), which would split batches in every epoch to
 //! reach a count no shuffle forms.
 //!
 //! Here too the planner's part of it: the target set once ([`Planner::steps`]) and an epoch formed
 //! within it.
 
+use crate::error::{ErrorKind, Result};
 use crate::lengths::{with_lengths, Length};
 use crate::plan::config::{Batching, Config};
 use crate::plan::form::{Epoch, Former};
+use crate::plan::merge::merge_to;
 use crate::plan::planner::Planner;
 
 /// The draws that set every epoch's batch count: epoch 0's.
@@ -31,9 +37,6 @@ pub(crate) const REFORM_ATTEMPTS: u64 = 16;
 pub(crate) fn reform_key(epoch: u64, attempt: u64) -> u64 {
     epoch.wrapping_add(attempt.wrapping_mul(0x9E37_79B9_7F4A_7C15))
 }
-
-/// Attempts that keep a mixture's selection before it is drawn again too (see `form_within`).
-pub(crate) const RESELECT_AFTER: u64 = REFORM_ATTEMPTS / 2;
 
 /// Other draws formed once, besides epoch 0's, to measure how much the count scatters (epochs up to
 /// `ARRANGE_MAX_SAMPLES` samples; each costs one forming pass, once per planner).
@@ -100,32 +103,55 @@ impl Planner {
         &self,
         former: &Former<'_, L>,
         epoch: u64,
-    ) -> (Vec<u32>, Epoch, u64, u64) {
+    ) -> Result<(Vec<u32>, Epoch, u64, u64)> {
         let (order, formed) = self.form(former, (epoch, epoch));
         let target = self.target_batches(former, (epoch == REFERENCE_KEY).then_some(&formed));
         if self.fits(&formed, target) {
-            return (order, formed, epoch, 0);
+            return Ok((order, formed, epoch, 0));
         }
         // Released before forming again: one form at a time is what `plan_bytes` reserves.
         drop((order, formed));
         for attempt in 1..=REFORM_ATTEMPTS {
             let key = reform_key(epoch, attempt);
-            // A mixture keeps the epoch's selection for the first half of the attempts (only the
-            // forming draws change, so a down-sampled source's cycle holds: `mixture/select.rs`),
-            // then selects again too: under a row count per batch the selection alone sets the
-            // batch count, and other forming draws cannot lower it.
-            let select = if attempt <= RESELECT_AFTER {
-                epoch
-            } else {
-                key
-            };
-            let (order, formed) = self.form(former, (select, key));
+            // A mixture keeps the epoch's selection (only the forming draws change, so a
+            // down-sampled source's cycle holds: `mixture/select.rs`).
+            let (order, formed) = self.form(former, (epoch, key));
             if self.fits(&formed, target) {
-                return (order, formed, key, attempt);
+                return Ok((order, formed, key, attempt));
             }
         }
+        if self.mix.is_some() {
+            // The reference draws would select epoch 0's rows (the cycle broken): under a row count
+            // the epoch's own batches are merged down to the count (`merge.rs`); else refused.
+            let (mut order, mut formed) = self.form(former, (epoch, epoch));
+            if let Batching::Rows(rows) = self.config.batching {
+                let (lengths, config) = (former.lengths, &self.config);
+                if merge_to(
+                    lengths,
+                    config,
+                    u64::from(rows),
+                    &mut order,
+                    &mut formed,
+                    target,
+                ) && self.fits(&formed, target)
+                {
+                    return Ok((order, formed, epoch, REFORM_ATTEMPTS + 1));
+                }
+            }
+            return Err(ErrorKind::MixtureSetting {
+                setting: "batch_size",
+                problem: format!(
+                    "epoch {epoch}'s selection of the mixture forms more than the {target} batches every \
+                     epoch has under each of {} forming draws, and drawing other rows would break a \
+                     down-sampled source's cycle (rows twice, others skipped); pass drop_last=True, or \
+                     a lower target_efficiency (narrower buckets leave fewer rows over)",
+                    REFORM_ATTEMPTS + 1
+                ),
+            }
+            .into());
+        }
         let (order, formed) = self.form(former, (REFERENCE_KEY, REFERENCE_KEY));
-        (order, formed, REFERENCE_KEY, REFORM_ATTEMPTS + 1)
+        Ok((order, formed, REFERENCE_KEY, REFORM_ATTEMPTS + 1))
     }
 
     /// Whether a formed epoch reaches the `target` batches: no more batches (under `drop_last` the

@@ -25,6 +25,7 @@
 mod file;
 
 use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{ErrorKind, Result, SharedProblem};
@@ -67,8 +68,16 @@ impl Planner {
             .create(true)
             .truncate(false)
             .write(true)
+            // A FIFO at the lock's name would block here (`file::open_regular`).
+            .custom_flags(file::NONBLOCK)
             .open(&lock_path)
             .map_err(io(&lock_path, "open the lock file"))?;
+        if !lock.metadata().is_ok_and(|m| m.is_file()) {
+            return Err(refused(
+                &lock_path,
+                "it is not a regular file; remove it".into(),
+            ));
+        }
         let path = dir.join(format!("{stem}{}{epoch}.plan", current()));
         // Allocated where running out is an error, not an abort (`memory.rs`).
         let mut block = memory::vec_with_capacity("reading or writing a shared plan", file::BLOCK)?;
@@ -89,6 +98,9 @@ impl Planner {
                 }
                 Ok(Err(why)) => return Err(refused(&path, why)),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+                    return Err(refused(&path, e.to_string()))
+                }
                 Err(e) => return Err(io(&path, "read")(e)),
             }
             lock.unlock().map_err(io(&lock_path, "unlock"))?;

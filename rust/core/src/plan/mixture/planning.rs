@@ -135,6 +135,16 @@ fn reference<L: Length>(
         config.seed,
         pool.as_deref(),
     )?;
+    // Counted before a row is listed: an epoch_size past what a u32 index addresses (or memory holds)
+    // is an error, not an allocation failure that aborts the process.
+    let samples = mix.select(REFERENCE_KEY).samples;
+    if u32::try_from(samples).is_err() {
+        return Err(ErrorKind::TooManySamples { count: samples }.into());
+    }
+    memory::reserve(
+        "the mixture's reference selection",
+        (samples as u64).saturating_mul(memory::PREPARE_BYTES_PER_SAMPLE),
+    )?;
     let reference = mix.population(REFERENCE_KEY);
     if reference.is_empty() {
         return Err(ErrorKind::MixtureSetting {
@@ -142,12 +152,6 @@ fn reference<L: Length>(
             problem: "the mixture selects no sample for an epoch (every source with weight holds only \
                       samples that fit no batch); give weight to a source whose samples fit max_tokens"
                 .to_string(),
-        }
-        .into());
-    }
-    if u32::try_from(reference.len()).is_err() {
-        return Err(ErrorKind::TooManySamples {
-            count: reference.len(),
         }
         .into());
     }
