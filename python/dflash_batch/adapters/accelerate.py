@@ -22,12 +22,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import accelerate
 from accelerate.data_loader import DataLoaderStateMixin
 from accelerate.state import GradientState
 
 from ..batches import GlobalBatches
 from ..loader import Loader
 from ..sampler import BucketSampler
+from .versions import require
+
+require(accelerate)
 
 __all__ = ["AcceleratedLoader", "batch_sampler", "loader"]
 

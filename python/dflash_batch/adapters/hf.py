@@ -43,8 +43,10 @@ import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import accelerate
 import numpy as np
 import torch
+import transformers
 from transformers import Trainer
 from transformers.trainer_utils import get_last_checkpoint
 
@@ -62,6 +64,10 @@ from . import hf_checks
 from .hf_calibration import Calibrate, timer_of
 from .hf_checkpoints import STATE_FILE, Checkpoints, saved_state
 from .torch import Rows
+from .versions import require
+
+require(transformers)
+require(accelerate)
 
 
 def packed_inputs(batch: dict[str, Any]) -> dict[str, Any]:

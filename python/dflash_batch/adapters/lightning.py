@@ -16,11 +16,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import lightning
 from lightning.pytorch.callbacks import Callback
 
 from .._core import PlanError
 from ..calibration import StepTimer
 from ..sampler import BucketSampler
+from .versions import require
+
+require(lightning)
 
 __all__ = ["SamplerCheckpoint", "StepTiming"]
 
