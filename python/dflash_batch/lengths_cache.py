@@ -105,7 +105,8 @@ def _mapped(path: str, key: bytes) -> np.ndarray | None:
 
 def _checksum(lengths: np.ndarray) -> bytes:
     """CRC-32 of the array's bytes, as the trailer's 8 bytes."""
-    return zlib.crc32(memoryview(np.ascontiguousarray(lengths)).cast("B")).to_bytes(8, "little")
+    data = np.ascontiguousarray(lengths).view(np.uint8)  # a view: no copy of the lengths
+    return zlib.crc32(data.data).to_bytes(8, "little")
 
 
 def _write(path: str, key: bytes, lengths: np.ndarray) -> None:

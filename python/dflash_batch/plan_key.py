@@ -41,6 +41,7 @@ class Keys:
     __slots__ = ("_priced", "prices", "schedule")
     schedule: Schedule
     prices: Prices
+    _priced: dict[Any, Schedule]
 
     def __init__(self, schedule: Schedule, prices: Prices = (), priced: dict[Any, Schedule] | None = None) -> None:
         object.__setattr__(self, "schedule", schedule)
