@@ -142,7 +142,7 @@ impl Planner {
         let indices = mapped(py, &shared.path, layout.indices_at, layout.samples)?;
         // `shared` holds the directory's lock until it is dropped, after both maps: no planner
         // deletes the file between its check and its mapping.
-        Ok(Plan::new(
+        Plan::new(
             offsets,
             indices,
             (layout.world_size, layout.epoch),
@@ -150,7 +150,7 @@ impl Planner {
             (Arc::clone(&self.inner), Arc::clone(&self.deciles)),
             self.accumulation as usize * layout.world_size as usize,
         )
-        .mapping(&shared.path)?)
+        .mapping(&shared.path)
     }
 
     /// The rest of `epoch` after `step` steps on `old_world` ranks, planned on these ranks, and the
