@@ -241,9 +241,12 @@ sampler.schedule_ahead = sampler.schedule._ahead[1]
 def test_exit_waits_for_the_plan_being_made_ahead(tmp_path):
     # Regression: a script that ended while the next epoch was planned ahead aborted at exit ("FATAL:
     # exception not rethrown") now and then, in the killed-planner test below.
-    done = subprocess.run(
-        [sys.executable, "-c", _EXIT_CHILD, str(tmp_path), "5000000"], capture_output=True, text=True, timeout=300
-    )
+    fingerprint = db.BucketSampler(db.seed_workload(5_000_000, seed=7), max_tokens=16384, world_size=8).schedule
+    with open(tmp_path / f"dflash-{fingerprint.fingerprint}.users", "ab") as users:
+        fcntl.flock(users, fcntl.LOCK_SH)  # another user of the plans: the child's exit leaves them
+        done = subprocess.run(
+            [sys.executable, "-c", _EXIT_CHILD, str(tmp_path), "5000000"], capture_output=True, text=True, timeout=300
+        )
     assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-2000:]}"
     assert done.stdout.strip().splitlines()[-1] == "made before finalizing: True", done.stdout
     assert any(f.endswith("-e1.plan") for f in _files(tmp_path)), "the plan was finished and published"
@@ -319,13 +322,18 @@ def test_at_100m_samples_a_rank_that_maps_the_plan_needs_64_mib_beyond_it(tmp_pa
     plan file it maps, a rank's address space grows by at most 64 MiB to take its epoch (``RLIMIT_AS``
     counts the map, so the cap is the process's size + the plan file + 64 MiB)."""
     run = [sys.executable, "-c", _CAPPED, str(tmp_path), "64"]
-    first = subprocess.run([*run, "plan"], capture_output=True, text=True, timeout=900, check=True).stdout
-    found = subprocess.run([*run, "find"], capture_output=True, text=True, timeout=900)
+    keep = {**os.environ, "DFLASH_BATCH_KEEP_PLANS": "1"}  # the planner's exit leaves the plan for the finder
+    first = subprocess.run([*run, "plan"], capture_output=True, text=True, timeout=900, check=True, env=keep).stdout
+    found = subprocess.run([*run, "find"], capture_output=True, text=True, timeout=900, env=keep)
     assert found.returncode == 0, found.stderr[-2000:]
     assert found.stdout == first
     # The cap without most of the plan file's room: the map does not fit, a MemoryError naming it, never a crash.
     starved = subprocess.run(
-        [sys.executable, "-c", _CAPPED, str(tmp_path), "-300", "find"], capture_output=True, text=True, timeout=900
+        [sys.executable, "-c", _CAPPED, str(tmp_path), "-300", "find"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=keep,
     )
     assert starved.returncode == 1 and "MemoryError: mapping the shared plan" in starved.stderr, starved.stderr[-2000:]
 
@@ -383,11 +391,12 @@ def test_a_mixtures_shared_plan_is_its_own_and_other_weights_plan_apart(tmp_path
     for epoch in range(3):
         assert _same(own.plan(epoch), shared.plan(epoch))
         assert shared.plan(epoch).stats() == own.plan(epoch).stats()
-    stems = {f.split("-r")[0].removesuffix(".lock") for f in _files(tmp_path)}
+    stems = {f.split("-r")[0].removesuffix(".lock") for f in _files(tmp_path) if not f.endswith(".users")}
     other_own, other_shared = sampler(others), sampler(others, plan_dir=tmp_path)
     assert _same(other_own.plan(1), other_shared.plan(1)), "another mixture's file is not taken for its plan"
     assert not _same(other_shared.plan(1), shared.plan(1))
-    assert len({f.split("-r")[0].removesuffix(".lock") for f in _files(tmp_path)} - stems) == 1, "its own stem"
+    now = {f.split("-r")[0].removesuffix(".lock") for f in _files(tmp_path) if not f.endswith(".users")}
+    assert len(now - stems) == 1, "its own stem"
     # Mid-epoch state of the shared sampler resumes on a fresh one to exactly the rest of its batches.
     shared.set_epoch(2)
     batches = iter(shared)

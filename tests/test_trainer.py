@@ -204,14 +204,16 @@ def test_a_step_timer_reprices_the_next_epochs_and_a_resume_keeps_the_price(data
         assert sequence(before, rank) + sequence(after, rank) == sequence(baseline, rank), f"rank {rank}"
 
 
-def test_two_processes_sharing_one_plan_per_machine_train_exactly_each_ones_own_plan(data, tmp_path):
+def test_two_processes_sharing_one_plan_per_machine_train_exactly_each_ones_own_plan(data, tmp_path, monkeypatch):
     """plan_dir=: under torchrun both ranks map the plan the first of them made (and the next epoch made
     ahead), with the step timer re-pricing epoch 1 on (a new fingerprint, new files); every micro-batch is
     checked against the plan each rank would make alone; killed mid epoch 1 and resumed through the same
     directory, the run trains what the uninterrupted run trained."""
     plans = tmp_path / "plans"
     options = ("--accumulation", "4", "--epochs", "3", "--save-steps", "8", "--step-timer", "--plan-dir", str(plans))
+    monkeypatch.setenv("DFLASH_BATCH_KEEP_PLANS", "1")  # the files stay after the run, to be counted
     run(data, tmp_path / "base", tmp_path / "base", *options, nproc=2)
+    monkeypatch.delenv("DFLASH_BATCH_KEEP_PLANS")
     baseline = records(tmp_path / "base", 2)
     prices = next(line["prices"] for line in baseline if "prices" in line)
     check_against_plan(baseline, data, 2, accumulation=4, epochs=3, prices=prices)

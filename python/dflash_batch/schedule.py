@@ -27,6 +27,7 @@ import numpy as np
 
 import dflash_batch._core as _core
 
+from . import plan_files
 from ._core import DataError, Plan
 
 
@@ -214,6 +215,7 @@ class Schedule:
         (the arrays are read-only maps; a file there that is not this plan raises ``DataError``)."""
         if self._plan_dir is None:
             return self._planner.plan(epoch)
+        plan_files.use(self._plan_dir, self.fingerprint)
         with _AHEAD_LOCK:
             ahead = self._ahead.pop(epoch, None)
             for stale in [e for e in self._ahead if e < epoch]:
@@ -232,6 +234,7 @@ class Schedule:
         plan_dir = self._plan_dir
         if plan_dir is None:
             return
+        plan_files.use(plan_dir, self.fingerprint)
         with _AHEAD_LOCK:
             if epoch in self._ahead or _EXITING:
                 return
