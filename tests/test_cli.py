@@ -174,3 +174,63 @@ def test_analyze_prints_packed_rows_beside_their_lower_bound(tmp_path, capsys):
     assert packed == {"capacity": 8, "rows": 6, "lower_bound": 5, "fill": 36 / 48}
     assert main(["analyze", str(path), "--batch-size", "4", "--no-peers", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["packing"] is None
+
+
+def _save_to_disk(path, rows: int = 300) -> None:
+    import datasets
+
+    rng = np.random.default_rng(0)
+    datasets.Dataset.from_dict({"input_ids": [list(range(int(n))) for n in rng.integers(10, 3000, rows)]}).save_to_disk(
+        str(path)
+    )
+
+
+def test_analyze_reads_a_save_to_disk_folder_by_one_default_column_rule(tmp_path, capsys):
+    """Regression (issue 59): `dflash-batch analyze DIR` on a save_to_disk folder failed (analyze,
+    read_lengths and BucketSampler(path) defaulted to seq_len, TokenStore to input_ids). Now every reader
+    of lengths takes seq_len when the data has it, else input_ids."""
+    import dflash_batch as db
+
+    _save_to_disk(tmp_path / "d")
+    assert main(["analyze", str(tmp_path / "d"), "--no-peers", "--max-tokens", "4096"]) == 0
+    assert "300 samples" in capsys.readouterr().out
+    lengths = db.read_lengths(tmp_path / "d")
+    assert np.array_equal(lengths, db.TokenStore(tmp_path / "d").lengths())
+    assert len(db.BucketSampler(tmp_path / "d", max_tokens=4096).plan(0).indices) == 300
+
+
+def test_errors_name_the_command_lines_own_flags(tmp_path, capsys):
+    _save_to_disk(tmp_path / "d")
+    assert main(["analyze", str(tmp_path / "d"), "--column", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "pass --column input_ids" in err and 'column="' not in err
+
+
+def test_oversize_skip_reports_the_samples_and_tokens_it_leaves_out(tmp_path, capsys):
+    """Regression (issue 59): --oversize skip reported only the sample count of what it dropped."""
+    import json
+
+    path = tmp_path / "lengths.npy"
+    lengths = np.array([100, 200, 3000, 5000] * 50)
+    np.save(path, lengths)
+    args = ["analyze", str(path), "--max-tokens", "2048", "--oversize", "skip", "--no-peers"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "left out 100 samples" in out and "400,000 tokens, 96.4% of the dataset's" in out
+    assert main([*args, "--json"]) == 0
+    skipped = json.loads(capsys.readouterr().out)["skipped"]
+    assert skipped == {"samples": 100, "tokens": 400_000, "token_share": 400_000 / int(lengths.sum())}
+
+
+def test_a_closed_pipe_ends_quietly():
+    """Regression (issue 59): `--json | head -c 100` ended in a BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "dflash_batch.cli", "analyze", "--demo", "--samples", "20000", "--json"]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.close()  # the reader is gone before a byte is written
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=300) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err

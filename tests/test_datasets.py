@@ -80,8 +80,10 @@ def test_in_memory_dataset(saved):
     in_memory = datasets.Dataset.from_dict({"input_ids": [[1, 2, 3], [4], [5, 6]]})
     assert in_memory.cache_files == []
     assert_matches(in_memory, in_memory)
+    # One default rule for every reader: seq_len when the data has it, else input_ids.
+    assert db.read_lengths(in_memory).tolist() == [3, 1, 2]
     with pytest.raises(db.DataError, match=r'the in-memory table has no column "seq_len".*pass column="input_ids"'):
-        db.read_lengths(in_memory)
+        db.read_lengths(in_memory, "seq_len")
 
 
 def test_sampler_and_store_from_one_dataset_agree(saved):

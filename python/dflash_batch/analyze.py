@@ -157,6 +157,12 @@ def _figure(value: Any) -> str:
 
 def print_report(result: dict) -> None:
     print(f"{result['samples']:,} samples")
+    skipped = result.get("skipped")
+    if skipped is not None:
+        print(
+            f"oversize='skip' left out {skipped['samples']:,} samples longer than a batch holds: "
+            f"{skipped['tokens']:,} tokens, {skipped['token_share']:.1%} of the dataset's"
+        )
     widest = max(h["share"] for h in result["histogram"]) or 1
     for h in result["histogram"]:
         bar = "#" * round(40 * h["share"] / widest)

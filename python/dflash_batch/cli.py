@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import time
@@ -146,7 +147,7 @@ def _loader_demo(lengths: np.ndarray, args: argparse.Namespace) -> None:
     )
 
 
-def _lengths(source: str, column: str) -> np.ndarray:
+def _lengths(source: str, column: str | None) -> np.ndarray:
     if source.endswith(".npy"):
         lengths = np.load(_checked_file(source), allow_pickle=False)
         if lengths.dtype.kind not in "iu":  # floats would be truncated to integers without a word
@@ -155,6 +156,12 @@ def _lengths(source: str, column: str) -> np.ndarray:
     if source.endswith((".txt", ".csv")):
         return np.atleast_1d(np.loadtxt(_checked_file(source), dtype=np.int64))  # one line is one sample
     return read_lengths(source, column)
+
+
+def _as_flags(message: str) -> str:
+    """A library message as the command line's: ``column="x"`` is ``--column x`` here."""
+    message = re.sub(r'pass column="([^"]*)"', r"pass --column \1", message)
+    return message.replace("pass one of them as column=", "pass one of them with --column")
 
 
 def _checked_file(source: str) -> str:
@@ -184,7 +191,7 @@ def analyze(args: argparse.Namespace) -> int:
     try:
         lengths = seed_workload(args.samples) if args.demo else _lengths(args.source, args.column)
     except (OSError, ValueError) as err:
-        print(f"dflash-batch: cannot read lengths from {args.source}: {err}", file=sys.stderr)
+        print(f"dflash-batch: cannot read lengths from {args.source}: {_as_flags(str(err))}", file=sys.stderr)
         return 2
     lengths = np.asarray(lengths, dtype=np.int64)
     rule = {"batch_size": args.batch_size} if args.batch_size else {"max_tokens": args.max_tokens or 16384}
@@ -198,10 +205,17 @@ def analyze(args: argparse.Namespace) -> int:
         accumulation=args.accumulation,
         target_efficiency=args.target_efficiency,
     )
+    skipped = None
     if args.oversize == "skip":  # baselines must see what the plan sees
         limit = rule.get("max_tokens", np.iinfo(np.int64).max)
-        lengths = lengths[lengths <= limit]
+        kept = lengths <= limit
+        total = int(lengths.sum())
+        gone = int(lengths[~kept].sum())
+        skipped = {"samples": int((~kept).sum()), "tokens": gone, "token_share": gone / total if total else 0.0}
+        lengths = lengths[kept]
     result = report.report(lengths, sampler=sampler, rule=rule, accumulation=args.accumulation, peers=not args.no_peers)
+    if skipped is not None:
+        result["skipped"] = skipped
     result["plan_ms"] = _plan_ms(sampler, 5)
     if args.json:
         print(report.to_json(result))  # strict JSON: figures a plan cannot have are null
@@ -280,7 +294,12 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("source", nargs="?")
     a.add_argument("--demo", action="store_true", help="analyze the generated seed workload instead")
     a.add_argument("--samples", type=_samples, default=SEED_SAMPLES, help="samples of --demo")
-    a.add_argument("--column", default="seq_len", help="lengths column, or a list column such as input_ids")
+    a.add_argument(
+        "--column",
+        default=None,
+        help="lengths column, or a list column such as input_ids (default: seq_len when "
+        "the data has it, else input_ids)",
+    )
     a.add_argument("--max-tokens", type=_count, help="padded-token budget per batch (default 16384)")
     a.add_argument("--batch-size", type=_count, help="rows per batch instead of a token budget")
     a.add_argument("--boundaries", type=_boundaries, default="auto", help="'auto', a count, or e0,e1,...")
@@ -297,8 +316,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args)
+    except BrokenPipeError:
+        # The reader closed the pipe (`... --json | head -c 100`): nothing more to say, and nothing to flush
+        # at exit either (a second BrokenPipeError would print a traceback).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except (ValueError, TypeError, ImportError) as err:
-        print(f"dflash-batch: {err}", file=sys.stderr)
+        print(f"dflash-batch: {_as_flags(str(err))}", file=sys.stderr)
         return 2
 
 

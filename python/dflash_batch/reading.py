@@ -24,7 +24,11 @@ from .sources import Source, resolve
 
 
 def read_lengths(
-    source: Any, column: str = "seq_len", *, progress: bool | None = None, cache: str | os.PathLike[str] | None = None
+    source: Any,
+    column: str | None = None,
+    *,
+    progress: bool | None = None,
+    cache: str | os.PathLike[str] | None = None,
 ) -> np.ndarray:
     """The token length of every row of ``source``, as a read-only 1-D ``uint32`` array (with ``cache``, a
     read-only map of ``uint16`` or ``uint32``).
@@ -35,8 +39,10 @@ def read_lengths(
             a ``datasets.Dataset`` (its indices mapping is applied), or a table in memory (a pyarrow
             ``Table``, or any object with ``__arrow_c_stream__``), read in place without a copy.
         column: an integer column (any width), or a list column such as ``"input_ids"`` whose lengths
-            come from its offsets without reading the tokens. A Megatron dataset has one sequence per
-            sample and no columns: its ``.idx`` lengths are read, whatever ``column`` says.
+            come from its offsets without reading the tokens. Default: ``"seq_len"`` when the data has
+            it, else ``"input_ids"`` (the column a :class:`TokenStore` reads) — the one rule of every
+            reader of lengths (``BucketSampler(path)``, ``dflash-batch analyze``). A Megatron dataset has one
+            sequence per sample and no columns: its ``.idx`` lengths are read, whatever ``column`` says.
         progress: show a progress bar over the files (default: when there are several and stderr is a
             terminal).
         cache: a ``.npy`` path in a machine-local directory (``/dev/shm/...`` keeps it in memory). The
@@ -62,12 +68,38 @@ def read_lengths(
                 "cache= keeps lengths read from files, and an in-memory table has none to tell a stale cache by; "
                 "np.save the lengths yourself and pass np.load(path, mmap_mode='r') to the sampler"
             )
-        key = lengths_cache.source_key(resolved.paths, column, resolved.rows)
+        # The default's choice follows from the files, which the key names.
+        key = lengths_cache.source_key(resolved.paths, column or "", resolved.rows)
         return lengths_cache.cached(cache, key, lambda: _read(resolved, column, progress))
     return _read(resolved, column, progress)
 
 
-def _read(resolved: Source, column: str, progress: bool | None) -> np.ndarray:
+#: The columns lengths are read from when none is named, in order: the first the data has.
+DEFAULT_COLUMNS = ("seq_len", "input_ids")
+
+
+def _read(resolved: Source, column: str | None, progress: bool | None) -> np.ndarray:
+    if column is not None:
+        return _read_column(resolved, column, progress)
+    try:
+        return _read_column(resolved, DEFAULT_COLUMNS[0], progress)
+    except _core.DataError as missing:
+        if not missing_column(missing, DEFAULT_COLUMNS[0]):
+            raise
+        try:
+            return _read_column(resolved, DEFAULT_COLUMNS[1], progress)
+        except _core.DataError as again:
+            if missing_column(again, DEFAULT_COLUMNS[1]):
+                raise missing from None  # it names every column the data has
+            raise
+
+
+def missing_column(error: Exception, column: str) -> bool:
+    """Whether ``error`` is the core's refusal of data without ``column`` (its message names it so)."""
+    return f"has no column {column!r}".replace("'", '"') in str(error)
+
+
+def _read_column(resolved: Source, column: str, progress: bool | None) -> np.ndarray:
     if resolved.table is not None:
         return _core.read_table_lengths(resolved.table, column, resolved.rows)
     with _Progress(len(resolved.paths), "reading lengths", progress) as bar:

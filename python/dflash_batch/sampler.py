@@ -46,7 +46,8 @@ class BucketSampler:
                 through every optimizer step (batch indices are the mixture's rows).
             rank: this process's rank (default: ``torch.distributed``'s, else torchrun's ``RANK``, else 0).
             column: the lengths column when ``lengths`` is a dataset: an integer column, or a list column
-                such as ``"input_ids"`` (lengths from its offsets).
+                such as ``"input_ids"`` (lengths from its offsets); default ``"seq_len"`` when the data has it,
+                else ``"input_ids"`` (:func:`read_lengths`).
             check_ranks: when ``torch.distributed`` is initialized with ``world_size`` ranks, the ranks
                 exchange the plan's fingerprint, seed and settings when an epoch's iteration starts and
                 all raise :class:`PlanError` naming what differs, instead of training on overlapping
@@ -88,7 +89,7 @@ class BucketSampler:
         context_parallel: int = 1,
         rank_cost: tuple[float, float] | None = None,
         rank: int | None = None,
-        column: str = "seq_len",
+        column: str | None = None,
         check_ranks: bool = True,
         plan_dir: str | os.PathLike[str] | None = None,
     ) -> None:
