@@ -366,3 +366,27 @@ def test_the_ring_holds_the_largest_padded_batch_left_on_the_rank():
                 assert plan.largest_padded(start, rank, multiple) == max(padded, default=1), (world, rank, start)
     with pytest.raises(ValueError, match="rank 4 is not one of this plan's 4 ranks"):
         plan.largest_padded(0, 4, 1)
+
+
+def test_set_epoch_between_iter_and_the_first_batch_applies_to_a_loader_as_to_a_sampler(store):
+    """Regression (issue 59): `iter(loader)`, `set_epoch(1)`, `next()` raised "superseded" on a Loader while
+    a sampler's iterator yielded epoch 1. One rule now: an iteration begins at its first next()."""
+    sampler = sampler_for(store)
+    loader = db.Loader(store, sampler)
+    batches = iter(loader)
+    loader.set_epoch(1)
+    first = as_numpy(next(batches))
+    assert sampler.epoch == 1 and sampler.position.step == 1
+    expected = db.collate(store, sampler.plan(1)[0])
+    np.testing.assert_array_equal(first["input_ids"], expected["input_ids"])
+    other = sampler_for(store)
+    indices = iter(other)
+    other.set_epoch(1)
+    assert np.array_equal(next(indices), other.plan(1)[0])
+    # Once a batch has been taken, set_epoch supersedes the iteration: both raise at the next batch.
+    loader.set_epoch(2)
+    other.set_epoch(2)
+    for running in (batches, indices):
+        with pytest.raises(RuntimeError, match="superseded"):
+            next(running)
+    loader.close()

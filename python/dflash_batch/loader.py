@@ -32,12 +32,14 @@ anything is allocated.
 ``state_dict()`` is the sampler's: its position counts batches handed to the trainer, never those
 merely prefetched, so a resume replays nothing and skips nothing. One iteration at a time: a new one
 supersedes the previous (same thread), and one started while another thread's is running raises
-``RuntimeError``. ``set_epoch``, ``skip`` and ``load_state_dict`` — on the Loader or on its sampler —
-move the position at once; a loop that was running then raises ``RuntimeError`` at its next batch
-instead of ending early, and a refused ``load_state_dict`` changes nothing (the loop goes on).
+``RuntimeError``. An iteration begins at its first ``next()``, as the sampler's does (one rule for
+both: ``set_epoch`` between ``iter()`` and the first batch applies to it). ``set_epoch``, ``skip`` and
+``load_state_dict`` — on the Loader or on its sampler — move the position at once; a loop that had
+taken a batch then raises ``RuntimeError`` at its next one instead of ending early, and a refused
+``load_state_dict`` changes nothing (the loop goes on).
 Errors in the worker are raised in the trainer's thread with their original type and traceback.
-Breaking out of the loop, ``close()``, leaving a ``with`` block, garbage collection and interpreter
-exit all stop the worker and wait for it.
+Breaking out of the loop, ``close()``, leaving a ``with`` block, garbage collection and interpreter exit
+all stop the worker and wait for it.
 """
 
 from __future__ import annotations
@@ -67,8 +69,7 @@ _live: weakref.WeakSet[Loader] = weakref.WeakSet()
 
 @atexit.register
 def _close_all() -> None:
-    """Stops every worker before the interpreter tears down (a daemon thread inside Rust must not meet
-    a finalizing interpreter)."""
+    """Stops every worker before the interpreter tears down (a daemon thread still in Rust must not outlive it)."""
     for loader in list(_live):
         loader.close()
 
@@ -90,16 +91,15 @@ class Loader:
         pin_memory: pin the host slots (default: when ``device`` is CUDA). Needs CUDA.
         reuse_buffers: on the CPU, hand out views of a recycled ring slot, valid only until the next
             ``next()`` (default ``False``: every batch has its own tensors; see the module docs).
-        num_items_in_batch: add the key ``"num_items_in_batch"`` to every batch: the label tokens of the
-            whole optimizer step it belongs to, all ranks and all ``sampler.accumulation`` micro-batches
-            together (an int; :meth:`BucketSampler.label_tokens`). A loss summed over a batch's label
-            tokens and divided by it is the step's true token mean (multiply by ``world_size`` where DDP
-            averages gradients over ranks). HF models take it as a keyword; other models may not, hence
-            off by default. With a mixture it also adds ``"num_items_per_source"``: the same count per
-            source (a 1-D int64 tensor in the mixture's order), the denominators of per-source losses.
+        num_items_in_batch: add ``"num_items_in_batch"`` to every batch: the label tokens of its whole
+            optimizer step, all ranks and ``sampler.accumulation`` micro-batches together (an int;
+            :meth:`BucketSampler.label_tokens`): a loss summed over a batch's label tokens and divided by it
+            is the step's token mean (times ``world_size`` where DDP averages over ranks). Off by default
+            (HF models take it as a keyword, others may not). A mixture adds ``"num_items_per_source"``,
+            the same per source (1-D int64 in the mixture's order): per-source losses' denominators.
 
-    A sampler of a :class:`Mixture` adds ``"source"`` to every batch: the source number
-    (``sampler.mixture.names[i]``) of each row, or of each packed sample in ``cu_seqlens`` order (int64).
+    A :class:`Mixture`'s sampler adds ``"source"``: each row's source number (``sampler.mixture.names[i]``;
+    int64), or each packed sample's in ``cu_seqlens`` order.
 
     With a ``mode="packed"`` sampler each batch is one packed row (see :func:`collate_packed`):
     ``input_ids``, ``labels``, ``position_ids``, ``seq_idx`` as ``[1, max_tokens]`` tensors,
@@ -183,11 +183,11 @@ class Loader:
 
     @property
     def epoch(self) -> int:
-        """The epoch the next iteration runs."""
-        return self.sampler.epoch
+        return self.sampler.epoch  # the epoch the next iteration runs
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        # Begin first: an iteration running in another thread is refused before this one stops anything.
+        # A generator: it begins at the first next(), as the sampler's iterator does (module docs); an
+        # iteration running in another thread is refused before this one stops anything.
         run = self.sampler.begin()
         self.close()
         self._run = run
@@ -197,7 +197,7 @@ class Loader:
         batches = (batch for _, batch in run.batches((rank,)))  # read by the worker
         fresh = self._fresh_slot if self._fresh else None
         self._pipeline = Pipeline(self._collate_into, batches, slots, self._transfer, fresh)
-        return self._run_epoch(self._pipeline, run)
+        yield from self._run_epoch(self._pipeline, run)
 
     def _run_epoch(self, pipeline: Pipeline, run: Run) -> Iterator[dict[str, Any]]:
         extras = FromPlan(self.sampler, self.store, self._num_items, self.device)
