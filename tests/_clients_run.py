@@ -8,6 +8,8 @@ Scenarios (``--scenario``):
 
 * ``accelerate-stateful``: ``prepare(DataLoader(ds, batch_sampler=batch_sampler(sampler)))`` with
   ``use_stateful_dataloader=True``: ``save_state``/``load_state`` save and restore the loader's position;
+* ``accelerate-epoch``: the same, the loop continuing from ``sampler.epoch`` after ``load_state`` (the
+  sampler's epoch registered with ``epoch_state(sampler)``), not from a counter of its own;
 * ``accelerate-skip``: the same loader, stateless: the resume skips the micro-batches the checkpoint had
   trained with ``accelerator.skip_first_batches``;
 * ``accelerate-loader``: ``dflash_batch.adapters.accelerate.loader(db.Loader(...))`` under
@@ -18,6 +20,8 @@ Scenarios (``--scenario``):
   ``torch.save`` checkpoint;
 * ``torch-workers``: plain DDP over torchdata's ``StatefulDataLoader(ds, batch_sampler=sampler,
   num_workers=2)``, whose workers fetch ahead, the loader's ``state_dict()`` in the checkpoint;
+* ``torch-workers-epoch``: the same, the loop continuing from ``sampler.epoch`` once set from the loaded
+  state (``resume_epoch``), not from a counter of its own;
 * ``torch-workers-step``: the same over a plain torch ``DataLoader``: ``sampler.state_dict(step=...)`` with
   the micro-batches the loop counted;
 * ``torch-mixture``: plain DDP over a ``db.Loader`` of a two-source :class:`db.Mixture` of the dataset's
@@ -95,11 +99,11 @@ def kill() -> None:
 def run_accelerate(options: argparse.Namespace) -> None:
     from accelerate import Accelerator
     from accelerate.utils import DataLoaderConfiguration
-    from dflash_batch.adapters.accelerate import batch_sampler
+    from dflash_batch.adapters.accelerate import batch_sampler, epoch_state
     from dflash_batch.adapters.accelerate import loader as accelerated
     from torch.utils.data import DataLoader
 
-    stateful = options.scenario == "accelerate-stateful"
+    stateful = options.scenario in ("accelerate-stateful", "accelerate-epoch")
     config = DataLoaderConfiguration(use_stateful_dataloader=stateful)
     accelerator = Accelerator(cpu=True, gradient_accumulation_steps=ACCUMULATION, dataloader_config=config)
     record = Record(options.record, accelerator.process_index)
@@ -118,9 +122,11 @@ def run_accelerate(options: argparse.Namespace) -> None:
     accelerator.register_for_checkpointing(progress)
     if options.scenario == "accelerate-loader":
         accelerator.register_for_checkpointing(loader)
+    if options.scenario == "accelerate-epoch":
+        accelerator.register_for_checkpointing(epoch_state(sampler))
     if options.resume:
         accelerator.load_state(options.out)
-    start = progress.epoch
+    start = sampler.epoch if options.scenario == "accelerate-epoch" else progress.epoch
     for epoch in range(start, EPOCHS):
         loader.set_epoch(epoch)
         batches = loader
@@ -232,7 +238,7 @@ def run_torch(options: argparse.Namespace) -> None:
         loader = saved = db.Loader(store, sampler)
     elif options.scenario == "torch-mixture":
         loader = saved = db.Loader(mixture, sampler)
-    elif options.scenario == "torch-workers":
+    elif options.scenario in ("torch-workers", "torch-workers-epoch"):
         from torchdata.stateful_dataloader import StatefulDataLoader
 
         loader = saved = StatefulDataLoader(hf, batch_sampler=sampler, collate_fn=db.Collator(), num_workers=2)
@@ -250,7 +256,13 @@ def run_torch(options: argparse.Namespace) -> None:
         optimizer.load_state_dict(checkpoint["optimizer"])
         progress.load_state_dict(checkpoint["progress"])
         (saved or sampler).load_state_dict(checkpoint["data"])
-    for epoch in range(progress.epoch, EPOCHS):  # the loop's own count (a StatefulDataLoader restores lazily)
+        if options.scenario == "torch-workers-epoch":
+            from dflash_batch.adapters.torch import resume_epoch
+
+            sampler.set_epoch(resume_epoch(checkpoint["data"]))  # torchdata applies the state lazily
+    # The loop's own count, or the sampler's epoch once set from the state (torch-workers-epoch).
+    start = sampler.epoch if options.scenario == "torch-workers-epoch" else progress.epoch
+    for epoch in range(start, EPOCHS):
         progress.epoch = epoch
         sampler.set_epoch(epoch)
         steps = len(sampler)

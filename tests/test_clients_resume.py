@@ -114,6 +114,19 @@ def test_case5_accelerate_stateful_loader_saves_only_what_was_trained(data, tmp_
     killed_and_resumed(data, tmp_path, "accelerate-stateful")
 
 
+def test_accelerate_resumed_in_epoch_1_continues_from_the_samplers_epoch(data, tmp_path):
+    """Regression (issue 59): after accelerate's load_state with the checkpoint in epoch 1, sampler.epoch read
+    0, and a loop continuing from it retrained the rest of epoch 0, then epoch 1 (146 + 157 samples twice).
+    With epoch_state(sampler) registered, the sampler's epoch is the checkpoint's."""
+    killed_and_resumed(data, tmp_path, "accelerate-epoch")
+
+
+def test_torchdata_resumed_in_epoch_1_continues_from_the_samplers_epoch(data, tmp_path):
+    """The same for torchdata's StatefulDataLoader (which applies a loaded state lazily): the loop sets the
+    sampler's epoch from the state (resume_epoch) and continues from it."""
+    killed_and_resumed(data, tmp_path, "torch-workers-epoch")
+
+
 def test_accelerate_skip_first_batches_resumes_exactly(data, tmp_path):
     killed_and_resumed(data, tmp_path, "accelerate-skip")
 

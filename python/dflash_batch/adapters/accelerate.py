@@ -33,7 +33,7 @@ from .versions import require
 
 require(accelerate)
 
-__all__ = ["AcceleratedLoader", "batch_sampler", "loader"]
+__all__ = ["AcceleratedLoader", "EpochState", "batch_sampler", "epoch_state", "loader"]
 
 
 def batch_sampler(sampler: BucketSampler) -> GlobalBatches:
@@ -42,6 +42,34 @@ def batch_sampler(sampler: BucketSampler) -> GlobalBatches:
     if not isinstance(sampler, BucketSampler):
         raise TypeError(f"sampler must be a dflash_batch.BucketSampler, got {type(sampler).__name__}")
     return GlobalBatches(sampler)
+
+
+def epoch_state(sampler: BucketSampler) -> EpochState:
+    """The sampler's epoch as accelerate checkpoints it: ``accelerator.register_for_checkpointing(
+    epoch_state(sampler))``. A prepared ``DataLoader``'s stateful loader saves how many batches of the epoch
+    were trained, not which epoch: after ``accelerator.load_state``, ``sampler.epoch`` is then the
+    checkpoint's, and a loop that continues from it is exact::
+
+        accelerator.load_state(checkpoint)
+        for epoch in range(sampler.epoch, epochs):
+            loader.set_epoch(epoch)
+            for batch in loader: ..."""
+    if not isinstance(sampler, BucketSampler):
+        raise TypeError(f"sampler must be a dflash_batch.BucketSampler, got {type(sampler).__name__}")
+    return EpochState(sampler)
+
+
+class EpochState:
+    """accelerate's checkpointing protocol (``state_dict`` / ``load_state_dict``) over a sampler's epoch."""
+
+    def __init__(self, sampler: BucketSampler) -> None:
+        self.sampler = sampler
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.sampler.epoch}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.sampler.set_epoch(state["epoch"])  # checked as every epoch is (an int in [0, 2**64))
 
 
 def loader(loader: Loader) -> AcceleratedLoader:

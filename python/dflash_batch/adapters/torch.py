@@ -18,7 +18,51 @@ from ..collate import collate, collate_packed
 from ..reading import TokenStore
 from ..sampler import BucketSampler
 
-__all__ = ["Rows", "StoreCollator", "loader"]
+__all__ = ["Rows", "StoreCollator", "loader", "resume_epoch"]
+
+
+def resume_epoch(state: Any) -> int:
+    """The epoch a ``StatefulDataLoader`` checkpoint ``state`` over a sampler was taken in.
+
+    torchdata applies a loaded state only when the next iteration starts, so after
+    ``loader.load_state_dict(state)`` the sampler still reports the epoch it had. A loop that continues
+    from the sampler's epoch sets it first, and is then exact::
+
+        loader.load_state_dict(state)
+        sampler.set_epoch(resume_epoch(state))      # the epoch torchdata resumes at its next iteration
+        for epoch in range(sampler.epoch, epochs):
+            sampler.set_epoch(epoch)
+            for batch in loader: ...
+
+    Reads only ``state``, the value torchdata's ``state_dict()`` returned: the sampler's own state inside it
+    (found by its shape, wherever the loader's format nests it). ``PlanError`` when it holds none, or holds
+    states of different epochs.
+    """
+    from .._core import PlanError
+    from ..checkpoint import REQUIRED
+
+    epochs = {found["epoch"] for found in _sampler_states(state, REQUIRED)}
+    if len(epochs) == 1:
+        return int(epochs.pop())
+    if not epochs:
+        raise PlanError(
+            "this state holds no dflash_batch sampler state: pass what StatefulDataLoader(..., batch_sampler="
+            "sampler).state_dict() returned (a loader over another sampler saves none)"
+        )
+    raise PlanError(f"this state holds sampler states of several epochs ({sorted(epochs)}); pass one loader's state")
+
+
+def _sampler_states(value: Any, required: tuple[str, ...], depth: int = 0) -> list[dict[str, Any]]:
+    """Every dict shaped like a sampler's ``state_dict()`` inside ``value`` (nested dicts and lists)."""
+    if depth > 16:
+        return []
+    if isinstance(value, dict):
+        if all(key in value for key in required) and isinstance(value.get("epoch"), int):
+            return [value]
+        return [s for v in value.values() for s in _sampler_states(v, required, depth + 1)]
+    if isinstance(value, list | tuple):
+        return [s for v in value for s in _sampler_states(v, required, depth + 1)]
+    return []
 
 
 def loader(store: TokenStore, sampler: BucketSampler, *, num_workers: int = 0, **kwargs: Any) -> Any:
