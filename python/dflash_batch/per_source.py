@@ -13,8 +13,10 @@ each micro-batch and reads the means when it logs::
 
 A token's loss is the cross-entropy of predicting it from the ones before (labels shifted by one, as a
 causal LM's loss is), counted where its label is not ``-100``; a token belongs to the source of its row
-(padded batches) or of its packed sample (``cu_seqlens``). Under several processes each one reads the
-means of what it trained.
+(padded batches) or of its packed sample (``cu_seqlens``). Under several processes ``means()`` reads what
+this process trained; ``means(all_ranks=True)`` sums every rank's losses and tokens first (a collective:
+every rank calls it at the same point, as the HF Trainer's logging does), so each source's mean is over
+every token of it that all ranks trained — what :class:`~dflash_batch.hf.BucketTrainer` logs.
 """
 
 from __future__ import annotations
@@ -66,16 +68,38 @@ class SourceLosses:
             self._sums.index_add_(0, owner, losses[counted].double().cpu())
             self._tokens.index_add_(0, owner, torch.ones_like(owner))
 
-    def means(self, reset: bool = True) -> dict[str, float]:
+    def means(self, reset: bool = True, *, all_ranks: bool = False) -> dict[str, float]:
         """Each source's mean token loss since the last reset (``nan`` for a source with no token), then
-        starts over unless ``reset=False``."""
+        starts over unless ``reset=False``. ``all_ranks``: over every rank's tokens, summed across the
+        ``torch.distributed`` group (a collective; this process's alone without a group)."""
         import torch
 
-        means = (self._sums / self._tokens.clamp(min=1)).tolist()
-        out = {name: (m if t else float("nan")) for name, m, t in zip(self.names, means, self._tokens, strict=True)}
+        sums, tokens = self._sums, self._tokens
+        if all_ranks:
+            sums, tokens = _summed_over_ranks(sums, tokens)
+        means = (sums / tokens.clamp(min=1)).tolist()
+        out = {name: (m if t else float("nan")) for name, m, t in zip(self.names, means, tokens, strict=True)}
         if reset:
             self._sums, self._tokens = torch.zeros_like(self._sums), torch.zeros_like(self._tokens)
         return out
 
     def __repr__(self) -> str:
         return f"SourceLosses({self.names})"
+
+
+def _summed_over_ranks(sums: Any, tokens: Any) -> tuple[Any, Any]:
+    """``sums`` and ``tokens`` summed over the default process group (unchanged without one): one
+    ``all_reduce`` of both, on the device the backend reduces on (NCCL: the current CUDA device)."""
+    from .distributed import process_group_size
+
+    if not process_group_size():
+        return sums, tokens
+    import torch
+    import torch.distributed as dist
+
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else sums.device
+    both = torch.cat([sums, tokens.double()]).to(device)
+    dist.all_reduce(both)
+    both = both.cpu()
+    n = len(sums)
+    return both[:n], both[n:].round().long()

@@ -257,7 +257,8 @@ class BucketTrainer(Trainer):
         """The Trainer's logs, with each source's mean token loss since the last log beside ``loss`` (a source
         none of whose tokens trained since is left out of that line)."""
         if self.source_losses is not None and "loss" in logs:
-            means = self.source_losses.means().items()
+            # Every rank's tokens (the Trainer logs on every process, and reduces `loss` over them too).
+            means = self.source_losses.means(all_ranks=True).items()
             logs = {**logs, **{f"loss/{name}": value for name, value in means if not math.isnan(value)}}
         super().log(logs, *args, **kwargs)
 
