@@ -77,13 +77,20 @@ FUZZ_EXAMPLES ?= 300
 # Sequences of sampler and Loader operations the position state machine runs (300 in `make test`).
 STATE_MACHINE_EXAMPLES ?= 2200
 MIXTURE_EXAMPLES ?= 3000
+# Sequences of the price state machine (rank prices between and inside epochs, elastic carries into a
+# re-priced epoch, pickles) and mixtures whose epochs are formed again (a cycle holds): 60 and 15 in `make test`.
+PRICE_MACHINE_EXAMPLES ?= 2000
+MIXTURE_CYCLE_EXAMPLES ?= 2000
 fuzz: build
 	rm -f fuzz-report.jsonl
 	DFLASH_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) DFLASH_FUZZ_REPORT=$(abspath fuzz-report.jsonl) \
 		DFLASH_STATE_MACHINE_EXAMPLES=$(STATE_MACHINE_EXAMPLES) DFLASH_MIXTURE_EXAMPLES=$(MIXTURE_EXAMPLES) \
+		DFLASH_PRICE_MACHINE_EXAMPLES=$(PRICE_MACHINE_EXAMPLES) DFLASH_MIXTURE_CYCLE_EXAMPLES=$(MIXTURE_CYCLE_EXAMPLES) \
 		$(BIN)/python -m pytest -q tests/test_adversarial.py tests/test_arrow_mutations.py tests/test_arrow_fuzz.py \
 		tests/test_megatron.py::test_damaged_indexes_never_lose_rows_silently tests/test_position.py::test_position_state_machine \
-		tests/test_mixture.py::test_shares_repeats_and_threads_for_any_weights_sizes_and_caps
+		tests/test_mixture.py::test_shares_repeats_and_threads_for_any_weights_sizes_and_caps \
+		tests/test_price_machine.py::test_price_state_machine \
+		tests/test_mixture_cycles.py::test_a_down_sampled_source_holds_its_cycle_in_every_epoch
 	$(BIN)/python tests/_adversary.py fuzz-report.jsonl
 	DFLASH_MEMORY_SAMPLES=10000000 DFLASH_MEMORY_HEADROOMS=0,50,80,112,150,200,256,350,500,640 \
 		$(BIN)/python -m pytest -q tests/test_memory.py

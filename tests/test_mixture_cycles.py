@@ -5,10 +5,13 @@ epoch needed — and an epoch of impossible size is an error, never an abort."""
 from __future__ import annotations
 
 import collections
+import os
 
 import dflash_batch as db
 import numpy as np
 import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 PARTS = db.seed_mixture(20_000, seed=4)
 # 'chat' (8,000 rows, shorter) down to a tenth of the tokens: ~2,370 rows an epoch, three epochs a cycle.
@@ -97,3 +100,42 @@ def test_an_epoch_larger_than_memory_is_a_memory_error_in_a_capped_child():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("MemoryError"), done.stdout + done.stderr[-2000:]
+
+
+MIXTURE_CYCLE_EXAMPLES = int(os.environ.get("DFLASH_MIXTURE_CYCLE_EXAMPLES", "15"))
+
+
+@settings(max_examples=MIXTURE_CYCLE_EXAMPLES, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    chat=st.floats(0.04, 0.3),
+    rule=st.sampled_from([{"batch_size": 4}, {"batch_size": 8}, {"batch_size": 16}, {"max_tokens": 16384}]),
+    world=st.sampled_from([1, 2, 4]),
+)
+def test_a_down_sampled_source_holds_its_cycle_in_every_epoch(seed, chat, rule, world):
+    """The re-form dimension (issue 59): for any seed, share, batch rule and ranks — epochs formed again
+    included, however many passes they took — a down-sampled source trains no row twice within a cycle
+    and exactly its share each epoch; epochs that reach the last resort are counted."""
+    rest = (1.0 - chat) / 3
+    weights = {"chat": chat, "code": rest, "math": rest, "safety": rest}
+    mix = db.Mixture({n: (PARTS[n], weights[n]) for n in weights}, unit="samples")
+    try:
+        sampler = db.BucketSampler(mix, world_size=world, rank=0, seed=seed, **rule)
+    except db.PlanError:
+        return  # a share a rule cannot form (refused up front, naming it)
+    per_epoch = None
+    per_cycle = None
+    seen: set[int] = set()
+    for epoch in range(8):
+        plan = sampler.plan(epoch)
+        event(f"reformed {min(plan.stats()['reformed'], 17)}")
+        indices = np.asarray(plan.indices)
+        mine = indices[sampler.sources_of(indices) == 0]
+        assert len(np.unique(mine)) == len(mine), f"a 'chat' row twice in epoch {epoch}"
+        per_epoch = per_epoch or len(mine)
+        assert len(mine) == per_epoch, "the share changes between epochs"
+        per_cycle = per_cycle or len(PARTS["chat"]) // per_epoch
+        if epoch % per_cycle == 0:
+            seen = set()
+        assert not seen & set(mine.tolist()), f"epoch {epoch} repeats rows of its cycle"
+        seen |= set(mine.tolist())

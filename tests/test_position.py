@@ -225,8 +225,6 @@ class PositionMachine(RuleBasedStateMachine):
             self.open = None
         iterator = iter(self._client(on))
         start = self.start()
-        if on == "loader":  # the Loader begins when iter() is called, the sampler at its first next()
-            self.step = start
         got = []
         for _ in range(k):
             try:
@@ -236,9 +234,9 @@ class PositionMachine(RuleBasedStateMachine):
         assert got == planned(self.epoch, start)[:k]
         if got or (k > len(got)):
             self.step, self.resume = start + len(got), False
-        # Left open only if it has begun: the Loader at iter(), the sampler at its first next() (an
-        # unbegun sampler iterator begins wherever the position is then: nothing to supersede).
-        if keep and len(got) == k and start + k < STEPS and (k > 0 or on == "loader"):
+        # Left open only if it has begun: the sampler's and the Loader's both at their first next() (an
+        # unbegun iterator begins wherever the position is then: nothing to supersede).
+        if keep and len(got) == k and start + k < STEPS and k > 0:
             self.open = (iterator, start + k)
         else:
             iterator.close()
