@@ -403,3 +403,23 @@ def test_attention_dominated_timings_fit_a_quadratic_price_the_planner_takes():
 def test_a_fit_becomes_a_price_within_the_planners_bounds(a, b, price):
     assert price_fit.rank_price(a, b) == price
     db.BucketSampler(np.full(100, 50), max_tokens=1000, rank_cost=price)  # taken
+
+
+@pytest.mark.multiprocess  # 2 processes
+def test_ranks_as_separate_processes_without_a_group_are_refused_a_timer_each(tmp_path):
+    """Regression (issue 59), as users ran it: two processes with world_size/rank passed and no
+    torch.distributed group, each with a StepTimer, trained batches of different plans. Each is refused."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, dflash_batch as db\n"
+        "sampler = db.BucketSampler(np.random.default_rng(0).integers(16, 4000, 2000), max_tokens=16384, "
+        "world_size=2, rank=int(sys.argv[1]))\n"
+        "try:\n    db.StepTimer(sampler)\nexcept db.PlanError as error:\n    print('refused', error)\n"
+    )
+    children = [
+        subprocess.Popen([sys.executable, "-c", code, str(r)], stdout=subprocess.PIPE, text=True) for r in range(2)
+    ]
+    outputs = [child.communicate(timeout=300)[0] for child in children]
+    assert all(o.startswith("refused") and "init_process_group()" in o for o in outputs), outputs
