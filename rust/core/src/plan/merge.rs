@@ -1,46 +1,66 @@
-//! The last resort of a mixture's epoch under a row count per batch (`batch_size`): merging batches.
+//! The last resort of a mixture's padded epoch: merging batches.
 //!
 //! A mixture's selection is part of the epoch's key (`steps.rs`): re-forming may change the forming
-//! draws, never the rows. Under `batch_size` the forming draws cannot change the batch count either —
-//! each bucket of the selection is cut into full batches and one partial one — so an epoch whose
-//! selection holds more partial batches than the shared count allows (~2% of epochs of a down-sampled
-//! source, measured on the seed mixture) merges its smallest batches instead: first fit, smallest
-//! first, into batches of at most `batch_size` rows, each merge one batch fewer, until the count is
-//! reached. Merged batches mix buckets (more padding in a few batches of a rare epoch) and go to the
-//! epoch's tail, where balancing places them like every tail batch. No row is added or dropped.
+//! draws, never the rows. Under `batch_size` the forming draws cannot change the batch count at all —
+//! each bucket of the selection is cut into full batches and one partial one — and under a token budget
+//! an epoch whose own selection forms too many batches under every draw happens too (~2% of epochs of a
+//! down-sampled source under `batch_size`, measured on the seed mixture; rarer under `max_tokens`). Such
+//! an epoch merges its smallest batches instead: first fit, fewest rows first, each merged batch within
+//! the capacity of its longest member (`batch_size`, or the rows `max_tokens` allows at that length),
+//! each merge one batch fewer, until the count is reached. Merged batches mix buckets (more padding in a
+//! few batches of a rare epoch) and go to the epoch's tail, where balancing places them like every tail
+//! batch. No row is added or dropped.
 
 use crate::lengths::Length;
 use crate::plan::config::Config;
 use crate::plan::form::Epoch;
 
-/// Merges batches of `formed` (rows `order`) until it has `target` batches of at most `rows` rows
-/// each; `false` (nothing changed) when first fit cannot reach it.
+/// A bin of first fit: its batches, rows and longest length.
+struct Bin {
+    batches: Vec<usize>,
+    rows: u64,
+    longest: u32,
+}
+
+/// Merges batches of `formed` (rows `order`) until it has `target` batches, each within `capacity` rows
+/// for its longest member's length; `false` (nothing changed) when first fit cannot reach it.
 pub(crate) fn merge_to<L: Length>(
     lengths: &[L],
     config: &Config,
-    rows: u64,
+    capacity: impl Fn(u32) -> u64,
     order: &mut Vec<u32>,
     formed: &mut Epoch,
     target: usize,
 ) -> bool {
-    let offsets = &formed.offsets;
-    let batches = offsets.len() - 1;
-    let size = |b: usize| u64::from(offsets[b + 1] - offsets[b]);
+    let batches = formed.offsets.len() - 1;
+    let span = |b: usize| formed.offsets[b] as usize..formed.offsets[b + 1] as usize;
+    let longest_of = |members: &[u32]| -> u32 {
+        members
+            .iter()
+            .map(|&r| lengths[r as usize].into())
+            .max()
+            .unwrap_or(0)
+    };
     let mut by_size: Vec<usize> = (0..batches).collect();
-    by_size.sort_by_key(|&b| (size(b), b));
-    let mut bins: Vec<(Vec<usize>, u64)> = Vec::new();
+    by_size.sort_by_key(|&b| (span(b).len(), b));
+    let mut bins: Vec<Bin> = Vec::new();
     let mut merges = 0;
     for &b in &by_size {
         if merges == batches.saturating_sub(target) {
             break;
         }
-        match bins.iter_mut().find(|(_, r)| r + size(b) <= rows) {
-            Some(bin) => {
-                bin.0.push(b);
-                bin.1 += size(b);
-                merges += 1;
-            }
-            None => bins.push((vec![b], size(b))),
+        let (rows, longest) = (span(b).len() as u64, longest_of(&order[span(b)]));
+        let fits = |bin: &&mut Bin| bin.rows + rows <= capacity(bin.longest.max(longest));
+        if let Some(bin) = bins.iter_mut().find(fits) {
+            bin.batches.push(b);
+            (bin.rows, bin.longest) = (bin.rows + rows, bin.longest.max(longest));
+            merges += 1;
+        } else {
+            bins.push(Bin {
+                batches: vec![b],
+                rows,
+                longest,
+            });
         }
     }
     if batches - merges > target {
@@ -48,25 +68,21 @@ pub(crate) fn merge_to<L: Length>(
     }
     let merged: Vec<&Vec<usize>> = bins
         .iter()
-        .map(|(m, _)| m)
+        .map(|bin| &bin.batches)
         .filter(|m| m.len() > 1)
         .collect();
     let mut gone = vec![false; batches];
     for &b in merged.iter().flat_map(|m| m.iter()) {
         gone[b] = true;
     }
-    let span = |b: usize| formed.offsets[b] as usize..formed.offsets[b + 1] as usize;
-    let (mut rows_out, mut ends, mut costs) =
-        (Vec::with_capacity(order.len()), vec![0u32], Vec::new());
+    let (mut rows_out, mut ends) = (Vec::with_capacity(order.len()), vec![0u32]);
+    let (mut costs, mut padded_tokens) = (Vec::new(), 0u64);
     let mut push = |members: Vec<u32>, rows_out: &mut Vec<u32>| {
-        let longest = members
-            .iter()
-            .map(|&r| lengths[r as usize].into())
-            .max()
-            .unwrap_or(0);
+        let longest = longest_of(&members);
         // Matched, not summed (see `Formed::cost`).
         #[allow(clippy::cast_possible_truncation)]
         costs.push(config.batch_cost(members.len() as u64, longest) as f32);
+        padded_tokens += members.len() as u64 * config.padded(longest);
         rows_out.extend(members);
         // At most one entry per sample, which `Planner::new` keeps within u32.
         #[allow(clippy::cast_possible_truncation)]
@@ -77,15 +93,10 @@ pub(crate) fn merge_to<L: Length>(
     }
     let kept = batches - gone.iter().filter(|&&g| g).count();
     for members in &merged {
-        push(
-            members
-                .iter()
-                .flat_map(|&b| order[span(b)].iter().copied())
-                .collect(),
-            &mut rows_out,
-        );
+        let rows = members.iter().flat_map(|&b| order[span(b)].iter().copied());
+        push(rows.collect(), &mut rows_out);
     }
-    formed.padded_tokens = padded(lengths, config, &rows_out, &ends);
+    formed.padded_tokens = padded_tokens;
     if !formed.cost.is_empty() {
         formed.cost = costs;
     }
@@ -93,19 +104,4 @@ pub(crate) fn merge_to<L: Length>(
     formed.tail_start = formed.tail_start.min(kept);
     *order = rows_out;
     true
-}
-
-/// Padded tokens of the batches `ends` cuts `rows` into.
-fn padded<L: Length>(lengths: &[L], config: &Config, rows: &[u32], ends: &[u32]) -> u64 {
-    ends.windows(2)
-        .map(|w| {
-            let members = &rows[w[0] as usize..w[1] as usize];
-            let longest = members
-                .iter()
-                .map(|&r| lengths[r as usize].into())
-                .max()
-                .unwrap_or(0);
-            members.len() as u64 * config.padded(longest)
-        })
-        .sum()
 }

@@ -21,7 +21,7 @@
 
 use crate::error::{ErrorKind, Result};
 use crate::lengths::{with_lengths, Length};
-use crate::plan::config::{Batching, Config};
+use crate::plan::config::{Batching, Config, Mode};
 use crate::plan::form::{Epoch, Former};
 use crate::plan::merge::merge_to;
 use crate::plan::planner::Planner;
@@ -121,19 +121,18 @@ impl Planner {
             }
         }
         if self.mix.is_some() {
-            // The reference draws would select epoch 0's rows (the cycle broken): under a row count
-            // the epoch's own batches are merged down to the count (`merge.rs`); else refused.
+            // The reference draws would select epoch 0's rows (the cycle broken): a padded epoch's
+            // own batches are merged down to the count (`merge.rs`); else refused.
             let (mut order, mut formed) = self.form(former, (epoch, epoch));
-            if let Batching::Rows(rows) = self.config.batching {
+            if self.config.mode == Mode::Padded {
                 let (lengths, config) = (former.lengths, &self.config);
-                if merge_to(
-                    lengths,
-                    config,
-                    u64::from(rows),
-                    &mut order,
-                    &mut formed,
-                    target,
-                ) && self.fits(&formed, target)
+                let capacity = |longest: u32| {
+                    self.rules
+                        .get(longest)
+                        .map_or(0, |(_, rows)| u64::from(rows))
+                };
+                if merge_to(lengths, config, capacity, &mut order, &mut formed, target)
+                    && self.fits(&formed, target)
                 {
                     return Ok((order, formed, epoch, REFORM_ATTEMPTS + 1));
                 }
@@ -143,8 +142,9 @@ impl Planner {
                 problem: format!(
                     "epoch {epoch}'s selection of the mixture forms more than the {target} batches every \
                      epoch has under each of {} forming draws, and drawing other rows would break a \
-                     down-sampled source's cycle (rows twice, others skipped); pass drop_last=True, or \
-                     a lower target_efficiency (narrower buckets leave fewer rows over)",
+                     down-sampled source's cycle (rows twice, others skipped), and its batches cannot be \
+                     merged down to that count; pass drop_last=True, or a lower target_efficiency \
+                     (narrower buckets leave fewer rows over)",
                     REFORM_ATTEMPTS + 1
                 ),
             }
