@@ -44,3 +44,14 @@ def test_the_ranges_are_pyprojects():
     extras = project["project"]["optional-dependencies"]
     for name, (lowest, below, extra) in versions.SUPPORTED.items():
         assert f"{name}>={lowest},<{below}" in extras[extra], (name, extras[extra])
+
+
+def test_a_trl_trainer_mixed_with_bucket_trainer_checks_trls_release(monkeypatch):
+    pytest.importorskip("transformers")
+    from dflash_batch.hf import BucketTrainer
+
+    monkeypatch.setitem(__import__("sys").modules, "trl", types.SimpleNamespace(__name__="trl", __version__="0.9.6"))
+    base = type("SFTTrainer", (), {"__module__": "trl.trainer.sft_trainer"})
+    mixed = type("Mixed", (BucketTrainer, base), {})
+    with pytest.raises(ImportError, match=r"supports trl>=1\.0,<2, but trl 0\.9\.6 is installed"):
+        mixed(sampler={})

@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -123,6 +124,9 @@ class BucketTrainer(Trainer):
         step_timer: bool | StepTimer = False,
         **kwargs: Any,
     ) -> None:
+        trl = sys.modules.get("trl")
+        if trl is not None and any(c.__module__.startswith("trl.") for c in type(self).__mro__):
+            require(trl)  # a TRL trainer this one is mixed into: its release is checked too
         if not isinstance(sampler, (BucketSampler, Mapping)):
             raise TypeError(
                 "sampler must be a dflash_batch.BucketSampler or a dict of its keyword arguments, got "
