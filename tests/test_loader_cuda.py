@@ -81,8 +81,9 @@ def test_cuda_pipeline_protocol_on_the_cpu(store):
 
 
 def iterate_with_two_ready(loader):
-    """Starts iterating ``loader`` and returns once its worker has collated two batches (an Event, no
-    sleep), so the first ``next()`` finds the following batch ready."""
+    """An iterator of ``loader`` whose first copy waits until the worker has collated two batches (an
+    Event, no sleep), so the first ``next()`` finds the following batch ready when it decides whether to
+    start its copy ahead. (An iteration begins at its first ``next()``: the worker starts there.)"""
     two_ready = threading.Event()
     collate_into, done = loader._collate_into, []
 
@@ -93,10 +94,18 @@ def iterate_with_two_ready(loader):
             two_ready.set()
         return shape
 
+    transfer, sent = loader._transfer, []
+    send = transfer.send
+
+    def first_waits(index, slot, shape):
+        if not sent:
+            assert two_ready.wait(timeout=60)
+        sent.append(index)
+        return send(index, slot, shape)
+
     loader._collate_into = counted
-    iterator = iter(loader)
-    assert two_ready.wait(timeout=60)
-    return iterator
+    transfer.send = first_waits
+    return iter(loader)
 
 
 def test_cuda_copy_starts_one_batch_ahead(store):

@@ -88,9 +88,11 @@ def test_falling_offsets_are_a_data_error_not_a_read_out_of_bounds():
 def test_table_errors_name_the_table_and_the_fix():
     table = pa.table({"input_ids": pa.array([[1, 2], None, [3]], type=pa.list_(pa.int32()))})
     with pytest.raises(db.DataError, match=r"the in-memory table has no column \"seq_len\".*column=\"input_ids\""):
-        db.read_lengths(table)
-    with pytest.raises(db.DataError, match='the in-memory table has a null in column "input_ids" at row 1'):
-        db.read_lengths(table, "input_ids")
+        db.read_lengths(table, "seq_len")
+    # The default takes input_ids when there is no seq_len, and names what is wrong with it.
+    for column in ("input_ids", None):
+        with pytest.raises(db.DataError, match='the in-memory table has a null in column "input_ids" at row 1'):
+            db.read_lengths(table, column)
     strings = pa.table({"input_ids": pa.array([["a"]], type=pa.list_(pa.string()))})
     with pytest.raises(db.DataError, match=r"must be a list .* of token ids \(any integer width"):
         db.TokenStore(strings)
