@@ -200,3 +200,23 @@ def test_a_writer_killed_midway_leaves_no_cache_at_the_path(dataset, tmp_path):
     assert not cache.exists() and any(f.startswith("lengths.npy.tmp-") for f in os.listdir(tmp_path))
     assert db.read_lengths(path, "input_ids", cache=cache).tolist() == [len(r) for r in rows]
     assert not any(f.startswith("lengths.npy.tmp-") for f in os.listdir(tmp_path))
+
+
+@pytest.mark.parametrize("at", ["cache", "lock"])
+def test_a_fifo_at_the_caches_or_its_locks_name_is_refused_not_waited_on(dataset, tmp_path, at):
+    import subprocess
+    import sys
+
+    path, _ = dataset
+    cache = tmp_path / "lengths.npy"
+    os.mkfifo(cache if at == "cache" else f"{cache}.lock")
+    code = (
+        "import sys, dflash_batch as db\n"
+        "try:\n    db.read_lengths(sys.argv[1], 'input_ids', cache=sys.argv[2])\n"
+        "except db.DataError as error:\n    print('DataError', error)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path), str(cache)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("DataError") and "not a regular file" in done.stdout, done.stdout

@@ -20,10 +20,12 @@ because the file is numpy's format, mapped by numpy.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import glob
 import hashlib
 import os
+import stat
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -57,7 +59,7 @@ def cached(path: str | os.PathLike[str], key: bytes, read: Callable[[], np.ndarr
     is missing or was written for another key; a read-only ``numpy.memmap`` of the file."""
     path = os.path.abspath(os.fspath(path))
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".lock", "ab") as lock:
+    with _regular(path + ".lock", os.O_WRONLY | os.O_CREAT | os.O_APPEND) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
         found = _mapped(path, key)
         if found is None:
@@ -75,7 +77,7 @@ def _mapped(path: str, key: bytes) -> np.ndarray | None:
         size = os.path.getsize(path)
     except FileNotFoundError:
         return None
-    with open(path, "rb") as file:
+    with _regular(path, os.O_RDONLY) as file:
         file.seek(max(size - TRAILER, 0))
         trailer = file.read(TRAILER)
         file.seek(max(size - (len(OLD_MAGIC) + 32), 0))
@@ -101,6 +103,25 @@ def _mapped(path: str, key: bytes) -> np.ndarray | None:
             "changed byte: disk or memory corruption, or an edit); delete it and read the lengths again"
         )
     return lengths
+
+
+def _regular(path: str, flags: int) -> Any:
+    """``path`` opened without blocking (binary), or ``DataError`` unless it is a regular file: a FIFO at
+    the cache's or its lock's name would block ``open`` until a writer or reader came."""
+    refused = _core.DataError(
+        f"{path} is not a regular file (a FIFO, socket or device); remove it or pass another cache="
+    )
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as error:
+        if error.errno == errno.ENXIO:  # a FIFO opened for writing without a reader
+            raise refused from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise refused
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "ab" if flags & os.O_WRONLY else "rb")
 
 
 def _checksum(lengths: np.ndarray) -> bytes:
