@@ -100,7 +100,7 @@ def main() -> None:
         lambda batch: step(batch["input_ids"]), lengths=(64, 128, 256, 512, 1024), rows=(1, 2, 4), device="cpu"
     )
     refit = db.BucketSampler(lengths, **options)
-    timer = db.StepTimer(refit)
+    timer = db.StepTimer(refit, all_ranks_here=True)  # one process times every rank
     spent = [0.0, 0.0]
     timed_epoch(torch, step, refit, 0, timer, args.ranks, spent, args.repeats)
     start = time.perf_counter()
@@ -118,7 +118,7 @@ def main() -> None:
         ("refit", refit),
         ("true", db.BucketSampler(lengths, **options, rank_cost=true.cost)),
     ):
-        recorder = db.StepTimer(sampler) if name == "refit" else None
+        recorder = db.StepTimer(sampler, all_ranks_here=True) if name == "refit" else None
         measured = timed_epoch(torch, step, sampler, 1, recorder, args.ranks, repeats=args.repeats)
         results[name] = {"measured": measured, "predicted": sampler.plan(1).stats()["sync_efficiency"]}
         if recorder is not None:
