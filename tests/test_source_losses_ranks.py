@@ -58,3 +58,35 @@ def test_without_a_process_group_all_ranks_is_this_processs_own():
     logits, labels = torch.zeros(1, 4, 3), torch.tensor([[0, 1, 2, 0]])
     losses.add(logits, {"labels": labels, "source": torch.tensor([0])})
     assert losses.means(reset=False, all_ranks=True) == losses.means(reset=False)
+
+
+@pytest.mark.multiprocess  # torchrun, 2 processes
+def test_the_hf_trainer_under_torchrun_logs_each_source_every_rank_trained(tmp_path):
+    """The real Trainer, 2 processes, GA 2: every log line's loss/<source> keys are the sources some rank
+    trained a label of in that optimizer step (before: rank 0's alone, missing sources only rank 1 had)."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("transformers")
+    here = Path(__file__).parent
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(here)}
+    done = subprocess.run(
+        [*command, str(here / "_hf_mixture_run.py"), str(tmp_path)], env=env, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    log = [line for line in ranks[0]["log"] if "loss" in line and "grad_norm" in line]
+    source = {r: ("chat" if r < 90 else "code") for r in range(150)}
+    differing = 0
+    for step, line in enumerate(log):
+        trained = set()
+        for rank in ranks:
+            for batch in rank["micro_batches"][2 * step : 2 * step + 2]:
+                trained |= {source[r] for r in batch}  # every row has ≥ 2 tokens: a label to train
+        mine = {source[r] for batch in ranks[0]["micro_batches"][2 * step : 2 * step + 2] for r in batch}
+        differing += mine != trained
+        assert {k.removeprefix("loss/") for k in line if k.startswith("loss/")} == trained, f"step {step}: {line}"
+    assert differing > 0, "no step where rank 1 trained a source rank 0 did not: the test shows nothing"
