@@ -55,7 +55,7 @@ LOWEST := .venv-lowest
 ADAPTER_TESTS := tests/test_hf.py tests/test_trainer.py tests/test_trainer_worlds.py tests/test_trainer_settings.py \
 	tests/test_trainer_text.py \
 	tests/test_accelerate.py tests/test_clients_resume.py tests/test_torch_recipes.py tests/test_state_rows.py \
-	tests/test_position.py
+	tests/test_position.py tests/test_resume_epoch.py tests/test_client_versions.py tests/test_source_losses_ranks.py
 # The same torch as .venv's (linked from it by tests/_lowest_venv.py, not downloaded again); an install
 # interrupted by the network is tried again, twice.
 LOWEST_INSTALL := $(LOWEST)/bin/pip install --quiet -r tests/clients-lowest.txt \
