@@ -23,6 +23,7 @@
 //! by an earlier run of the same data and settings is that plan, and is used.
 
 mod file;
+mod open;
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
@@ -69,7 +70,7 @@ impl Planner {
             .truncate(false)
             .write(true)
             // A FIFO at the lock's name would block here (`file::open_regular`).
-            .custom_flags(file::NONBLOCK)
+            .custom_flags(open::NONBLOCK)
             .open(&lock_path)
             .map_err(io(&lock_path, "open the lock file"))?;
         if !lock.metadata().is_ok_and(|m| m.is_file()) {
