@@ -75,9 +75,12 @@ class Keys:
         return Keys(self.schedule, (*(p for p in self.prices if p[0] < epoch), (epoch, price)), self._priced)
 
     def with_prices(self, prices: Prices) -> Keys:
-        """These keys with ``prices`` instead (each checked by the planner before anything is returned)."""
+        """These keys with ``prices`` instead, each checked against the settings first (a ``PlanError``
+        naming it); a price's planner is built when an epoch it prices is planned (a run refitted every
+        epoch records one price an epoch: building them all at a resume would cost a planner each)."""
+        config = self.schedule.config
         for _, price in prices:
-            self.priced(price)
+            config.replace(rank_cost=price)
         return Keys(self.schedule, prices, self._priced)
 
     def same_from(self, epoch: int) -> bool:
