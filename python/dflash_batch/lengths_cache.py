@@ -20,12 +20,10 @@ because the file is numpy's format, mapped by numpy.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import glob
 import hashlib
 import os
-import stat
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -34,9 +32,13 @@ import numpy as np
 
 import dflash_batch._core as _core
 
+from .sources import regular_file
+
 MAGIC = b"DFLLENS2"
 #: What caches written before the content checksum began with: theirs to rewrite, not to refuse.
 OLD_MAGIC = b"DFLLENS1"
+#: The fix a refusal of a FIFO, socket or device at the cache's (or its lock's) name names.
+_NOT_REGULAR = "remove it, or pass another cache="
 #: The magic word, a SHA-256 digest of the source and the data's CRC-32 (8 bytes, little-endian), after
 #: the array.
 TRAILER = len(MAGIC) + 32 + 8
@@ -59,7 +61,9 @@ def cached(path: str | os.PathLike[str], key: bytes, read: Callable[[], np.ndarr
     is missing or was written for another key; a read-only ``numpy.memmap`` of the file."""
     path = os.path.abspath(os.fspath(path))
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with _regular(path + ".lock", os.O_WRONLY | os.O_CREAT | os.O_APPEND) as lock:
+    if os.path.lexists(path + ".lock"):
+        regular_file(path + ".lock", _NOT_REGULAR)  # a FIFO would block the open below
+    with open(path + ".lock", "ab") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
         found = _mapped(path, key)
         if found is None:
@@ -77,7 +81,8 @@ def _mapped(path: str, key: bytes) -> np.ndarray | None:
         size = os.path.getsize(path)
     except FileNotFoundError:
         return None
-    with _regular(path, os.O_RDONLY) as file:
+    regular_file(path, _NOT_REGULAR)
+    with open(path, "rb") as file:
         file.seek(max(size - TRAILER, 0))
         trailer = file.read(TRAILER)
         file.seek(max(size - (len(OLD_MAGIC) + 32), 0))
@@ -103,25 +108,6 @@ def _mapped(path: str, key: bytes) -> np.ndarray | None:
             "changed byte: disk or memory corruption, or an edit); delete it and read the lengths again"
         )
     return lengths
-
-
-def _regular(path: str, flags: int) -> Any:
-    """``path`` opened without blocking (binary), or ``DataError`` unless it is a regular file: a FIFO at
-    the cache's or its lock's name would block ``open`` until a writer or reader came."""
-    refused = _core.DataError(
-        f"{path} is not a regular file (a FIFO, socket or device); remove it or pass another cache="
-    )
-    try:
-        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
-    except OSError as error:
-        if error.errno == errno.ENXIO:  # a FIFO opened for writing without a reader
-            raise refused from None
-        raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise refused
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "ab" if flags & os.O_WRONLY else "rb")
 
 
 def _checksum(lengths: np.ndarray) -> bytes:
