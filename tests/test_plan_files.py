@@ -25,47 +25,40 @@ def plan_file(plan_dir) -> str:
     return next(os.path.join(plan_dir, n) for n in os.listdir(plan_dir) if n.endswith(".plan"))
 
 
-def test_a_fifo_at_the_plan_files_name_is_refused_not_waited_on(tmp_path):
-    """Run in a child under a time limit: the hang this regresses would otherwise hang the suite."""
-    first = sampler(tmp_path)
-    first.plan(0)
-    path = plan_file(tmp_path)
-    os.remove(path)
-    os.mkfifo(path)
+def plan_in_a_child(plan_dir, epoch: int) -> str:
+    """What a child process planning ``epoch`` in ``plan_dir`` prints: the refusal's type and message. In a
+    child under a time limit: the hang these tests regress would otherwise hang the suite."""
     code = textwrap.dedent(
         f"""
         import dflash_batch as db
-        s = db.BucketSampler(db.seed_workload(3000, seed=1), max_tokens=16384, plan_dir={str(tmp_path)!r})
+        s = db.BucketSampler(db.seed_workload(3000, seed=1), max_tokens=16384, plan_dir={str(plan_dir)!r})
         try:
-            s.plan(0)
-        except db.DataError as error:
-            print("DataError", error)
-        """
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.startswith("DataError") and "not a regular file" in done.stdout, done.stdout
-
-
-def test_a_fifo_at_the_locks_name_is_refused(tmp_path):
-    first = sampler(tmp_path)
-    first.plan(0)
-    lock = next(os.path.join(tmp_path, n) for n in os.listdir(tmp_path) if n.endswith(".lock"))
-    os.remove(lock)
-    os.mkfifo(lock)
-    code = textwrap.dedent(
-        f"""
-        import dflash_batch as db
-        s = db.BucketSampler(db.seed_workload(3000, seed=1), max_tokens=16384, plan_dir={str(tmp_path)!r})
-        try:
-            s.plan(1)
+            s.plan({epoch})
         except (db.DataError, OSError) as error:
             print(type(error).__name__, error)
         """
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split()[0] in ("DataError", "OSError") and ".lock" in done.stdout, done.stdout
+    return done.stdout
+
+
+def test_a_fifo_at_the_plan_files_name_is_refused_not_waited_on(tmp_path):
+    sampler(tmp_path).plan(0)
+    path = plan_file(tmp_path)
+    os.remove(path)
+    os.mkfifo(path)
+    out = plan_in_a_child(tmp_path, 0)
+    assert out.startswith("DataError") and "not a regular file" in out, out
+
+
+def test_a_fifo_at_the_locks_name_is_refused(tmp_path):
+    sampler(tmp_path).plan(0)
+    lock = next(os.path.join(tmp_path, n) for n in os.listdir(tmp_path) if n.endswith(".lock"))
+    os.remove(lock)
+    os.mkfifo(lock)
+    out = plan_in_a_child(tmp_path, 1)
+    assert out.split()[0] in ("DataError", "OSError") and ".lock" in out, out
 
 
 def test_a_plan_file_truncated_after_mapping_is_a_data_error_not_a_signal(tmp_path):
