@@ -15,12 +15,8 @@ import datasets
 import dflash_batch as db
 import torch
 import transformers
+from _hf_rows import rows, rows_of, tiny_llama
 from dflash_batch.hf import BucketTrainer
-
-
-def rows(first: int, count: int, longest: int) -> datasets.Dataset:
-    ids = [[1 + r // 100, 1 + r % 100] + [3] * ((r * 7) % longest) for r in range(first, first + count)]
-    return datasets.Dataset.from_dict({"input_ids": ids})
 
 
 def main() -> None:
@@ -32,20 +28,15 @@ def main() -> None:
 
     class Recording(BucketTrainer):
         def training_step(self, model, inputs, *args, **kwargs):
-            ids = inputs["input_ids"]
-            seen.append([int(ids[r, 0] - 1) * 100 + int(ids[r, 1]) - 1 for r in range(len(ids))])
+            seen.append(rows_of(inputs["input_ids"]))
             return super().training_step(model, inputs, *args, **kwargs)
 
-    config = transformers.LlamaConfig(
-        vocab_size=128, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=2,
-    )  # fmt: skip
     args = transformers.TrainingArguments(
         output_dir=out, num_train_epochs=1, gradient_accumulation_steps=2, logging_steps=1, report_to=[],
         use_cpu=True, save_strategy="no", ddp_backend="gloo",
     )  # fmt: skip
     trainer = Recording(
-        model=transformers.LlamaForCausalLM(config), args=args, store=mix, sampler={"max_tokens": 96, "seed": 3},
+        model=tiny_llama(), args=args, store=mix, sampler={"max_tokens": 96, "seed": 3},
         train_dataset=datasets.concatenate_datasets([chat, code]),
     )  # fmt: skip
     trainer.train()

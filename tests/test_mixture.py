@@ -417,11 +417,8 @@ def test_the_hf_trainer_trains_the_mixtures_plan_and_logs_each_sources_loss(tmp_
     pytest.importorskip("transformers")
     import datasets
     import transformers
+    from _hf_rows import rows, rows_of, tiny_llama
     from dflash_batch.hf import BucketTrainer
-
-    def rows(first: int, count: int, longest: int) -> datasets.Dataset:  # tokens 1 + r // 100, 1 + r % 100, ...
-        ids = [[1 + r // 100, 1 + r % 100] + [3] * ((r * 7) % longest) for r in range(first, first + count)]
-        return datasets.Dataset.from_dict({"input_ids": ids})
 
     chat, code = rows(0, 90, 20), rows(90, 60, 40)
     mix = db.Mixture({"chat": (db.TokenStore(chat), 0.3), "code": (db.TokenStore(code), 0.7)}, unit="samples")
@@ -429,21 +426,15 @@ def test_the_hf_trainer_trains_the_mixtures_plan_and_logs_each_sources_loss(tmp_
 
     class Recording(BucketTrainer):
         def training_step(self, model, inputs, *args, **kwargs):
-            ids = inputs["input_ids"]
-            rows = [int(ids[r, 0] - 1) * 100 + int(ids[r, 1]) - 1 for r in range(len(ids))]
-            seen.append((self.bucket_sampler.epoch, rows))
+            seen.append((self.bucket_sampler.epoch, rows_of(inputs["input_ids"])))
             return super().training_step(model, inputs, *args, **kwargs)
 
-    config = transformers.LlamaConfig(
-        vocab_size=128, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=2,
-    )  # fmt: skip
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path), num_train_epochs=2, gradient_accumulation_steps=2, logging_steps=1,
         report_to=[], use_cpu=True, save_strategy="no",
     )  # fmt: skip
     trainer = Recording(
-        model=transformers.LlamaForCausalLM(config), args=args, store=mix, sampler={"max_tokens": 128, "seed": 3},
+        model=tiny_llama(), args=args, store=mix, sampler={"max_tokens": 128, "seed": 3},
         train_dataset=datasets.concatenate_datasets([chat, code]),
     )  # fmt: skip
     trainer.train()
