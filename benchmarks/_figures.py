@@ -7,7 +7,7 @@ whose text is that key's value in that format (rendered, only the value shows). 
 benchmarks/_figures.py`` rewrites every marker's text from the JSON; ``--check`` lists the ones that
 differ (``tests/test_docs_figures.py`` runs it, and recomputes the figures that are not timings). So no
 figure in the docs is typed by hand. The settings table of ``docs/usage.md`` is rewritten here too, from
-the settings' one declaration (:mod:`dflash_batch.settings`)."""
+the settings' one declaration (:mod:`dflash_batch.planning.settings`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dflash_batch import settings
+from dflash_batch.tools import docs
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "docs" / "figures.json"
@@ -116,8 +116,8 @@ def main() -> None:
     for page in pages():
         text = page.read_text()
         new = render(text, figures)
-        if settings.START in new:  # the settings table, from the one declaration
-            new = settings.written(new)
+        if docs.START in new:  # the settings table, from the one declaration
+            new = docs.written(new)
         if text != new:
             page.write_text(new)
             print(f"updated {page.relative_to(ROOT)}")

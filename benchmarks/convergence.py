@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import dflash_batch as db
 import numpy as np
 from _corpus import Corpus, build, write_store
-from dflash_batch import baselines
+from dflash_batch.tools import baselines
 
 STRATEGIES = ("sorted", "shuffle", "seed_buckets", "dflash_padded", "dflash_packed", "hf_rebalance")
 ACCUMULATION = 4

@@ -33,7 +33,7 @@ import dflash_batch as db
 import numpy as np
 from _figures import write
 from _timing import timings
-from dflash_batch import metrics
+from dflash_batch.tools import metrics
 
 CAPACITY = 16384
 WORLD = 8

@@ -28,7 +28,7 @@ import dflash_batch as db
 import numpy as np
 from _figures import write
 from _timing import timings
-from dflash_batch import baselines
+from dflash_batch.tools import baselines
 
 MAX_TOKENS = 16384
 WORLD = 8

@@ -26,7 +26,7 @@ import time
 import dflash_batch as db
 import numpy as np
 from _tokens import token_store
-from dflash_batch import baselines
+from dflash_batch.tools import baselines
 
 WORLD = 8
 #: (hidden, intermediate, layers, heads, vocab): ~200M parameters, or a tiny model for the dry run.

@@ -187,7 +187,7 @@ def run_source(case, paths):
 
 
 def run_cli(case, paths):
-    from dflash_batch import cli
+    from dflash_batch.tools import cli
 
     argv = [paths.get(a[1:], a) if a.startswith("@") else a for a in case["argv"]]
     out, err = io.StringIO(), io.StringIO()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import dflash_batch as db
-import dflash_batch.metrics
+import dflash_batch.tools.metrics
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -201,7 +201,7 @@ def test_sync_efficiency_matches_the_definition(settings):
     assert (stats["sync_efficiency"], stats["sync_efficiency_step"]) == pytest.approx((micro, step), rel=1e-9)
     assert stats["sync_efficiency_step"] >= stats["sync_efficiency"] - 1e-12
     if not packed:
-        got = db.metrics.sync_efficiency(
+        got = dflash_batch.tools.metrics.sync_efficiency(
             LENGTHS, plan.indices, plan.offsets, 8, settings.get("accumulation", 4), cost=(a, b)
         )
         assert got == pytest.approx((micro, step), rel=1e-9)

@@ -1,4 +1,4 @@
-"""The Loader's host blocks (dflash_batch.blocks): a CPU batch is never rewritten while any way of holding
+"""The Loader's host blocks (dflash_batch.loading.blocks): a CPU batch is never rewritten while any way of holding
 it lives, with torch's storage use counts and without them."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from _arrow import token_rows, token_table, write_ipc
 
 torch = pytest.importorskip("torch")
-from dflash_batch import blocks  # noqa: E402  (imports torch)
+from dflash_batch.loading import blocks  # noqa: E402  (imports torch)
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ from pathlib import Path
 import dflash_batch as db
 import numpy as np
 import pytest
-from dflash_batch import price_fit
-from dflash_batch.price_fit import MIN_RECORDS, robust_fit
+from dflash_batch.pricing import price_fit
+from dflash_batch.pricing.price_fit import MIN_RECORDS, robust_fit
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 

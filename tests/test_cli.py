@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from dflash_batch.cli import main
+from dflash_batch.tools.cli import main
 
 
 def test_demo_prints_plan_and_baselines(capsys):
@@ -227,7 +227,7 @@ def test_a_closed_pipe_ends_quietly():
     import subprocess
     import sys
 
-    command = [sys.executable, "-m", "dflash_batch.cli", "analyze", "--demo", "--samples", "20000", "--json"]
+    command = [sys.executable, "-m", "dflash_batch.tools.cli", "analyze", "--demo", "--samples", "20000", "--json"]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert child.stdout is not None and child.stderr is not None
     child.stdout.close()  # the reader is gone before a byte is written

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dflash_batch as db
 import numpy as np
 import pytest
-from dflash_batch.cost import fit_cost
+from dflash_batch.pricing.cost import fit_cost
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -5,8 +5,8 @@ in ``plan.stats()`` and ``metrics.end_to_end``, against a numpy reference on sma
 from __future__ import annotations
 
 import dflash_batch as db
-import dflash_batch.baselines
-import dflash_batch.metrics
+import dflash_batch.tools.baselines
+import dflash_batch.tools.metrics
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -63,7 +63,7 @@ def test_stats_and_metrics_equal_the_definition(lengths, world, accumulation, pa
     stats = plan.stats()
     assert stats["end_to_end_efficiency"] == pytest.approx(micro, rel=1e-9)
     assert stats["end_to_end_efficiency_step"] == pytest.approx(step, rel=1e-9)
-    scored = db.metrics.end_to_end(
+    scored = dflash_batch.tools.metrics.end_to_end(
         lengths, plan.indices, plan.offsets, world, accumulation, cost=cost, capacity=capacity
     )
     assert scored == pytest.approx((micro, step), rel=1e-9)
@@ -76,9 +76,9 @@ def test_stats_and_metrics_equal_the_definition(lengths, world, accumulation, pa
 def test_sorted_static_batches_score_about_their_padding_efficiency():
     lengths = db.seed_workload(20_000, seed=1)
     order = np.argsort(lengths, kind="stable")
-    cut = db.baselines.cut(lengths, order, max_tokens=16384)
-    end = db.metrics.end_to_end(lengths, *cut, 8, 4)
-    efficiency = db.baselines.efficiency(lengths, *cut)
+    cut = dflash_batch.tools.baselines.cut(lengths, order, max_tokens=16384)
+    end = dflash_batch.tools.metrics.end_to_end(lengths, *cut, 8, 4)
+    efficiency = dflash_batch.tools.baselines.efficiency(lengths, *cut)
     # Neighbouring sorted batches cost nearly the same: the ranks barely wait.
     assert efficiency - 0.01 < end[0] <= efficiency and efficiency - 0.01 < end[1] <= efficiency
 
@@ -86,9 +86,9 @@ def test_sorted_static_batches_score_about_their_padding_efficiency():
 def test_a_packed_row_over_its_capacity_is_refused():
     lengths = np.array([10, 10, 10, 10])
     with pytest.raises(db.PlanError, match="more tokens than capacity"):
-        db.metrics.end_to_end(lengths, np.arange(4), np.array([0, 3, 4]), 2, capacity=20)
+        dflash_batch.tools.metrics.end_to_end(lengths, np.arange(4), np.array([0, 3, 4]), 2, capacity=20)
     with pytest.raises(db.PlanError):
-        db.metrics.end_to_end(lengths, np.arange(4), np.array([0, 2, 4]), 0)
+        dflash_batch.tools.metrics.end_to_end(lengths, np.arange(4), np.array([0, 2, 4]), 0)
 
 
 def test_the_batch_rebalance_peer_is_what_each_rank_of_hf_iterates():
@@ -99,7 +99,7 @@ def test_the_batch_rebalance_peer_is_what_each_rank_of_hf_iterates():
         pytest.skip("transformers without BatchRebalanceSampler")
     lengths = db.seed_workload(3000, seed=2) // 8 + 1
     world, accumulation = 4, 2
-    order, offsets, _ = db.baselines.batch_rebalance(
+    order, offsets, _ = dflash_batch.tools.baselines.batch_rebalance(
         lengths, world_size=world, accumulation=accumulation, max_tokens=2048, coefficient=1e-4
     )
     batches = [order[offsets[i] : offsets[i + 1]].tolist() for i in range(len(offsets) - 1)]

@@ -71,7 +71,7 @@ def test_row2_analyze_refuses_a_fifo_or_a_device_lengths_file_without_reading_it
     """It hung forever on a FIFO, and read /dev/zero until memory ran out."""
     import os
 
-    from dflash_batch.cli import main
+    from dflash_batch.tools.cli import main
 
     fifo = tmp_path / f"lengths{suffix}"
     os.mkfifo(fifo)

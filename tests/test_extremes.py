@@ -26,7 +26,7 @@ CHILD = textwrap.dedent(
     resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
     import numpy as np
     import dflash_batch as db
-    from dflash_batch import metrics
+    from dflash_batch.tools import metrics
 
     BIG = np.array([2**32 - 6, 3, 2**32 - 2_000_000, 7, 10**6], dtype=np.uint32)
     EXPECTED = (db.PlanError, ValueError, TypeError, MemoryError, IndexError)

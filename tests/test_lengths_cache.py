@@ -12,7 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from _arrow import token_rows, token_table, write_ipc
-from dflash_batch import _core, lengths_cache
+from dflash_batch import _core
+from dflash_batch.data import lengths_cache
 
 
 @pytest.fixture

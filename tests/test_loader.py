@@ -59,7 +59,7 @@ def test_prefetch_past_the_epoch_makes_one_slot_per_step_and_a_ring_past_memory_
     assert len(got) == steps
     largest = max(a.size for a in got)
     assert loader.memory_bytes == (steps + 1) * 4 * largest * 8
-    from dflash_batch import loader as loader_module
+    from dflash_batch.loading import loader as loader_module
 
     monkeypatch.setattr(loader_module, "_physical_memory", lambda: 1000)
     with pytest.raises(MemoryError, match=r"prefetch=2 needs a ring of 3 slots .* lower prefetch"):

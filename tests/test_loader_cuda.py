@@ -9,7 +9,7 @@ import dflash_batch as db
 import numpy as np
 import pytest
 from _loading import as_numpy, make_store, sampler_for, workers
-from dflash_batch.pipeline import _views
+from dflash_batch.loading.pipeline import _views
 
 torch = pytest.importorskip("torch")
 

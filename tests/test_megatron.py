@@ -125,7 +125,7 @@ def test_the_sampler_plans_a_megatron_dataset_and_the_loader_collates_it(tmp_pat
 
 
 def test_analyze_reads_a_megatron_prefix(tmp_path, capsys):
-    from dflash_batch.cli import main
+    from dflash_batch.tools.cli import main
 
     prefix = write_pair(tmp_path / "data_text_document", [np.arange(n % 50 + 1) for n in range(200)])
     assert main(["analyze", prefix, "--batch-size", "8"]) == 0

@@ -128,7 +128,7 @@ SWEEP = textwrap.dedent(
     elif kind == "seed_workload":
         call = lambda: db.seed_workload(samples * 8)
     elif kind in ("churn", "score"):
-        from dflash_batch import metrics
+        from dflash_batch.tools import metrics
         a, b = (db.BucketSampler(lengths, **budget).plan(e) for e in (0, 1))
         if kind == "churn":
             call = lambda: a.churn(b)

@@ -197,7 +197,7 @@ def test_a_file_behind_an_unsearchable_directory_is_a_permission_error(tmp_path,
 
 
 def test_a_ring_too_large_because_of_pad_to_multiple_of_says_so(store, monkeypatch):
-    from dflash_batch import loader as loader_module
+    from dflash_batch.loading import loader as loader_module
 
     monkeypatch.setattr(loader_module, "_physical_memory", lambda: 10**8)
     sampler_ = db.BucketSampler(store.lengths(), batch_size=2, pad_to_multiple_of=2**20)

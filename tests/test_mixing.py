@@ -123,7 +123,7 @@ def test_accumulation_is_validated():
 
 
 def test_metrics_of_any_csr_agree_with_plan_stats():
-    from dflash_batch import metrics
+    from dflash_batch.tools import metrics
 
     lengths = db.seed_workload(30_000)
     sampler = db.BucketSampler(lengths, max_tokens=16384, world_size=4, rank=0, accumulation=2)
@@ -143,7 +143,7 @@ def test_window_tv_of_lengths_near_the_u32_limit():
     """Two samples of ~2^32 tokens hold nearly all the mass, in deciles 2 and 7 (the middles of their
     token mass fall at ~25% and ~75%); the short ones are in decile 0. Deciles were a table over every
     length up to the longest: 36 GB here, an abort."""
-    from dflash_batch import metrics
+    from dflash_batch.tools import metrics
 
     lengths = np.array([2**32 - 6, 3, 2**32 - 2_000_000, 7, 10**6], dtype=np.uint32)
     share = lengths.astype(np.float64) / lengths.astype(np.float64).sum()
@@ -159,7 +159,7 @@ def test_window_tv_of_lengths_near_the_u32_limit():
 
 
 def test_metrics_refuse_malformed_csr():
-    from dflash_batch import metrics
+    from dflash_batch.tools import metrics
 
     lengths = np.array([5, 6, 7])
     with pytest.raises(ValueError, match="offsets must start at 0"):

@@ -419,7 +419,7 @@ def test_the_current_epochs_plan_is_released_before_its_successor_is_planned():
     cursor's own reference to the previous plan must be gone when the next one is planned."""
     import weakref
 
-    from dflash_batch.cursor import Cursor
+    from dflash_batch.planning.cursor import Cursor
 
     class Plan:
         steps = 1

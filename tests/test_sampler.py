@@ -7,7 +7,7 @@ import pickle
 import threading
 
 import dflash_batch as db
-import dflash_batch.metrics
+import dflash_batch.tools.metrics
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -66,9 +66,9 @@ def test_offsets_are_uint32_in_memory_and_in_a_shared_plan(tmp_path):
 
 def test_metrics_refuse_offsets_a_plan_cannot_hold():
     lengths, order = np.array([5, 6], dtype=np.uint32), np.array([0, 1], dtype=np.uint32)
-    assert dflash_batch.metrics.efficiency(lengths, order, np.array([0, 2], dtype=np.int64)) == 11 / 12
+    assert dflash_batch.tools.metrics.efficiency(lengths, order, np.array([0, 2], dtype=np.int64)) == 11 / 12
     with pytest.raises(ValueError, match=r"offsets reach 4,294,967,296, past the 4,294,967,295 entries"):
-        dflash_batch.metrics.efficiency(lengths, order, np.array([0, 2**32], dtype=np.int64))
+        dflash_batch.tools.metrics.efficiency(lengths, order, np.array([0, 2**32], dtype=np.int64))
 
 
 def test_plan_arrays_are_rust_owned_read_only_and_not_copied():

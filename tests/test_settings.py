@@ -13,7 +13,8 @@ from pathlib import Path
 import dflash_batch as db
 import dflash_batch._core as _core
 import pytest
-from dflash_batch import settings
+from dflash_batch.planning import settings
+from dflash_batch.tools import docs
 
 ROOT = Path(__file__).resolve().parent.parent
 OWN = ("lengths", "rank", "column", "check_ranks", "plan_dir")  # the sampler's own arguments, not planning settings
@@ -63,7 +64,7 @@ def test_an_unknown_setting_is_named_with_the_declared_ones():
 
 def test_the_docs_table_is_the_declaration():
     page = (ROOT / "docs/usage.md").read_text()
-    assert settings.written(page) == page, "run: python benchmarks/_figures.py"
+    assert docs.written(page) == page, "run: python benchmarks/_figures.py"
     for s in settings.SETTINGS:
         assert f"| `{s['name']}` | `{s['default']}` |" in page
 

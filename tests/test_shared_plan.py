@@ -255,7 +255,7 @@ def test_exit_waits_for_the_plan_being_made_ahead(tmp_path):
 def test_exit_waits_a_bounded_time_for_a_plan_another_process_holds_up(tmp_path):
     # Another process of the machine holds the directory's lock (it plans, or it hangs): exit waits
     # _EXIT_WAIT_S for the plan being made ahead, then says so and leaves.
-    short_wait = "import dflash_batch as db\ndb.schedule._EXIT_WAIT_S = 0.5"
+    short_wait = "import dflash_batch as db\nimport dflash_batch.base.runtime as runtime\nruntime._EXIT_WAIT_S = 0.5"
     child = _EXIT_CHILD.replace("import dflash_batch as db", short_wait)
     same = db.BucketSampler(db.seed_workload(50_000, seed=7), max_tokens=16384, world_size=8)
     fingerprint = same.schedule.fingerprint

@@ -317,10 +317,10 @@ def _strict(text: str) -> object:
 
 
 def test_row9_demo_json_is_the_demos_figures_as_strict_json():
-    from dflash_batch.cli import main
+    from dflash_batch.tools.cli import main
 
     out = subprocess.run(
-        [sys.executable, "-c", "import sys; from dflash_batch.cli import main; sys.exit(main(sys.argv[1:]))",
+        [sys.executable, "-c", "import sys; from dflash_batch.tools.cli import main; sys.exit(main(sys.argv[1:]))",
          "demo", "--json", "--samples", "5000", "--epochs", "2"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -335,7 +335,7 @@ def test_row9_demo_json_is_the_demos_figures_as_strict_json():
 
 @pytest.mark.parametrize("suffix", [".txt", ".npy"])
 def test_row9_analyze_one_sample_with_json_is_strict_json(tmp_path, suffix, capsys):
-    from dflash_batch.cli import main
+    from dflash_batch.tools.cli import main
 
     path = tmp_path / f"one{suffix}"
     if suffix == ".npy":
@@ -348,7 +348,7 @@ def test_row9_analyze_one_sample_with_json_is_strict_json(tmp_path, suffix, caps
 
 
 def test_row9_analyze_refuses_both_sizes(tmp_path, capsys):
-    from dflash_batch.cli import main
+    from dflash_batch.tools.cli import main
 
     path = tmp_path / "l.txt"
     path.write_text("5\n6\n")
@@ -357,7 +357,7 @@ def test_row9_analyze_refuses_both_sizes(tmp_path, capsys):
 
 
 def test_row9_analyze_refuses_a_fifo_without_opening_it(tmp_path, capsys):
-    from dflash_batch.cli import main
+    from dflash_batch.tools.cli import main
 
     fifo = tmp_path / "lengths.txt"
     os.mkfifo(fifo)

@@ -10,7 +10,7 @@ import re
 import dflash_batch as db
 import numpy as np
 import pytest
-from dflash_batch import metrics
+from dflash_batch.tools import metrics
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 

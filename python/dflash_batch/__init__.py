@@ -11,16 +11,17 @@ milliseconds, reproducible from ``(seed, epoch)``, with equal step counts on eve
 """
 
 from ._core import DataError, Error, Plan, PlanError, __version__
-from .calibration import Calibration, StepTimer
-from .collate import Collator, collate, collate_packed
-from .context_parallel import context_parallel_shard, shard_index
-from .cost import CostFit, measure_cost
-from .loader import Loader
-from .mixture import Mixture
-from .per_source import SourceLosses
-from .reading import TokenStore, read_documents, read_lengths
-from .sampler import BucketSampler
-from .workload import SEED_SAMPLES, seed_mixture, seed_workload
+from .adapters import clients as _clients  # noqa: F401  (registers what clients publish: base/clients.py)
+from .data.mixture import Mixture
+from .data.reading import TokenStore, read_documents, read_lengths
+from .data.workload import SEED_SAMPLES, seed_mixture, seed_workload
+from .loading.collate import Collator, collate, collate_packed
+from .loading.context_parallel import context_parallel_shard, shard_index
+from .loading.loader import Loader
+from .planning.sampler import BucketSampler
+from .pricing.calibration import Calibration, StepTimer
+from .pricing.cost import CostFit, measure_cost
+from .pricing.per_source import SourceLosses
 
 __all__ = [
     "SEED_SAMPLES",

@@ -26,9 +26,9 @@ import accelerate
 from accelerate.data_loader import DataLoaderStateMixin
 from accelerate.state import GradientState
 
-from ..batches import GlobalBatches
-from ..loader import Loader
-from ..sampler import BucketSampler
+from ..loading.loader import Loader
+from ..planning.batches import GlobalBatches
+from ..planning.sampler import BucketSampler
 from .versions import require
 
 require(accelerate)

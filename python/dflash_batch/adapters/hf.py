@@ -51,16 +51,16 @@ import transformers
 from transformers import Trainer
 from transformers.trainer_utils import get_last_checkpoint
 
-from .. import checkpoint
 from .._core import PlanError
-from ..calibration import StepTimer
-from ..collate import Collator
-from ..loader import Loader
-from ..mixture import Mixture
-from ..per_source import SourceLosses
-from ..reading import TokenStore
-from ..sampler import BucketSampler
-from ..sources import refuse_collections_and_streams
+from ..data.mixture import Mixture
+from ..data.reading import TokenStore
+from ..data.sources import refuse_collections_and_streams
+from ..loading.collate import Collator
+from ..loading.loader import Loader
+from ..planning import checkpoint
+from ..planning.sampler import BucketSampler
+from ..pricing.calibration import StepTimer
+from ..pricing.per_source import SourceLosses
 from . import hf_checks
 from .hf_calibration import Calibrate, timer_of
 from .hf_checkpoints import STATE_FILE, Checkpoints, saved_state

@@ -13,7 +13,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from .._core import PlanError
-from ..calibration import StepTimer
+from ..pricing.calibration import StepTimer
 
 
 def timer_of(value: Any, sampler: Any) -> StepTimer | None:

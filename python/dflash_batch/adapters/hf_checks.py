@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from .._core import PlanError
-from ..collate import collate
-from ..reading import MASK_COLUMNS, TokenStore
+from ..data.reading import MASK_COLUMNS, TokenStore
+from ..loading.collate import collate
 
 #: Rows of ``train_dataset`` whose tokens are compared with the store's (evenly spaced, first and last).
 SAMPLED_ROWS = 16

@@ -20,8 +20,8 @@ import lightning
 from lightning.pytorch.callbacks import Callback
 
 from .._core import PlanError
-from ..calibration import StepTimer
-from ..sampler import BucketSampler
+from ..planning.sampler import BucketSampler
+from ..pricing.calibration import StepTimer
 from .versions import require
 
 require(lightning)

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..collate import collate, collate_packed
-from ..reading import TokenStore
-from ..sampler import BucketSampler
+from ..data.reading import TokenStore
+from ..loading.collate import collate, collate_packed
+from ..planning.sampler import BucketSampler
 
 __all__ = ["Rows", "StoreCollator", "loader", "resume_epoch"]
 
@@ -39,7 +39,7 @@ def resume_epoch(state: Any) -> int:
     states of different epochs.
     """
     from .._core import PlanError
-    from ..checkpoint import REQUIRED
+    from ..planning.checkpoint import REQUIRED
 
     epochs = {found["epoch"] for found in _sampler_states(state, REQUIRED)}
     if len(epochs) == 1:

@@ -1,6 +1,6 @@
 //! The Arrow readers' binding: `read_lengths` and `TokenStore`, over files or a table in memory.
 //! Files are given as a list of paths; resolving directories, globs and `datasets` objects into that
-//! list (or table) is Python's job (`dflash_batch/sources.py`).
+//! list (or table) is Python's job (`dflash_batch/data/sources.py`).
 
 use std::path::PathBuf;
 

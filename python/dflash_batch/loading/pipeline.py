@@ -1,6 +1,6 @@
 """The Loader's moving parts: one epoch's worker thread and its slots (``Pipeline``), and how a collated
 slot reaches the trainer (``HostTransfer`` on the CPU, ``CudaTransfer`` to a GPU). See
-:mod:`dflash_batch.loader` for the design; this module holds no planning or collation of its own.
+:mod:`dflash_batch.loading.loader` for the design; this module holds no planning or collation of its own.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+
+from ..base import runtime
 
 _END = object()
 _STOP = object()
@@ -48,8 +50,7 @@ class Pipeline:
         self._ahead: Any = None  # the next ready batch, its copy started; or an end or failure
         self._closed = False
         self._pid = os.getpid()  # its worker thread lives in this process only
-        self.thread = threading.Thread(target=self._work, name="dflash-batch-loader", daemon=True)
-        self.thread.start()
+        self.thread = runtime.thread(self._work, "dflash-batch-loader")
 
     def _work(self) -> None:
         step = -1

@@ -1,8 +1,7 @@
 """The planning settings of :class:`~dflash_batch.BucketSampler`, as the core's binding declares them once
 (``dflash_batch._core.SETTINGS``: name, type, default, range, doc). The sampler's docstring and the settings
-table of ``docs/usage.md`` are written from it; ``tests/test_settings.py`` checks the sampler's signature,
-``Config``'s and the stubs against it. ``python benchmarks/_figures.py`` (``make figures``) rewrites the
-table between its markers.
+table of ``docs/usage.md`` (:mod:`dflash_batch.tools.docs`) are written from it; ``tests/test_settings.py``
+checks the sampler's signature, ``Config``'s and the stubs against it.
 """
 
 from __future__ import annotations
@@ -15,8 +14,6 @@ import dflash_batch._core as _core
 
 #: The declaration: one dict per setting, in the order of the signature and of checkpoints.
 SETTINGS: tuple[dict[str, str], ...] = tuple(_core.SETTINGS)
-
-START, END = "<!--settings-->", "<!--/settings-->"
 
 
 def names() -> tuple[str, ...]:
@@ -47,21 +44,3 @@ def docstring(indent: int = 8) -> str:
         wrapped = textwrap.wrap(entry, width=112, subsequent_indent=" " * 4)
         lines.extend(" " * indent + line for line in wrapped)
     return "\n".join(lines)
-
-
-def table() -> str:
-    """The settings as the markdown table of ``docs/usage.md``."""
-    rows = ["| setting | default | accepts | what it does |", "|---|---|---|---|"]
-    for s in SETTINGS:
-        doc = s["doc"].replace("|", "\\|")
-        rows.append(f"| `{s['name']}` | `{s['default']}` | {s['range']} | {doc} |")
-    return "\n".join(rows)
-
-
-def written(page: str) -> str:
-    """``page`` with the table between its markers replaced by :func:`table`."""
-    if START not in page or END not in page:
-        raise ValueError(f"the page has no {START} ... {END} markers for the settings table")
-    head, rest = page.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{START}\n{table()}\n{END}{tail}"

@@ -21,8 +21,8 @@ import numpy as np
 
 import dflash_batch._core as _core
 
-from ._arguments import _length_chunks
-from ._errors import invalid_setting
+from ..base.arguments import _length_chunks
+from ..base.errors import invalid_setting
 from .reading import TokenStore
 from .sources import is_source
 

@@ -20,14 +20,15 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ._core import PlanError
+from .._core import PlanError
+from ..base.clients import Reader, register
 
 #: How many ``batch_sampler`` links a prepared loader's chain can have (shard, skip, the sampler).
 _DEPTH = 4
 
 
-def accelerate_reader(target: Any, global_view: type) -> str | None:
-    """``"accelerate"`` when accelerate's active prepared loader iterates ``target`` (a sampler) or a
+def accelerate_reader(target: Any, global_view: type) -> Reader | None:
+    """accelerate's :class:`Reader` when its active prepared loader iterates ``target`` (a sampler) or a
     ``global_view`` of it, else ``None``; raises ``PlanError`` for a sharding that would lose samples."""
     state_module = sys.modules.get("accelerate.state")
     loader_module = sys.modules.get("accelerate.data_loader")
@@ -52,7 +53,7 @@ def accelerate_reader(target: Any, global_view: type) -> str | None:
     for shard in chain:
         if shard_type is not None and isinstance(shard, shard_type):
             _check_shard(shard, target, bare=chain[-1] is target)
-    return "accelerate"
+    return Reader("accelerate", READS_AHEAD.format(client="accelerate"))
 
 
 def _check_shard(shard: Any, sampler: Any, *, bare: bool) -> None:
@@ -84,3 +85,6 @@ READS_AHEAD = (
     "accelerator.save_state then saves it exactly) instead of registering the sampler, or pass "
     "state_dict(step=<micro-batches trained this epoch>)"
 )
+
+
+register(accelerate_reader)

@@ -1,9 +1,9 @@
-"""``Cursor``: where training is in a :class:`~dflash_batch.schedule.Schedule` — the one object that owns the
+"""``Cursor``: where training is in a :class:`~dflash_batch.planning.schedule.Schedule` — the one object that owns the
 position — and ``Run``, one iteration of an epoch.
 
 The position is the epoch, the steps of it handed to the training loop, whether the next iteration
 resumes at that step (after ``load_state_dict`` or ``skip``), and, after a resume on another number of
-ranks, where that epoch came from (a typed :class:`~dflash_batch.checkpoint.Origin`). The sampler's
+ranks, where that epoch came from (a typed :class:`~dflash_batch.planning.checkpoint.Origin`). The sampler's
 iterator, the :class:`~dflash_batch.Loader` and every adapter drive the same protocol; none keeps a copy:
 
 * ``begin()`` starts an iteration of the current epoch — at the resumed step, else at 0 — as a
@@ -17,7 +17,7 @@ iterator, the :class:`~dflash_batch.Loader` and every adapter drive the same pro
 * ``state_dict(step=None)`` records the steps handed out (or ``step``, what the loop says it trained);
 * ``price_from(epoch, (a, b))`` balances the ranks of epochs from ``epoch`` on by that price (a cost refitted
   from step times: :class:`~dflash_batch.StepTimer`), never an epoch already begun. The prices are part of
-  every epoch's plan key (:class:`~dflash_batch.plan_key.Keys`, held whole and swapped whole): an epoch is
+  every epoch's plan key (:class:`~dflash_batch.planning.plan_key.Keys`, held whole and swapped whole): an epoch is
   planned by ``schedule_at(epoch)``, and checkpoints, copies and resumes carry the prices, so every epoch —
   an elastic origin and the epoch carrying its rest included — is planned as it was trained.
 
@@ -31,11 +31,11 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from .._core import Plan, PlanError
+from ..base.clients import Reader
+from ..base.errors import invalid_setting
 from . import checkpoint
-from ._core import Plan, PlanError
-from ._errors import invalid_setting
 from .checkpoint import Origin
-from .clients import READS_AHEAD
 from .plan_key import Keys, Prices, encode_prices, state_prices
 from .schedule import Schedule
 
@@ -54,7 +54,7 @@ class Run:
 
     __slots__ = ("_cursor", "_state", "_why", "plan", "reader", "start", "steps", "token")
 
-    def __init__(self, cursor: Cursor, plan: Plan, start: int, token: int, reader: str | None) -> None:
+    def __init__(self, cursor: Cursor, plan: Plan, start: int, token: int, reader: Reader | None) -> None:
         self._cursor, self.plan, self.start, self.steps, self.token = cursor, plan, start, plan.steps, token
         # A client that reads batches ahead of the training loop (it takes more than were trained).
         self.reader = reader
@@ -133,7 +133,7 @@ class Cursor:
 
     @property
     def keys(self) -> Keys:
-        """Every epoch's plan key (:mod:`dflash_batch.plan_key`): the schedule and the prices by epoch."""
+        """Every epoch's plan key (:mod:`dflash_batch.planning.plan_key`): the schedule and the prices by epoch."""
         return self._keys
 
     def schedule_at(self, epoch: int) -> Schedule:
@@ -186,7 +186,7 @@ class Cursor:
         with self._lock:
             epoch, handed_out, origin, live, keys = self._epoch, self._step, self._origin, self._live, self._keys
         if step is None and live is not None and live.reader is not None:
-            raise PlanError(READS_AHEAD.format(client=live.reader))
+            raise PlanError(live.reader.reads_ahead)
         trained = handed_out if step is None else checkpoint.trained_step(step, handed_out, epoch)
         return checkpoint.encode(keys, epoch, trained, origin)
 
@@ -268,7 +268,7 @@ class Cursor:
 
     # -- iterations -----------------------------------------------------------------------------------
 
-    def begin(self, reader: str | None = None) -> Run:
+    def begin(self, reader: Reader | None = None) -> Run:
         """Starts an iteration of the current epoch (see the module docs); ``reader`` names a client that
         takes its batches ahead of the training loop."""
         with self._lock:

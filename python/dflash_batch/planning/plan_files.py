@@ -15,12 +15,13 @@ that maps them later).
 
 from __future__ import annotations
 
-import atexit
 import fcntl
 import glob
 import os
 import stat
 import threading
+
+from ..base import runtime
 
 #: The users files this process holds a shared lock on, by path: their descriptors.
 _HELD: dict[str, int] = {}
@@ -79,6 +80,5 @@ def _clear_at_exit() -> None:
         os.close(fd)
 
 
-# Registered before schedule.py's own handler (imported first), so it runs after it: the plans being made
-# in the background are finished before their files are removed.
-atexit.register(_clear_at_exit)
+# Released after the plans being made in the background are finished (`base/runtime.py`).
+runtime.release_at_exit(_clear_at_exit)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import invalid_setting
+from ..base.errors import invalid_setting
 
 LAYOUTS = ("zigzag", "contiguous")
 # The arrays of a packed batch that hold one entry per token of the row ([1, C]).

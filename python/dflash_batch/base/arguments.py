@@ -4,15 +4,14 @@ ranks' torch.distributed defaults, and the epoch, step and state values of its m
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from ._core import PlanError
-from ._errors import invalid_setting
+from .._core import PlanError
+from .errors import invalid_setting
+from .ranks import discover
 
 _U64 = 1 << 64
 _U32_MAX = (1 << 32) - 1
@@ -117,7 +116,7 @@ def _default_ranks(world_size: Any, rank: Any) -> tuple[Any, Any]:
     """``world_size`` and ``rank`` with ``None`` taken from torch.distributed (or torchrun's variables);
     the sampler's ``Config`` checks ``world_size``, :func:`_check_rank` the rank against it."""
     if world_size is None or rank is None:
-        default_world, default_rank = _distributed()
+        default_world, default_rank = discover()
         world_size = default_world if world_size is None else world_size
         rank = default_rank if rank is None else rank
     return world_size, rank
@@ -134,7 +133,7 @@ def _check_context_parallel_ranks(context_parallel: Any, world_size: Any, rank: 
         return
     if world_size is not None and rank is not None:
         return
-    processes, _ = _distributed()
+    processes, _ = discover()
     if processes > 1:
         raise invalid_setting(
             "world_size",
@@ -150,25 +149,6 @@ def _check_rank(rank: Any, world_size: int) -> int:
     if not 0 <= rank < world_size:
         raise invalid_setting("rank", f"rank={rank} is invalid for world_size={world_size}; use 0 <= rank < world_size")
     return rank
-
-
-def _distributed() -> tuple[int, int]:
-    """(world_size, rank) from torch.distributed when initialized, else from the ``WORLD_SIZE`` and ``RANK``
-    variables that torchrun sets (a sampler built before ``init_process_group``), else (1, 0). Never
-    imports torch."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return dist.get_world_size(), dist.get_rank()
-    world, rank = os.environ.get("WORLD_SIZE"), os.environ.get("RANK")
-    if world is None or rank is None:
-        return 1, 0
-    try:
-        return int(world), int(rank)
-    except ValueError:
-        raise PlanError(
-            f"WORLD_SIZE={world!r} and RANK={rank!r} from the environment are not integers; "
-            "pass world_size= and rank= explicitly"
-        ) from None
 
 
 def _is_int(value: Any) -> bool:

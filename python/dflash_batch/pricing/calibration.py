@@ -9,7 +9,7 @@ applied to the next epoch's **rank balance only** (``BucketSampler(rank_cost=...
 the step count stay as the sampler's ``cost`` forms them, so nothing a trainer counted changes.
 
 A fit is applied only when it predicts held-back micro-batches better than the price in use
-(:mod:`dflash_batch.price_fit`). Under ``torch.distributed`` every rank's records are gathered, rank 0
+(:mod:`dflash_batch.pricing.price_fit`). Under ``torch.distributed`` every rank's records are gathered, rank 0
 decides and broadcasts, so every rank plans with the same price (``end_epoch`` is then a collective). The
 prices are part of the sampler's position: checkpoints carry them, and a resume plans every epoch with the
 price it was trained with.
@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from ._arguments import _is_int
-from ._core import PlanError
+from .._core import PlanError
+from ..base.arguments import _is_int
 from .price_fit import Calibration, decide
 
 log = logging.getLogger("dflash_batch")
@@ -241,7 +241,7 @@ MIN_SECONDS, MAX_SECONDS = 1e-9, 86_400.0
 
 def _check_sampler(sampler: Any, all_here: bool) -> None:
     """Refuses a sampler whose ranks could not share one refitted price (see :class:`StepTimer`)."""
-    from .distributed import process_group_size
+    from ..base.ranks import process_group_size
 
     if sampler.schedule.config.get("trim_steps"):
         raise PlanError(
@@ -263,7 +263,7 @@ def _check_sampler(sampler: Any, all_here: bool) -> None:
 
 def _gather(records: list[Any]) -> list[Any]:
     """Every rank's records, rank by rank (this process's alone without a process group)."""
-    from .distributed import process_group_size
+    from ..base.ranks import process_group_size
 
     if not process_group_size():
         return records
@@ -276,7 +276,7 @@ def _gather(records: list[Any]) -> list[Any]:
 
 def _broadcast(decision: Calibration) -> Calibration:
     """Rank 0's decision on every rank (a BLAS on another machine may round a fit differently)."""
-    from .distributed import process_group_size
+    from ..base.ranks import process_group_size
 
     if not process_group_size():
         return decision

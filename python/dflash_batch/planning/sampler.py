@@ -1,12 +1,12 @@
 """`BucketSampler`: the per-epoch plan as a torch-style batch sampler — a thin façade over two objects.
 
-* :attr:`BucketSampler.schedule` (:class:`~dflash_batch.schedule.Schedule`): what never changes — the
+* :attr:`BucketSampler.schedule` (:class:`~dflash_batch.planning.schedule.Schedule`): what never changes — the
   lengths, the settings, the Rust planner, the fingerprint. Read-only; every rank builds the same one.
-* :attr:`BucketSampler.position` (:class:`~dflash_batch.cursor.Cursor`): what moves — the epoch, the steps
+* :attr:`BucketSampler.position` (:class:`~dflash_batch.planning.cursor.Cursor`): what moves — the epoch, the steps
   handed out, a pending resume, an elastic origin — with an all-or-nothing ``load_state_dict``.
 
 The sampler hands this rank its batches as numpy index arrays through one iterator
-(:class:`~dflash_batch.batches.Batches`), drops into ``DataLoader(dataset, batch_sampler=sampler)``
+(:class:`~dflash_batch.planning.batches.Batches`), drops into ``DataLoader(dataset, batch_sampler=sampler)``
 (torchdata's ``StatefulDataLoader`` included), and pickles as its configuration, position and lengths, so
 workers and spawned processes rebuild the planner instead of copying Rust memory."""
 
@@ -21,17 +21,17 @@ import numpy as np
 
 import dflash_batch._core as _core
 
+from .._core import Plan, PlanError
+from ..base.arguments import _bool, _check_context_parallel_ranks, _check_rank, _default_ranks, _epoch, _length_chunks
+from ..base.clients import reader_of
+from ..base.ranks import agree
+from ..data.mixture import Mixture
+from ..data.reading import read_lengths
+from ..data.sources import is_source
 from . import label_tokens, settings
-from ._arguments import _bool, _check_context_parallel_ranks, _check_rank, _default_ranks, _epoch, _length_chunks
-from ._core import Plan, PlanError
 from .batches import Batches, GlobalBatches
-from .clients import accelerate_reader
 from .cursor import Cursor, Run
-from .distributed import agree
-from .mixture import Mixture
-from .reading import read_lengths
 from .schedule import Schedule
-from .sources import is_source
 
 
 class BucketSampler:
@@ -59,7 +59,7 @@ class BucketSampler:
                 epochs' files are deleted). Default ``None``: every process plans (see
                 ``docs/billion.md``).
 
-        The planning settings (declared once, in :mod:`dflash_batch.settings`):
+        The planning settings (declared once, in :mod:`dflash_batch.planning.settings`):
 
     {settings}
     """
@@ -132,7 +132,7 @@ class BucketSampler:
     @property
     def position(self) -> Cursor:
         """Where training is: the one object the Loader, the adapters and checkpoints ask and tell
-        (:mod:`dflash_batch.cursor`)."""
+        (:mod:`dflash_batch.planning.cursor`)."""
         return self._cursor
 
     # -- the plan -------------------------------------------------------------------------------------
@@ -207,7 +207,7 @@ class BucketSampler:
         """Label tokens of every optimizer step of ``epoch`` (default: the current one), all ranks and
         micro-batches together (int64): the ``num_items_in_batch`` that makes a summed loss the step's
         token mean. Each sample counts its tokens after the first, or with a ``store`` that has a loss
-        mask, those the mask keeps (see :mod:`dflash_batch.label_tokens`). ``by_source``: a mixture's
+        mask, those the mask keeps (see :mod:`dflash_batch.planning.label_tokens`). ``by_source``: a mixture's
         steps × sources array instead — each source's label tokens in each step, the denominators of
         per-source losses."""
         if isinstance(store, Mixture):
@@ -301,7 +301,7 @@ class BucketSampler:
 
     def __iter__(self) -> Batches:
         """This rank's batches of the current epoch as read-only uint32 index arrays, from a pending
-        resume's step (:class:`~dflash_batch.batches.Batches`). With ``oversize="truncate"``, entries from
+        resume's step (:class:`~dflash_batch.planning.batches.Batches`). With ``oversize="truncate"``, entries from
         ``num_samples`` on are pieces, not rows (a warning says so: map a batch with :meth:`pieces`, or
         use the :class:`Loader`)."""
         if self.truncated:
@@ -320,7 +320,7 @@ class BucketSampler:
         schedule = self._cursor.schedule_at(self.epoch)
         if self._check_ranks and self._checked_epoch != self.epoch and agree(schedule, self.epoch):
             self._checked_epoch = self.epoch
-        return self._cursor.begin(reader=accelerate_reader(self, GlobalBatches))
+        return self._cursor.begin(reader=reader_of(self, GlobalBatches))
 
     # -- checkpoints ----------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ The pipeline, per batch::
 pull several micro-batches before training on any (the HF Trainer's gradient accumulation) get each
 one intact. On the CPU the worker collates every batch straight into a block that no tensor handed
 out still refers to — a pool whose blocks are reused only once the trainer has dropped every tensor
-of their batch (:mod:`dflash_batch.blocks`), so there is no copy and, in steady state, no
+of their batch (:mod:`dflash_batch.loading.blocks`), so there is no copy and, in steady state, no
 allocation; the trainer's thread hands the worker a free block for each batch it takes (pool
 bookkeeping in the worker ran 0.78× the ring's speed, in the trainer's thread 0.92×: measured); on
 CUDA the host side is a ring of ``prefetch + 1`` pinned slots, each one block with room for the four
@@ -44,8 +44,6 @@ all stop the worker and wait for it.
 
 from __future__ import annotations
 
-import atexit
-import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -53,25 +51,17 @@ import numpy as np
 
 import dflash_batch._core as _core
 
-from ._arguments import _is_int
-from ._errors import invalid_setting
-from ._loader_checks import check_pair, padding_of, placement, ring_too_large
+from ..base import runtime
+from ..base.arguments import _is_int
+from ..base.errors import invalid_setting
+from ..data.mixture import Mixture
+from ..data.reading import TokenStore
+from ..planning.cursor import Run
+from ..planning.sampler import BucketSampler
+from .checks import check_pair, padding_of, placement, ring_too_large
 from .collate import KEYS, PACKED_KEYS, add_padded, check_token, collate, collate_packed, output_dtype, pack_into
-from .cursor import Run
 from .from_plan import FromPlan
-from .mixture import Mixture
 from .pipeline import CudaTransfer, HostTransfer, Pipeline
-from .reading import TokenStore
-from .sampler import BucketSampler
-
-_live: weakref.WeakSet[Loader] = weakref.WeakSet()
-
-
-@atexit.register
-def _close_all() -> None:
-    """Stops every worker before the interpreter tears down (a daemon thread still in Rust must not outlive it)."""
-    for loader in list(_live):
-        loader.close()
 
 
 class Loader:
@@ -160,7 +150,7 @@ class Loader:
         self._pipeline: Pipeline | None = None
         self._run: Run | None = None  # this Loader's iteration of the sampler's position
         self._slot_bytes = 0
-        _live.add(self)
+        runtime.stop_at_exit(self)
 
     # -- iteration --------------------------------------------------------------------------------------
 
@@ -331,7 +321,7 @@ class Loader:
         return slots
 
     def _fresh_slot(self) -> dict[str, Any]:
-        """A block for one batch that no tensor handed out still refers to (see :mod:`dflash_batch.blocks`).
+        """A block for one batch that no tensor handed out still refers to (see :mod:`dflash_batch.loading.blocks`).
         This runs once per batch in the trainer's thread: it stays a few lines of Python."""
         keys, capacity = self._keys, self._capacity_now
         n = len(keys) * capacity

@@ -90,7 +90,7 @@ class SourceLosses:
 def _summed_over_ranks(sums: Any, tokens: Any) -> tuple[Any, Any]:
     """``sums`` and ``tokens`` summed over the default process group (unchanged without one): one
     ``all_reduce`` of both, on the device the backend reduces on (NCCL: the current CUDA device)."""
-    from .distributed import process_group_size
+    from ..base.ranks import process_group_size
 
     if not process_group_size():
         return sums, tokens

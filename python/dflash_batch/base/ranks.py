@@ -1,4 +1,5 @@
-"""Ranks agree on the plan, or every rank says why not.
+"""Where ranks come from (:func:`discover`, :func:`process_group_size`: the one place the package asks), and
+ranks agree on the plan, or every rank says why not.
 
 Every rank computes the same global plan from its own copy of the lengths and settings; nothing is
 communicated. If one rank loads a different dataset, seed or setting, the ranks silently train on
@@ -9,10 +10,11 @@ start of each epoch (when a process group exists) the ranks exchange what identi
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
-from ._core import PlanError
+from .._core import PlanError
 
 
 def process_group_size() -> int | None:
@@ -22,6 +24,25 @@ def process_group_size() -> int | None:
     if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_world_size()
     return None
+
+
+def discover() -> tuple[int, int]:
+    """(world_size, rank) from torch.distributed when initialized, else from the ``WORLD_SIZE`` and ``RANK``
+    variables that torchrun sets (a sampler built before ``init_process_group``), else (1, 0). Never
+    imports torch."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    world, rank = os.environ.get("WORLD_SIZE"), os.environ.get("RANK")
+    if world is None or rank is None:
+        return 1, 0
+    try:
+        return int(world), int(rank)
+    except ValueError:
+        raise PlanError(
+            f"WORLD_SIZE={world!r} and RANK={rank!r} from the environment are not integers; "
+            "pass world_size= and rank= explicitly"
+        ) from None
 
 
 def check_ranks_agree(identity: dict[str, Any]) -> None:

@@ -1,5 +1,5 @@
 """``Batches``: what ``iter(sampler)`` returns — this rank's index batches of the current epoch, one
-:class:`~dflash_batch.cursor.Run` of the position — and the view of every rank's batches that a client
+:class:`~dflash_batch.planning.cursor.Run` of the position — and the view of every rank's batches that a client
 sharding the batches itself (accelerate's ``BatchSamplerShard``) iterates.
 
 It begins at its first ``next()`` (so ``set_epoch`` between ``iter()`` and the first batch applies), counts

@@ -1,6 +1,6 @@
 """``Keys``: every epoch's plan key, derived from one immutable value.
 
-A plan is a pure function of its key: the lengths and settings (a :class:`~dflash_batch.schedule.Schedule`,
+A plan is a pure function of its key: the lengths and settings (a :class:`~dflash_batch.planning.schedule.Schedule`,
 whose fingerprint covers a mixture's sources, weights and cycle), the seed, the epoch — and the rank price
 in force for that epoch, which a :class:`~dflash_batch.StepTimer` may refit during a run. ``Keys`` is the
 schedule plus the run's prices by epoch (``((first epoch, (a, b)), ...)``): :meth:`Keys.at` gives the
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._arguments import _is_int
-from ._core import PlanError
+from .._core import PlanError
+from ..base.arguments import _is_int
 from .schedule import Schedule
 
 #: A run's rank prices: ``(first epoch, (a, b))`` in increasing epochs, each balancing the ranks of its epochs

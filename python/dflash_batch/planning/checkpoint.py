@@ -1,10 +1,10 @@
 """What a checkpoint of the training position says, and how a state is checked against a schedule.
 
-Two pure functions over a :class:`~dflash_batch.schedule.Schedule`: :func:`encode` writes a position as the
+Two pure functions over a :class:`~dflash_batch.planning.schedule.Schedule`: :func:`encode` writes a position as the
 plain dict ``state_dict()`` returns (JSON-ready), :func:`decode` checks a dict and returns the position it
 resumes at — on the same ranks, or on another number of ranks, where the samples the checkpointed steps
 did not reach are planned again (an :class:`Origin`). Neither changes anything: the
-:class:`~dflash_batch.cursor.Cursor` commits a decoded position in one step, so a refused state leaves
+:class:`~dflash_batch.planning.cursor.Cursor` commits a decoded position in one step, so a refused state leaves
 everything as it was.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ._arguments import _epoch, _int, _is_hex, _state_count
-from ._core import PLAN_REVISION, Plan, PlanError
+from .._core import PLAN_REVISION, Plan, PlanError
+from ..base.arguments import _epoch, _int, _is_hex, _state_count
 from .plan_key import Keys, encode_prices, state_prices
 from .schedule import Schedule
 
@@ -60,7 +60,7 @@ class Resume:
 
 def encode(keys: Keys, epoch: int, step: int, origin: Origin | None) -> dict[str, Any]:
     """The state of a position: ``step`` steps of ``epoch`` trained, plus what identifies the plan and the
-    rank prices, from which every epoch's key is derived again (:mod:`dflash_batch.plan_key`)."""
+    rank prices, from which every epoch's key is derived again (:mod:`dflash_batch.planning.plan_key`)."""
     schedule = keys.at(epoch)
     state: dict[str, Any] = {
         "version": VERSION,

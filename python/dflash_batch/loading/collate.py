@@ -14,9 +14,9 @@ import numpy as np
 
 import dflash_batch._core as _core
 
-from ._errors import invalid_setting
+from ..base.errors import invalid_setting
+from ..data.reading import INDEX_DTYPES, MASK_COLUMNS, TokenStore, index_array
 from .context_parallel import padded_cu_seqlens
-from .reading import INDEX_DTYPES, MASK_COLUMNS, TokenStore, index_array
 
 KEYS = ("input_ids", "attention_mask", "labels", "position_ids")
 
@@ -145,7 +145,7 @@ def collate_packed(
     sample to a multiple of it — ``pad_id`` tokens labelled ``label_pad_id``, positions counting on — and
     adds ``cu_seqlens_padded`` (int32: where each sample starts in the row, then the last one's padded
     end) and ``max_seqlen_padded``; ``cu_seqlens`` then sums the real lengths (Megatron THD's
-    convention). See :mod:`dflash_batch.context_parallel`.
+    convention). See :mod:`dflash_batch.loading.context_parallel`.
     """
     if not isinstance(store, TokenStore):
         raise TypeError(f"store must be a dflash_batch.TokenStore, got {type(store).__name__}")

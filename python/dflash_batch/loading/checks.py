@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import invalid_setting
-from .reading import TokenStore
-from .sampler import BucketSampler
+from ..base.errors import invalid_setting
+from ..data.reading import TokenStore
+from ..planning.sampler import BucketSampler
 
 
 def check_pair(store: Any, sampler: Any) -> None:

@@ -12,12 +12,12 @@ import time
 
 import numpy as np
 
+from ..data.reading import read_lengths
+from ..data.sources import regular_file
+from ..data.workload import SEED_SAMPLES, seed_workload
+from ..planning.sampler import BucketSampler
 from . import analyze as report
 from . import baselines
-from .reading import read_lengths
-from .sampler import BucketSampler
-from .sources import regular_file
-from .workload import SEED_SAMPLES, seed_workload
 
 
 def _plan_ms(sampler: BucketSampler, epochs: int) -> float:
@@ -121,8 +121,8 @@ def _loader_demo(lengths: np.ndarray, args: argparse.Namespace) -> None:
         return
     import tempfile
 
-    from .loader import Loader
-    from .reading import TokenStore
+    from ..data.reading import TokenStore
+    from ..loading.loader import Loader
 
     offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._core import SEED_SOURCES, seed_lengths, seed_sources
-from ._errors import invalid_setting
+from .._core import SEED_SOURCES, seed_lengths, seed_sources
+from ..base.errors import invalid_setting
 
 #: Samples in the seed dataset.
 SEED_SAMPLES = 902_087

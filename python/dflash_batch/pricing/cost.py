@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from ._arguments import _is_int
-from ._errors import invalid_setting
+from ..base.arguments import _is_int
+from ..base.errors import invalid_setting
 
 #: Lengths and rows timed by default: long enough for attention to show, small enough for any GPU.
 LENGTHS = (256, 512, 1024, 2048, 4096)

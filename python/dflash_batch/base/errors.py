@@ -3,7 +3,7 @@ are about, so a bad setting is the same class with the same fields wherever it i
 
 from __future__ import annotations
 
-from ._core import PlanError
+from .._core import PlanError
 
 
 def invalid_setting(name: str, message: str) -> PlanError:

@@ -246,7 +246,7 @@ def _json_object(path: str, expected: str, fix: str) -> dict:
 
 
 def _data_error(message: str) -> Exception:
-    from ._core import DataError
+    from .._core import DataError
 
     return DataError(message)
 

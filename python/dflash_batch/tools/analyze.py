@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from ..planning.sampler import BucketSampler
+from ..planning.schedule import Schedule
 from . import baselines, metrics
-from .sampler import BucketSampler
-from .schedule import Schedule
 
 COLUMNS = (
     "efficiency", "window_tv", "churn", "rank_imbalance_p99", "sync_efficiency", "sync_efficiency_step",

@@ -3,7 +3,7 @@ and the fingerprint of both — as one read-only object.
 
 A schedule answers questions and plans epochs; it holds no position. Everything that moves (the epoch,
 the steps handed out, a pending resume, where an elastic resume came from) lives in one
-:class:`~dflash_batch.cursor.Cursor`, which asks its schedule and never writes it. Plans are pure
+:class:`~dflash_batch.planning.cursor.Cursor`, which asks its schedule and never writes it. Plans are pure
 functions of ``(lengths, settings, epoch)``: every rank builds the same schedule and plans the same
 epochs without talking to the others.
 
@@ -13,22 +13,19 @@ pickled copy in a ``DataLoader`` worker and the running sampler can never disagr
 
 from __future__ import annotations
 
-import atexit
 import os
-import sys
 import threading
-import time
 from collections.abc import Iterable
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout  # not the builtin before Python 3.11
 from typing import Any
 
 import numpy as np
 
 import dflash_batch._core as _core
 
+from .._core import DataError, Plan
+from ..base import runtime
 from . import plan_files
-from ._core import DataError, Plan
 
 
 class Schedule:
@@ -45,7 +42,8 @@ class Schedule:
     """
 
     __slots__ = (
-        "_ahead", "_any_ranks", "_bounds", "_config", "_fingerprint", "_mapped", "_mixture", "_plan_dir", "_planner",
+        "_ahead", "_ahead_lock", "_any_ranks", "_bounds", "_config", "_fingerprint", "_mapped", "_mixture",
+        "_plan_dir", "_planner",
     )  # fmt: skip
     _config: _core.Config
     _planner: _core.Planner
@@ -55,6 +53,7 @@ class Schedule:
     _any_ranks: str | None
     _plan_dir: str | None
     _ahead: dict[int, Future[Plan]]
+    _ahead_lock: threading.Lock
     _mapped: np.ndarray | None
 
     def __init__(
@@ -72,6 +71,7 @@ class Schedule:
         object.__setattr__(self, "_plan_dir", plan_dir)
         # Plans of later epochs being made in the background (`plan_ahead`): a memo of a pure function.
         object.__setattr__(self, "_ahead", {})
+        object.__setattr__(self, "_ahead_lock", threading.Lock())
         object.__setattr__(self, "_mixture", mixture)
         bounds = None if mixture is None else np.concatenate([[0], np.cumsum(mixture.rows)]).astype(np.int64)
         object.__setattr__(self, "_bounds", bounds)
@@ -216,7 +216,7 @@ class Schedule:
         if self._plan_dir is None:
             return self._planner.plan(epoch)
         plan_files.use(self._plan_dir, self.fingerprint)
-        with _AHEAD_LOCK:
+        with self._ahead_lock:
             ahead = self._ahead.pop(epoch, None)
             for stale in [e for e in self._ahead if e < epoch]:
                 del self._ahead[stale]
@@ -235,23 +235,13 @@ class Schedule:
         if plan_dir is None:
             return
         plan_files.use(plan_dir, self.fingerprint)
-        with _AHEAD_LOCK:
-            if epoch in self._ahead or _EXITING:
+        with self._ahead_lock:
+            if epoch in self._ahead:
                 return
-            future: Future[Plan] = Future()
-            self._ahead[epoch] = future
-            _RUNNING.add(future)
-
-        def make() -> None:
-            try:
-                future.set_result(self._planner.plan_shared(plan_dir, epoch))
-            except BaseException as error:  # handed to whoever asks for the plan
-                future.set_exception(error)
-            finally:
-                with _AHEAD_LOCK:
-                    _RUNNING.discard(future)
-
-        threading.Thread(target=make, name=f"dflash-plan-ahead-{epoch}", daemon=True).start()
+            planner = self._planner
+            future = runtime.background(lambda: planner.plan_shared(plan_dir, epoch), f"dflash-plan-ahead-{epoch}")
+            if future is not None:  # None: the interpreter exits
+                self._ahead[epoch] = future
 
     def plan_resumed(self, epoch: int, old_world: int, step: int) -> tuple[Plan, np.ndarray]:
         """The samples ``epoch`` had left after ``step`` steps on ``old_world`` ranks, planned on these ranks,
@@ -328,56 +318,6 @@ def _rebuild_mapped(
             "it is in use: write new files and make the sampler again"
         )
     return schedule
-
-
-#: Guards every schedule's ``_ahead``, :data:`_RUNNING` and :data:`_EXITING`.
-_AHEAD_LOCK = threading.Lock()
-#: Plans being made in the background, in every schedule.
-_RUNNING: set[Future[Plan]] = set()
-#: Set once the interpreter exits: no plan is started in the background after that.
-_EXITING = False
-#: The longest the interpreter's exit waits for plans being made in the background, in seconds.
-_EXIT_WAIT_S = 600.0
-
-
-def _finish_ahead(timeout: float | None = None) -> bool:
-    """Waits for background plans, at most ``timeout`` seconds (``None``: until they are made); ``False``
-    when the time ran out first. Before a fork (``os.register_at_fork``) it waits to the end: a child would
-    otherwise inherit the plan directory's lock, held by a thread that does not exist in it, for as long
-    as it lives."""
-    with _AHEAD_LOCK:
-        running = list(_RUNNING)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    for future in running:
-        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-        try:
-            future.exception(left)  # waits; the error, if any, is for whoever asks for the plan
-        except FutureTimeout:
-            return False
-    return True
-
-
-@atexit.register
-def _finish_ahead_at_exit() -> None:
-    """Waits for background plans before the interpreter finalizes. A daemon thread still inside Rust
-    then returns into a finalizing interpreter, which ends it with ``pthread_exit``; the unwinding
-    reaches pyo3's frames and aborts the process ("FATAL: exception not rethrown", seen when a script
-    ended while the next epoch was planned ahead): a training run that finished would exit with a
-    signal. Planning cannot be interrupted; an epoch's plan takes seconds at most, or as long as the process
-    planning it for the machine (whose lock it waits on): the wait ends after :data:`_EXIT_WAIT_S`."""
-    global _EXITING
-    with _AHEAD_LOCK:
-        _EXITING = True  # no plan starts after this, so the wait below sees every one
-    if not _finish_ahead(_EXIT_WAIT_S):
-        print(
-            f"dflash_batch: the next epoch's plan is still being made after {_EXIT_WAIT_S:.0f} s at exit "
-            "(another process of this machine may hold the plan directory's lock); exiting without it",
-            file=sys.stderr,
-        )
-
-
-if hasattr(os, "register_at_fork"):  # POSIX only; elsewhere there is no fork to inherit a lock through
-    os.register_at_fork(before=_finish_ahead)
 
 
 def _plan_dir(plan_dir: Any) -> str | None:
