@@ -10,7 +10,7 @@ export PYO3_PYTHON := $(abspath $(BIN)/python)
 export PIP_RESUME_RETRIES := 20
 export PIP_RETRIES := 10
 
-.PHONY: convergence figures demo test test-all test-rust test-python test-python-all test-clients-lowest mypy fuzz \
+.PHONY: convergence figures demo test test-all test-rust test-python test-python-all test-clients-lowest test-gpu mypy fuzz \
 	lint bench build venv clean wheel wheel-test
 
 $(BIN)/python:
@@ -46,16 +46,16 @@ test-python:
 test-python-all:
 	DFLASH_REQUIRE_TORCH=1 $(BIN)/python -m pytest
 
+# The tests that need CUDA (skipped elsewhere), for a machine with a GPU.
+test-gpu: build
+	DFLASH_REQUIRE_TORCH=1 $(BIN)/python -m pytest -m gpu
+
 mypy: venv
 	$(BIN)/mypy python/dflash_batch
 
 # The adapters' tests on the lowest releases of their clients (tests/clients-lowest.txt), in a virtualenv
 # of their own that imports this checkout's built extension.
 LOWEST := .venv-lowest
-ADAPTER_TESTS := tests/test_hf.py tests/test_trainer.py tests/test_trainer_worlds.py tests/test_trainer_settings.py \
-	tests/test_trainer_text.py \
-	tests/test_accelerate.py tests/test_clients_resume.py tests/test_torch_recipes.py tests/test_state_rows.py \
-	tests/test_position.py tests/test_resume_epoch.py tests/test_client_versions.py tests/test_source_losses_ranks.py
 # The same torch as .venv's (linked from it by tests/_lowest_venv.py, not downloaded again); an install
 # interrupted by the network is tried again, twice.
 LOWEST_INSTALL := $(LOWEST)/bin/pip install --quiet -r tests/clients-lowest.txt \
@@ -69,7 +69,7 @@ test-clients-lowest: build
 	$(LOWEST)/bin/python -c "import site; open(site.getsitepackages()[0] + '/dflash_batch.pth', 'w').write('$(abspath python)\n')"
 	$(LOWEST)/bin/python -c "import transformers, accelerate, trl, lightning, torchdata; print('lowest clients:', \
 		transformers.__version__, accelerate.__version__, trl.__version__, lightning.__version__)"
-	DFLASH_REQUIRE_TORCH=1 $(LOWEST)/bin/python -m pytest -q $(ADAPTER_TESTS)
+	DFLASH_REQUIRE_TORCH=1 $(LOWEST)/bin/python -m pytest -q -m clients
 
 # The adversarial suite at length (a few examples of it run in `make test`): FUZZ_EXAMPLES hypothesis
 # examples per entry point, each a batch of cases in a capped child; tallies land in fuzz-report.jsonl.
@@ -86,14 +86,10 @@ fuzz: build
 	DFLASH_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) DFLASH_FUZZ_REPORT=$(abspath fuzz-report.jsonl) \
 		DFLASH_STATE_MACHINE_EXAMPLES=$(STATE_MACHINE_EXAMPLES) DFLASH_MIXTURE_EXAMPLES=$(MIXTURE_EXAMPLES) \
 		DFLASH_PRICE_MACHINE_EXAMPLES=$(PRICE_MACHINE_EXAMPLES) DFLASH_MIXTURE_CYCLE_EXAMPLES=$(MIXTURE_CYCLE_EXAMPLES) \
-		$(BIN)/python -m pytest -q tests/test_adversarial.py tests/test_arrow_mutations.py tests/test_arrow_fuzz.py \
-		tests/test_megatron.py::test_damaged_indexes_never_lose_rows_silently tests/test_position.py::test_position_state_machine \
-		tests/test_mixture.py::test_shares_repeats_and_threads_for_any_weights_sizes_and_caps \
-		tests/test_price_machine.py::test_price_state_machine \
-		tests/test_mixture_cycles.py::test_a_down_sampled_source_holds_its_cycle_in_every_epoch
+		$(BIN)/python -m pytest -q -m fuzz
 	$(BIN)/python tests/_adversary.py fuzz-report.jsonl
 	DFLASH_MEMORY_SAMPLES=10000000 DFLASH_MEMORY_HEADROOMS=0,50,80,112,150,200,256,350,500,640 \
-		$(BIN)/python -m pytest -q tests/test_memory.py
+		$(BIN)/python -m pytest -q tests/base/test_memory.py
 
 lint: venv
 	cargo fmt --all --check
@@ -119,7 +115,7 @@ convergence:
 	$(BIN)/python benchmarks/_figures.py
 
 # Reruns every benchmark the docs quote, records its figures in docs/figures.json, and writes them into
-# README.md and docs/*.md (tests/test_docs_figures.py checks the pages against the file).
+# README.md and docs/*.md (tests/package/test_docs_figures.py checks the pages against the file).
 figures:
 	$(MAKE) build EXTRAS=dev,torch,bench
 	$(BIN)/python benchmarks/plan.py --json docs/figures.json

@@ -5,7 +5,7 @@ one JSON file (``docs/figures.json``), and every figure in ``README.md`` and ``d
 
 whose text is that key's value in that format (rendered, only the value shows). ``python
 benchmarks/_figures.py`` rewrites every marker's text from the JSON; ``--check`` lists the ones that
-differ (``tests/test_docs_figures.py`` runs it, and recomputes the figures that are not timings). So no
+differ (``tests/package/test_docs_figures.py`` runs it, and recomputes the figures that are not timings). So no
 figure in the docs is typed by hand. The settings table of ``docs/usage.md`` is rewritten here too, from
 the settings' one declaration (:mod:`dflash_batch.planning.settings`)."""
 

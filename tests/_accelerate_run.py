@@ -1,4 +1,4 @@
-"""accelerate as users run it, for tests/test_accelerate.py (under torchrun): ``accelerator.prepare`` on a
+"""accelerate as users run it, for tests/adapters/test_accelerate.py (under torchrun): ``accelerator.prepare`` on a
 ``DataLoader(hf_dataset, batch_sampler=batch_sampler(sampler), collate_fn=db.Collator())`` and a
 ``db.Loader`` wrapped by ``dflash_batch.adapters.accelerate.loader``, two epochs each; every batch's rows
 are appended to a JSON-lines record per rank. The bare sampler, and one planned for other ranks, are

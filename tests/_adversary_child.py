@@ -276,7 +276,7 @@ def run_megatron(case, _):
 
 
 def run_selftest(case, _):
-    """What the harness must catch, on demand (tests/test_adversarial.py checks it does)."""
+    """What the harness must catch, on demand (tests/base/test_adversarial.py checks it does)."""
     what = case["what"]
     if what == "abort":
         os.abort()

@@ -1,4 +1,4 @@
-"""accelerate and Lightning as users run them, for tests/test_clients_resume.py: a tiny model, gradient
+"""accelerate and Lightning as users run them, for tests/adapters/test_clients_resume.py: a tiny model, gradient
 accumulation 4, two epochs, a checkpoint through the client's own mechanism, optionally SIGKILL a few
 optimizer steps later and a resume from that checkpoint. Every micro-batch trained is appended to a
 JSON-lines record per rank (flushed at once, so a kill keeps what was trained): its epoch, the optimizer

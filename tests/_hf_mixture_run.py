@@ -1,4 +1,4 @@
-"""The HF Trainer over a two-source Mixture under torchrun (for tests/test_source_losses_ranks.py): GA 2,
+"""The HF Trainer over a two-source Mixture under torchrun (for tests/adapters/test_source_losses_ranks.py): GA 2,
 one epoch, a log line per optimizer step; rank 0 writes the Trainer's log history, every rank the rows of
 each micro-batch it trained.
 

@@ -1,5 +1,5 @@
 """Rows that name themselves and a tiny causal LM, for the HF Trainer tests over a mixture
-(tests/test_mixture.py, tests/_hf_mixture_run.py): row ``r`` starts with tokens ``1 + r // 100, 1 + r % 100``,
+(tests/data/test_mixture.py, tests/_hf_mixture_run.py): row ``r`` starts with tokens ``1 + r // 100, 1 + r % 100``,
 so the rows of a micro-batch are read back from its ``input_ids``."""
 
 from __future__ import annotations

@@ -43,6 +43,17 @@ def write_pair(prefix: Path | str, rows: list, dtype=np.uint16, documents: list[
     return prefix
 
 
+def read_with_megatron(prefix: str):
+    """megatron-core's own reader of ``prefix`` (imported here: collecting the tests needs no megatron-core)."""
+    import warnings
+
+    with warnings.catch_warnings():  # megatron-core warns that Transformer Engine and Apex are absent
+        warnings.simplefilter("ignore")
+        from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    return IndexedDataset(prefix)
+
+
 def write_with_megatron(prefix: Path | str, documents: list[list], dtype=np.uint16) -> str:
     """Writes ``documents`` (each a list of sequences) with megatron-core's builder. Returns the prefix."""
     import torch

@@ -1,5 +1,5 @@
-"""The small store, sampler and oracle the position tests share (tests/test_position.py,
-tests/test_state_rows.py): 80 rows whose lengths name them, planned with max_tokens=128."""
+"""The small store, sampler and oracle the position tests share (tests/planning/test_position.py,
+tests/adapters/test_state_rows.py): 80 rows whose lengths name them, planned with max_tokens=128."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A BucketTrainer run as users run it, for tests/test_trainer.py: a tiny random Llama, several epochs,
+"""A BucketTrainer run as users run it, for tests/adapters/test_trainer.py: a tiny random Llama, several epochs,
 gradient accumulation, checkpoints, optionally killed with SIGKILL at a step and resumed, single process
 or under torchrun. Every micro-batch trained is appended to a JSON-lines record (flushed at once, so a
 kill keeps what was trained): the rank, the epoch, the optimizer steps done before it, which dataset

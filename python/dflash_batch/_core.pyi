@@ -1,5 +1,5 @@
 """Type stubs of the Rust extension module: every native function and class, with what it returns and
-raises (``tests/test_stubs.py`` checks them against the module). The public API wraps these; call them
+raises (``tests/package/test_stubs.py`` checks them against the module). The public API wraps these; call them
 directly only to build something the wrappers do not."""
 
 import os

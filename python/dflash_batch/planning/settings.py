@@ -1,6 +1,6 @@
 """The planning settings of :class:`~dflash_batch.BucketSampler`, as the core's binding declares them once
 (``dflash_batch._core.SETTINGS``: name, type, default, range, doc). The sampler's docstring and the settings
-table of ``docs/usage.md`` (:mod:`dflash_batch.tools.docs`) are written from it; ``tests/test_settings.py``
+table of ``docs/usage.md`` (:mod:`dflash_batch.tools.docs`) are written from it; ``tests/planning/test_settings.py``
 checks the sampler's signature, ``Config``'s and the stubs against it.
 """
 

@@ -111,7 +111,7 @@ def batch_rebalance(
     optimizer step are set so that a micro-batch holds ``max_tokens`` tokens on average. ``coefficient``
     replaces its attention weight (``QUADRATIC_COST_COEF``, 0.001 by default). Every rank runs the same
     assignment of each step's samples and keeps its own; this runs it once and keeps them all, as its
-    ``__iter__`` does (``tests/test_end_to_end.py`` checks rank 0 against the sampler's own iteration)."""
+    ``__iter__`` does (``tests/tools/test_end_to_end.py`` checks rank 0 against the sampler's own iteration)."""
     try:
         import torch
         from transformers.trainer_pt_utils import BatchRebalanceSampler

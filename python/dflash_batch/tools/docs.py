@@ -1,6 +1,6 @@
 """The docs' tables written from the code's own declarations: the settings table of ``docs/usage.md``
 from :data:`dflash_batch.planning.settings.SETTINGS`. ``python benchmarks/_figures.py`` (``make figures``)
-rewrites it between its markers; ``tests/test_settings.py`` fails when the page drifts."""
+rewrites it between its markers; ``tests/planning/test_settings.py`` fails when the page drifts."""
 
 from __future__ import annotations
 

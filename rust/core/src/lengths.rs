@@ -281,6 +281,11 @@ pub(crate) fn to_usize(v: impl Into<u64>) -> usize {
     usize::try_from(v.into()).unwrap_or(usize::MAX)
 }
 
+/// The lengths of `rows`, widened.
+pub(crate) fn lengths_of<L: Length>(lengths: &[L], rows: &[u32]) -> Vec<u32> {
+    rows.iter().map(|&r| lengths[r as usize].into()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,65 +311,6 @@ mod tests {
                 value: 1 << 40
             }
         );
-    }
-
-    /// A caller's lengths, as a binding's map would hand them over; `changed` makes `check` fail.
-    #[derive(Debug)]
-    struct Held {
-        values: Vec<u16>,
-        changed: std::sync::atomic::AtomicBool,
-    }
-
-    impl Borrowed<u16> for Held {
-        fn values(&self) -> &[u16] {
-            &self.values
-        }
-        fn check(&self) -> Result<()> {
-            if self.changed.load(std::sync::atomic::Ordering::Relaxed) {
-                return Err(ErrorKind::EmptyLengths.into());
-            }
-            Ok(())
-        }
-    }
-
-    #[test]
-    fn borrowed_lengths_are_checked_like_a_copy_and_before_each_use() {
-        let held = |values: Vec<u16>| {
-            std::sync::Arc::new(Held {
-                values,
-                changed: false.into(),
-            })
-        };
-        let err = Lengths::borrow_u16(held(vec![3, 0, 2])).unwrap_err();
-        assert_eq!(
-            err.kind(),
-            &ErrorKind::NonPositiveLength { row: 1, value: 0 }
-        );
-        let source = held(vec![3, 9, 2]);
-        let borrowed = Lengths::borrow_u16(source.clone()).unwrap();
-        assert!(borrowed.is_borrowed() && !Lengths::from(vec![3u16]).is_borrowed());
-        assert_eq!(borrowed, Lengths::from(vec![3u16, 9, 2]));
-        assert_eq!(borrowed.to_u32_vec().unwrap(), [3, 9, 2]);
-        let planner =
-            crate::Planner::new(borrowed, crate::Config::new(crate::Batching::Tokens(16))).unwrap();
-        let owned = crate::Planner::new(
-            vec![3u32, 9, 2],
-            crate::Config::new(crate::Batching::Tokens(16)),
-        )
-        .unwrap();
-        assert_eq!(planner.fingerprint(), owned.fingerprint());
-        assert_eq!(
-            planner.plan(2).unwrap().indices(),
-            owned.plan(2).unwrap().indices()
-        );
-        source
-            .changed
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        assert_eq!(
-            planner.plan(2).unwrap_err().kind(),
-            &ErrorKind::EmptyLengths
-        );
-        assert!(planner.dataset_lengths().is_err() && planner.locate(&[0]).is_err());
     }
 
     #[test]

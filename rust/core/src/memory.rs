@@ -8,7 +8,7 @@
 //! what was reserved (a mask's runs, the seed workload, the lengths' copy), is allocated with
 //! [`vec_with_capacity`] or `try_reserve`. `tests/memory_peaks.rs` counts what planning and stats
 //! really allocate against their reservations, and the Python suite calls every entry point under an
-//! address-space cap (`tests/test_memory.py`).
+//! address-space cap (`tests/base/test_memory.py`).
 //!
 //! A reservation is a probe: allocated and released at once (allocations this large are mapped
 //! and unmapped whole), so it costs no page of memory, and under an address-space limit (`ulimit
@@ -54,6 +54,53 @@ pub const PREPARE_BYTES_PER_SAMPLE: u64 = 4;
 
 /// Fixed overhead on top of the per-sample buffers (histograms, bucket tables).
 pub const SLACK_BYTES: u64 = 1 << 20;
+
+/// What sizes an epoch's planning memory: see [`plan_bytes`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EpochShape {
+    /// Samples an epoch plans.
+    pub(crate) samples: u64,
+    /// Formed bucket by bucket (`form/by_bucket.rs`), else streamed.
+    pub(crate) by_bucket: bool,
+    pub(crate) mixture: bool,
+    /// Batches ordered and balanced (epochs up to `ARRANGE_MAX_SAMPLES`).
+    pub(crate) arranged: bool,
+    /// The most batches one forming pass can close.
+    pub(crate) batch_bound: u64,
+    pub(crate) world_size: u32,
+    /// Batches of every epoch, once the first plan or query set it.
+    pub(crate) target: Option<usize>,
+}
+
+/// Bytes an epoch's planning allocates at its peak, at most (`tests/memory_peaks.rs` holds every
+/// path to it): per sample, and per batch for epochs of few samples a batch.
+pub(crate) fn plan_bytes(shape: EpochShape) -> u64 {
+    let per_sample = if shape.by_bucket {
+        ARRANGED_BYTES_PER_SAMPLE
+    } else if shape.mixture {
+        // The selection in its epoch buffer and a bucket's copy, or the listed rows (`mixture/`).
+        ARRANGED_BYTES_PER_SAMPLE + MIXTURE_BYTES_PER_SAMPLE
+    } else {
+        STREAMED_BYTES_PER_SAMPLE
+    };
+    // Before the first plan the batch count is unknown: twice what one forming pass can close
+    // (the target adds a margin and splits; a mixture's epochs repeat rows: one a sample).
+    let first = if shape.mixture {
+        shape.samples
+    } else {
+        2 * shape.batch_bound + u64::from(shape.world_size)
+    };
+    let batches = shape
+        .target
+        .map_or(first, |t| 2 * t as u64)
+        .min(shape.samples);
+    let per_batch = if !shape.mixture && !shape.arranged {
+        UNARRANGED_BYTES_PER_BATCH
+    } else {
+        PLAN_BYTES_PER_BATCH
+    };
+    PLAN_FIXED_BYTES + shape.samples * per_sample + batches * per_batch
+}
 
 /// Checks that `bytes` can be allocated now, for `what`.
 pub fn reserve(what: &'static str, bytes: u64) -> Result<()> {

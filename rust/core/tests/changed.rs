@@ -16,7 +16,8 @@ use std::sync::Arc;
 use arrow_array::builder::{BooleanBuilder, Float32Builder, Int8Builder, ListBuilder};
 use arrow_array::{ArrayRef, RecordBatch};
 use common::{batch, tokens_column, write_ipc};
-use dflash_batch_core::{ErrorKind, MaskKind, ReadProblem, TokenStore};
+use dflash_batch_core::lengths::{Borrowed, Lengths};
+use dflash_batch_core::{Batching, Config, ErrorKind, MaskKind, Planner, ReadProblem, TokenStore};
 
 fn rows() -> Vec<Vec<i32>> {
     (0..40)
@@ -147,4 +148,58 @@ fn a_float_mask_is_refused() {
         error.to_string().contains("0/1 values (bools or integers)"),
         "{error}"
     );
+}
+
+/// A caller's lengths, as a binding's map would hand them over; `changed` makes `check` fail.
+#[derive(Debug)]
+struct Held {
+    values: Vec<u16>,
+    changed: std::sync::atomic::AtomicBool,
+}
+
+impl Borrowed<u16> for Held {
+    fn values(&self) -> &[u16] {
+        &self.values
+    }
+    fn check(&self) -> dflash_batch_core::Result<()> {
+        if self.changed.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(ErrorKind::EmptyLengths.into());
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn borrowed_lengths_are_checked_like_a_copy_and_before_each_use() {
+    let held = |values: Vec<u16>| {
+        Arc::new(Held {
+            values,
+            changed: false.into(),
+        })
+    };
+    let err = Lengths::borrow_u16(held(vec![3, 0, 2])).unwrap_err();
+    assert_eq!(
+        err.kind(),
+        &ErrorKind::NonPositiveLength { row: 1, value: 0 }
+    );
+    let source = held(vec![3, 9, 2]);
+    let borrowed = Lengths::borrow_u16(source.clone()).unwrap();
+    assert!(borrowed.is_borrowed() && !Lengths::from(vec![3u16]).is_borrowed());
+    assert_eq!(borrowed, Lengths::from(vec![3u16, 9, 2]));
+    assert_eq!(borrowed.to_u32_vec().unwrap(), [3, 9, 2]);
+    let planner = Planner::new(borrowed, Config::new(Batching::Tokens(16))).unwrap();
+    let owned = Planner::new(vec![3u32, 9, 2], Config::new(Batching::Tokens(16))).unwrap();
+    assert_eq!(planner.fingerprint(), owned.fingerprint());
+    assert_eq!(
+        planner.plan(2).unwrap().indices(),
+        owned.plan(2).unwrap().indices()
+    );
+    source
+        .changed
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        planner.plan(2).unwrap_err().kind(),
+        &ErrorKind::EmptyLengths
+    );
+    assert!(planner.dataset_lengths().is_err() && planner.locate(&[0]).is_err());
 }

@@ -172,7 +172,7 @@ mod tests {
         assert_eq!(ErrorKind::EmptyLengths.row(), None);
         let read = ErrorKind::Read {
             path: "x.arrow".into(),
-            problem: crate::ReadProblem::Empty,
+            problem: crate::error::read::ReadProblem::Empty,
         };
         assert_eq!(
             (read.name(), read.path(), read.family()),

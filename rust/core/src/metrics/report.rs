@@ -81,7 +81,7 @@ pub fn report(
         let own;
         let deciles = match mixture {
             Some(_) => {
-                own = Deciles::new(&crate::plan::resume::lengths_of(lengths, indices));
+                own = Deciles::new(&crate::lengths::lengths_of(lengths, indices));
                 &own
             }
             None => deciles.get_or_init(|| Deciles::of_lengths(planner.lengths())),

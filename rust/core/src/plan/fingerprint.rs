@@ -5,10 +5,9 @@
 //! Built from the SplitMix64 finaliser over 64-bit words (two lengths each) folded in order, which is
 //! fast (a multiply per two lengths) and sensitive to order and value; it is not cryptographic.
 
-use crate::lengths::{with_lengths, Length};
+use crate::lengths::Length;
 use crate::plan::config::{Batching, Boundaries, Config, Mode, Order, Oversize};
 use crate::plan::mixture::{Mixture, Source, Unit};
-use crate::plan::planner::Planner;
 use crate::rng::mix64;
 
 /// Folds `words` into `state`, order-sensitively.
@@ -106,34 +105,6 @@ pub fn fingerprint<L: Length>(lengths: &[L], config: &Config) -> u64 {
             fold(h, [5, e.len() as u64]),
             e.iter().map(|&x| u64::from(x)),
         ),
-    }
-}
-
-impl Planner {
-    /// Fingerprint of the lengths and configuration (and mixture), hashed on first use.
-    pub fn fingerprint(&self) -> u64 {
-        *self
-            .fingerprint
-            .get_or_init(|| self.fingerprint_of(self.config()))
-    }
-
-    /// Fingerprint of the lengths and configuration as if for one rank: the same for any
-    /// `world_size`, so a checkpoint can be resumed on another number of ranks.
-    pub fn fingerprint_any_ranks(&self) -> u64 {
-        let config = Config {
-            world_size: 1,
-            ..self.config().clone()
-        };
-        self.fingerprint_of(&config)
-    }
-
-    /// The fingerprint of these lengths (and mixture) under `config`.
-    fn fingerprint_of(&self, config: &Config) -> u64 {
-        let plain = with_lengths!(self.lengths(), v => fingerprint(v, config));
-        match self.mixture() {
-            Some(mixture) => fingerprint_mixture(plain, mixture),
-            None => plain,
-        }
     }
 }
 

@@ -1,43 +1,52 @@
 //! Lengths + configuration → the [`Plan`] of one epoch: the pipeline, called in order from
-//! [`Planner::new`] (once) and [`Planner::plan`] (per epoch).
+//! [`Planner::new`] (once) and [`Planner::plan`] (per epoch). Each stage is a module that takes plain
+//! data and hands the next one a typed value; none calls back up.
 //!
 //! Once per planner:
 //!
-//! 0. **Admit** (`prepare.rs`): lengths and configuration checked, oversize samples admitted or
-//!    refused, bucket edges chosen (`optimize.rs`), per-length rules derived (`rules.rs`).
+//! 0. **Admit** (`prepare.rs` → `Prepared`; a mixture's sources: `mixture/planning.rs`): lengths and
+//!    configuration checked, oversize samples admitted, cut into pieces (`truncate.rs`) or refused,
+//!    bucket edges chosen (`optimize.rs`), per-length rules derived (`rules.rs`).
 //!
 //! Per epoch, for `(seed, epoch)`:
 //!
-//! 1. **Shuffle and form** (`form/`): shuffled padded epochs of up to 16.7M samples shuffle every
-//!    bucket with its own stream and cut it front to back (`form/by_bucket.rs`); larger epochs and
-//!    packed ones draw a uniformly random permutation of all rows (`permute.rs`) and stream it
+//! 1. **Select** (`draws.rs` → `Population`): every admitted row, or a mixture's selection for the
+//!    epoch (`mixture/select.rs`), keyed by the epoch (`keys.rs`).
+//! 2. **Form and order** (`form/` → `Epoch`): shuffled padded epochs of up to 16.7M samples shuffle
+//!    every bucket with its own stream and cut it front to back (`form/by_bucket.rs`); larger epochs
+//!    and packed ones draw a uniformly random permutation of all rows (`permute.rs`) and stream it
 //!    through the open batches of every bucket (`form/stream.rs`); unshuffled plans sort rows by
-//!    length (evaluation). Every path cuts with the one rule of `form/rule.rs`.
-//! 2. **Order** each forming group's batches so every accumulation window mixes lengths
-//!    (`arrange.rs`), and **balance** its windows' ranks by cost (`balance.rs`), while the group's
-//!    rows are in cache; under `trim_steps`, trim each step's batches to a common cost and re-form
-//!    the rows trimmed into extra windows (`form/trim.rs`).
-//! 3. **Split for ranks** (`split.rs`): bring the batch count to the epoch's target, the same for
-//!    every epoch (`steps.rs`), by splitting tail batches (or dropping them under `drop_last`), and
-//!    balance the tail.
-//! 4. **Assemble** the [`Plan`] and its [`Stats`] (`output.rs`).
+//!    length (evaluation). Every path cuts with the one rule of `form/rule.rs`. Each forming group's
+//!    batches are ordered so every accumulation window mixes lengths (`arrange.rs`; a mixture's
+//!    sources: `form/choose.rs`) and its windows' ranks balanced by cost (`balance.rs`) while the
+//!    group's rows are in cache; under `trim_steps` each step is trimmed to a common cost
+//!    (`form/trim.rs`). The epoch is formed within the batch count every epoch shares (`steps.rs` →
+//!    `FormedEpoch`), from other draws of it when its own form too many.
+//! 3. **Split for ranks** (`ranks.rs`, with `split.rs`): the count reached by splitting tail batches
+//!    (or dropping them under `drop_last`), and the ranks balanced.
+//! 4. **Output** (`output.rs`): the [`Plan`] and its [`Stats`].
 //!
-//! A checkpoint resumed on another number of ranks re-plans the rest of its epoch (`resume.rs`).
+//! Above the pipeline, built on a planner: resuming on another number of ranks (`resume.rs`) and one
+//! plan per machine (`shared/`).
 //!
 //! Properties. Each bucket's members are in a uniformly random order every epoch, so batch
 //! membership is reshuffled every epoch. Every random draw comes from a stream owned by one unit of
 //! work (a bucket, a group, a block of windows), so the plan is bit-identical for any thread count.
 
 use crate::error::Result;
-use crate::lengths::{with_lengths, Lengths};
+use crate::lengths::{with_lengths, Length, Lengths};
 use crate::memory;
 use crate::plan::buckets::Buckets;
 use crate::plan::config::{Config, Mode};
-use crate::plan::form::{ByBucket, ARRANGE_MAX_SAMPLES, COMPANION_MIN_SAMPLES};
-use crate::plan::mixture::{Labels, Mix};
+use crate::plan::draws::{Draws, Population};
+use crate::plan::fingerprint::{fingerprint, fingerprint_mixture};
+use crate::plan::form::{ByBucket, Former, ARRANGE_MAX_SAMPLES, COMPANION_MIN_SAMPLES};
+use crate::plan::mixture::{prepare_mixture, Labels, Mix, Mixture};
+use crate::plan::output::Plan;
 use crate::plan::prepare::{prepare, Prepared};
-use crate::plan::rules::Rules;
-use crate::plan::truncate::{cut_long, Later};
+use crate::plan::ranks::{split_for_ranks, Totals};
+use crate::plan::steps::{form_within, target_batches, StepCount};
+use crate::plan::truncate::{cut_long, dataset_lengths, locate, Later};
 use crate::pool::PrivatePool;
 use std::sync::OnceLock;
 
@@ -45,35 +54,25 @@ use std::sync::OnceLock;
 /// work (validation, edges, the bucket lookup table); [`Planner::plan`] does the rest.
 #[derive(Debug)]
 pub struct Planner {
-    pub(super) lengths: Lengths,
-    pub(super) config: Config,
-    pub(super) buckets: Buckets,
-    /// The padding efficiency the plans are predicted to have (see `optimize.rs`).
-    predicted_efficiency: f64,
-    pub(super) rules: Rules,
-    /// Per bucket, the most rows any batch of it can hold (the capacity at its shortest length):
-    /// a batch that reaches it is full.
-    pub(super) bucket_capacity: Vec<u32>,
-    pub(super) admitted: u64,
-    /// Sum of the admitted lengths: every admitted sample is in every plan (less `drop_last`'s).
-    pub(super) admitted_tokens: u64,
-    /// The shortest admitted length.
-    pub(super) shortest: u32,
-    /// The most batches one forming pass can close (see `prepare.rs`): what the first plan reserves
-    /// for, before the batch count is known.
-    pub(super) batch_bound: u64,
-    pub(super) companion_min: usize,
-    pub(super) general_only: bool,
+    lengths: Lengths,
+    config: Config,
+    /// What the admit stage found: the bucket edges, the per-length rules, each bucket's row
+    /// capacity, the samples and tokens admitted (every admitted sample is in every plan, less
+    /// `drop_last`'s), the shortest admitted length and the most batches one forming pass can close
+    /// (what the first plan reserves for, before the batch count is known).
+    prepared: Prepared,
+    companion_min: usize,
+    general_only: bool,
     /// Admitted rows by bucket, for shuffled padded epochs up to `ARRANGE_MAX_SAMPLES`
     /// (`by_bucket.rs`); `None` streams the epoch instead (`form/stream.rs`).
-    pub(super) by_bucket: Option<ByBucket>,
+    by_bucket: Option<ByBucket>,
     /// Batches of every epoch's plan (see [`Planner::steps`]), set by the first plan or query.
-    pub(super) target: OnceLock<usize>,
+    target: OnceLock<usize>,
     /// [`Planner::fingerprint`], hashed once (a pass over every length).
-    pub(super) fingerprint: OnceLock<u64>,
+    fingerprint: OnceLock<u64>,
     /// Under `Oversize::Truncate`, the later pieces of the samples split (`truncate.rs`); the lengths
     /// are then the planned entries' lengths.
-    pub(super) later: Option<Later>,
+    later: Option<Later>,
     /// The sources of a mixture and their quotas (`mixture/`): every epoch then plans the rows it
     /// selects, with batches chosen for their sources (`mixture/`).
     pub(super) mix: Option<Mix>,
@@ -82,7 +81,7 @@ pub struct Planner {
     pub(super) labels: Option<Labels>,
     /// Epoch size up to which batches are arranged and balanced (`ARRANGE_MAX_SAMPLES`).
     arrange_max: usize,
-    pub(super) pool: PrivatePool,
+    pool: PrivatePool,
 }
 
 impl Planner {
@@ -100,8 +99,21 @@ impl Planner {
         Ok(Self::assemble(lengths, config, prepared, later, None))
     }
 
+    /// Plans epochs of `mixture`'s sources, whose lengths are `lengths` concatenated in the mixture's
+    /// order (see `mixture/planning.rs`). Indices of the plans are rows of the concatenation,
+    /// repeated where a source is up-sampled.
+    pub fn with_mixture(
+        lengths: impl Into<Lengths>,
+        config: Config,
+        mixture: Mixture,
+    ) -> Result<Self> {
+        let lengths: Lengths = lengths.into();
+        let (prepared, mix) = prepare_mixture(&lengths, &config, mixture)?;
+        Ok(Self::assemble(lengths, config, prepared, None, Some(mix)))
+    }
+
     /// The planner of prepared lengths (and of a mixture's sources, when `mix` is given).
-    pub(super) fn assemble(
+    fn assemble(
         lengths: Lengths,
         config: Config,
         prepared: Prepared,
@@ -121,14 +133,7 @@ impl Planner {
         Self {
             lengths,
             config,
-            buckets: prepared.buckets,
-            predicted_efficiency: prepared.predicted_efficiency,
-            rules: prepared.rules,
-            bucket_capacity: prepared.bucket_capacity,
-            admitted: prepared.admitted,
-            admitted_tokens: prepared.admitted_tokens,
-            shortest: prepared.shortest,
-            batch_bound: prepared.batch_bound,
+            prepared,
             companion_min: COMPANION_MIN_SAMPLES,
             general_only: false,
             by_bucket,
@@ -142,18 +147,128 @@ impl Planner {
         }
     }
 
+    // -- the pipeline, per epoch -------------------------------------------------------------------
+
+    /// Plans `epoch`: every batch of every rank, in training order (the stages: module docs).
+    pub fn plan(&self, epoch: u64) -> Result<Plan> {
+        self.lengths.check()?;
+        with_lengths!(&self.lengths, v => self.plan_with(v, epoch))
+    }
+
+    /// [`Planner::plan`] for one storage width of the lengths.
+    fn plan_with<L: Length>(&self, lengths: &[L], epoch: u64) -> Result<Plan> {
+        memory::reserve("planning an epoch", self.plan_bytes())?;
+        let pool = self.pool.get();
+        let draws = self.draws(lengths, pool.as_deref());
+        let formed = form_within(&draws, &self.step_count(), epoch)?;
+        let target = target_batches(&draws, &self.step_count(), None);
+        let totals = Totals {
+            admitted_tokens: self.prepared.admitted_tokens,
+            skipped: self.skipped(),
+            buckets: self.prepared.buckets.count() as u64,
+        };
+        let ranks = (self.arranged(), pool.as_deref());
+        split_for_ranks(
+            (lengths, &self.config),
+            formed,
+            target,
+            ranks,
+            &totals,
+            epoch,
+        )
+    }
+
+    /// What every draw of an epoch borrows: the forming state and the rows it selects from.
+    fn draws<'a, L: Length>(
+        &'a self,
+        lengths: &'a [L],
+        pool: Option<&'a rayon::ThreadPool>,
+    ) -> Draws<'a, L> {
+        let former = Former {
+            lengths,
+            config: &self.config,
+            rules: &self.prepared.rules,
+            bucket_capacity: &self.prepared.bucket_capacity,
+            companion_min: self.companion_min,
+            general_only: self.general_only,
+            shortest: self.prepared.shortest,
+            arranged: self.arranged(),
+            labels: self.labels.as_ref(),
+        };
+        let population = match (&self.mix, &self.by_bucket) {
+            (Some(mix), _) => Population::Mixture(mix),
+            (None, Some(rows)) => Population::ByBucket(rows),
+            (None, None) if self.config.shuffle => Population::Streamed,
+            (None, None) => Population::Sorted,
+        };
+        Draws {
+            former,
+            population,
+            pool,
+        }
+    }
+
+    fn step_count(&self) -> StepCount<'_> {
+        StepCount {
+            target: &self.target,
+            admitted: self.prepared.admitted,
+        }
+    }
+
+    /// Steps per rank of every epoch: the same for every epoch of this configuration and data.
+    pub fn steps(&self) -> u64 {
+        let pool = self.pool.get();
+        let target = with_lengths!(&self.lengths, v => {
+            target_batches(&self.draws(v, pool.as_deref()), &self.step_count(), None)
+        });
+        target as u64 / u64::from(self.config.world_size)
+    }
+
+    /// Bytes an epoch's planning allocates at its peak, at most (`tests/memory_peaks.rs` holds every
+    /// path to it): see [`memory::plan_bytes`].
+    pub fn plan_bytes(&self) -> u64 {
+        memory::plan_bytes(memory::EpochShape {
+            samples: self.epoch_samples() as u64,
+            by_bucket: self.by_bucket.is_some(),
+            mixture: self.mix.is_some(),
+            arranged: self.arranged(),
+            batch_bound: self.prepared.batch_bound,
+            world_size: self.config.world_size,
+            target: self.target.get().copied(),
+        })
+    }
+
+    /// The most batches one forming pass over these lengths can close (what the first plan reserves
+    /// working memory for, twice over, before an epoch has set the batch count): see `prepare.rs`.
+    pub fn batch_bound(&self) -> u64 {
+        self.prepared.batch_bound
+    }
+
+    /// The rows epoch `epoch`'s own draws select (the population the plan of an epoch carrying rows
+    /// from the one before starts from), or every row without a mixture.
+    pub(crate) fn selected_rows(&self, epoch: u64) -> Vec<u32> {
+        match &self.mix {
+            Some(mix) => mix.population(epoch),
+            // `Planner::new` refused more rows than a u32 index addresses.
+            #[allow(clippy::cast_possible_truncation)]
+            None => (0..self.lengths.len() as u32).collect(),
+        }
+    }
+
+    // -- answers ------------------------------------------------------------------------------------
+
     /// Rows left out of every plan for not fitting a batch (`oversize="skip"`).
-    pub(super) fn skipped(&self) -> u64 {
+    fn skipped(&self) -> u64 {
         match &self.mix {
             Some(mix) => mix.skipped,
-            None => self.lengths.len() as u64 - self.admitted,
+            None => self.lengths.len() as u64 - self.prepared.admitted,
         }
     }
 
     /// Samples an epoch plans: the admitted rows, or a mixture's reference selection (epoch 0's).
-    pub(super) fn epoch_samples(&self) -> usize {
+    fn epoch_samples(&self) -> usize {
         match &self.mix {
-            Some(_) => usize::try_from(self.admitted).unwrap_or(usize::MAX),
+            Some(_) => usize::try_from(self.prepared.admitted).unwrap_or(usize::MAX),
             None => self.lengths.len(),
         }
     }
@@ -196,7 +311,7 @@ impl Planner {
     }
 
     /// Whether epochs are small enough to arrange and balance their batches.
-    pub(super) fn arranged(&self) -> bool {
+    fn arranged(&self) -> bool {
         self.epoch_samples() <= self.arrange_max
     }
 
@@ -211,13 +326,13 @@ impl Planner {
 
     /// The bucket edges in use.
     pub fn buckets(&self) -> &Buckets {
-        &self.buckets
+        &self.prepared.buckets
     }
 
     /// The padding efficiency plans are predicted to measure with the chosen edges (see
     /// `optimize.rs`); within a point of the measured one on the seed workload.
     pub fn predicted_efficiency(&self) -> f64 {
-        self.predicted_efficiency
+        self.prepared.predicted_efficiency
     }
 
     /// The configuration.
@@ -234,5 +349,52 @@ impl Planner {
     /// first piece, then the later pieces; [`Planner::dataset_lengths`] gives the rows').
     pub fn lengths(&self) -> &Lengths {
         &self.lengths
+    }
+
+    /// Fingerprint of the lengths and configuration (and mixture), hashed on first use.
+    pub fn fingerprint(&self) -> u64 {
+        *self
+            .fingerprint
+            .get_or_init(|| self.fingerprint_of(&self.config))
+    }
+
+    /// Fingerprint of the lengths and configuration as if for one rank: the same for any
+    /// `world_size`, so a checkpoint can be resumed on another number of ranks.
+    pub fn fingerprint_any_ranks(&self) -> u64 {
+        self.fingerprint_of(&Config {
+            world_size: 1,
+            ..self.config.clone()
+        })
+    }
+
+    fn fingerprint_of(&self, config: &Config) -> u64 {
+        let plain = with_lengths!(&self.lengths, v => fingerprint(v, config));
+        self.mixture()
+            .map_or(plain, |mixture| fingerprint_mixture(plain, mixture))
+    }
+
+    /// Rows of the dataset: the planned entries less the later pieces of split samples.
+    pub fn samples(&self) -> usize {
+        self.lengths.len() - self.later.as_ref().map_or(0, |l| l.rows.len())
+    }
+
+    /// Samples split into pieces (`Oversize::Truncate`; else 0).
+    pub fn truncated(&self) -> u64 {
+        self.later.as_ref().map_or(0, |l| l.split)
+    }
+
+    /// The token windows `(rows, starts, lengths)` of `entries` of this planner's plans (see
+    /// [`locate`]).
+    pub fn locate(&self, entries: &[i64]) -> Result<(Vec<u32>, Vec<u32>, Vec<u32>)> {
+        self.lengths.check()?;
+        let later = self.later.as_ref().map(|l| (&l.rows[..], &l.starts[..]));
+        with_lengths!(&self.lengths, v => locate(entries, self.samples(), v, later))
+    }
+
+    /// The dataset rows' lengths (what the planner was built from): the planned lengths, with each
+    /// split row's pieces summed back under `Oversize::Truncate`.
+    pub fn dataset_lengths(&self) -> Result<Vec<u32>> {
+        self.lengths.check()?;
+        dataset_lengths(&self.lengths, self.samples(), self.later.as_ref())
     }
 }

@@ -9,6 +9,7 @@ use crate::plan::optimize::{auto_edges, optimal_edges, predicted_efficiency, His
 use crate::plan::rules::Rules;
 
 /// The epoch-independent state [`Planner::new`] derives from the lengths.
+#[derive(Debug)]
 pub(crate) struct Prepared {
     pub(crate) buckets: Buckets,
     pub(crate) predicted_efficiency: f64,

@@ -15,7 +15,7 @@
 
 use crate::error::{ErrorKind, Result};
 use crate::lengths::to_usize;
-use crate::lengths::{with_lengths, Length, Lengths};
+use crate::lengths::{lengths_of, with_lengths, Lengths};
 use crate::plan::output::{Plan, Stats};
 use crate::plan::planner::Planner;
 
@@ -142,11 +142,6 @@ impl Planner {
         };
         Plan::new(vec![0], Vec::new(), self.config().world_size, epoch, stats)
     }
-}
-
-/// The lengths of `rows`, widened.
-pub(crate) fn lengths_of<L: Length>(lengths: &[L], rows: &[u32]) -> Vec<u32> {
-    rows.iter().map(|&r| lengths[r as usize].into()).collect()
 }
 
 #[cfg(test)]

@@ -16,36 +16,20 @@
 //! batches all cut at the rows its top edge allows), which would split batches in every epoch to
 //! reach a count no shuffle forms.
 //!
-//! Here too the planner's part of it: the target set once ([`Planner::steps`]) and an epoch formed
-//! within it.
+//! Here: the target set once ([`target_batches`]) and an epoch formed within it ([`form_within`]), over
+//! the draws `draws.rs` forms.
+
+use std::sync::OnceLock;
 
 use crate::error::{ErrorKind, Result};
-use crate::lengths::{with_lengths, Length};
+use crate::lengths::Length;
 use crate::plan::config::{Batching, Config, Mode};
-use crate::plan::form::{Epoch, Former};
+use crate::plan::draws::{Draws, Population};
+use crate::plan::form::Epoch;
+use crate::plan::keys::{
+    calibration_key, reform_key, CALIBRATION_DRAWS, REFERENCE_KEY, REFORM_ATTEMPTS,
+};
 use crate::plan::merge::merge_to;
-use crate::plan::planner::Planner;
-
-/// The draws that set every epoch's batch count: epoch 0's.
-pub(crate) const REFERENCE_KEY: u64 = 0;
-
-/// Other draws of an epoch tried when its own form more batches than the target (each does with a
-/// probability well under a half: the margin is set for that), before the reference draws.
-pub(crate) const REFORM_ATTEMPTS: u64 = 16;
-
-/// The key of the `attempt`-th other draw of `epoch` (attempt 0 is the epoch's own).
-pub(crate) fn reform_key(epoch: u64, attempt: u64) -> u64 {
-    epoch.wrapping_add(attempt.wrapping_mul(0x9E37_79B9_7F4A_7C15))
-}
-
-/// Other draws formed once, besides epoch 0's, to measure how much the count scatters (epochs up to
-/// `ARRANGE_MAX_SAMPLES` samples; each costs one forming pass, once per planner).
-pub(crate) const CALIBRATION_DRAWS: u64 = 3;
-
-/// The key of the `i`-th calibration draw (none is an epoch's own or retry draw in practice).
-pub(crate) fn calibration_key(i: u64) -> u64 {
-    reform_key(REFERENCE_KEY, REFORM_ATTEMPTS + i)
-}
 
 /// The batches of every epoch from the counts the reference and calibration draws formed: above the
 /// largest by their standard deviation (about two standard deviations above the mean), a multiple of
@@ -94,109 +78,131 @@ pub(crate) fn steps_target(counts: &[usize], config: &Config, samples: u64) -> u
     target
 }
 
-impl Planner {
-    /// Forms `epoch` with no more batches than the target (see [`Planner::steps`]): the epoch's own
-    /// draws, or — in the rare epoch that forms more — up to [`REFORM_ATTEMPTS`] other keyed draws
-    /// of it, and at last the reference draws, which form exactly the reference count. Returns the
-    /// rows, the epoch, the key used and how many extra forming passes it took.
-    pub(super) fn form_within<L: Length>(
-        &self,
-        former: &Former<'_, L>,
-        epoch: u64,
-    ) -> Result<(Vec<u32>, Epoch, u64, u64)> {
-        let (order, formed) = self.form(former, (epoch, epoch));
-        let target = self.target_batches(former, (epoch == REFERENCE_KEY).then_some(&formed));
-        if self.fits(&formed, target) {
-            return Ok((order, formed, epoch, 0));
+/// The batch count every epoch of a planner shares, set once (see the module docs), and what bounds it.
+pub(crate) struct StepCount<'a> {
+    pub(crate) target: &'a OnceLock<usize>,
+    /// Samples an epoch plans: the target never asks for more batches than they fill.
+    pub(crate) admitted: u64,
+}
+
+/// An epoch formed within the shared count: what splitting for ranks takes (`ranks.rs`).
+pub(crate) struct FormedEpoch {
+    /// The rows in batch order.
+    pub(crate) order: Vec<u32>,
+    pub(crate) epoch: Epoch,
+    /// The key of the draws that formed it.
+    pub(crate) key: u64,
+    /// Extra forming passes it took.
+    pub(crate) reformed: u64,
+}
+
+/// Forms `epoch` with no more batches than the target: the epoch's own draws, or — in the rare epoch
+/// that forms more — up to [`REFORM_ATTEMPTS`] other keyed draws of it, and at last the reference
+/// draws, which form exactly the reference count.
+pub(crate) fn form_within<L: Length>(
+    draws: &Draws<'_, L>,
+    steps: &StepCount<'_>,
+    epoch: u64,
+) -> Result<FormedEpoch> {
+    let formed = |(order, formed): (Vec<u32>, Epoch), key, reformed| FormedEpoch {
+        order,
+        epoch: formed,
+        key,
+        reformed,
+    };
+    let (order, first) = draws.form((epoch, epoch));
+    let target = target_batches(draws, steps, (epoch == REFERENCE_KEY).then_some(&first));
+    if fits(draws, &first, target) {
+        return Ok(formed((order, first), epoch, 0));
+    }
+    // Released before forming again: one form at a time is what `plan_bytes` reserves.
+    drop((order, first));
+    for attempt in 1..=REFORM_ATTEMPTS {
+        let key = reform_key(epoch, attempt);
+        // A mixture keeps the epoch's selection (only the forming draws change, so a
+        // down-sampled source's cycle holds: `mixture/select.rs`).
+        let (order, again) = draws.form((epoch, key));
+        if fits(draws, &again, target) {
+            return Ok(formed((order, again), key, attempt));
         }
-        // Released before forming again: one form at a time is what `plan_bytes` reserves.
-        drop((order, formed));
-        for attempt in 1..=REFORM_ATTEMPTS {
-            let key = reform_key(epoch, attempt);
-            // A mixture keeps the epoch's selection (only the forming draws change, so a
-            // down-sampled source's cycle holds: `mixture/select.rs`).
-            let (order, formed) = self.form(former, (epoch, key));
-            if self.fits(&formed, target) {
-                return Ok((order, formed, key, attempt));
-            }
+    }
+    if draws.is_mixture() {
+        return merged_or_refused(draws, epoch, target)
+            .map(|own| formed(own, epoch, REFORM_ATTEMPTS + 1));
+    }
+    let reference = draws.form((REFERENCE_KEY, REFERENCE_KEY));
+    Ok(formed(reference, REFERENCE_KEY, REFORM_ATTEMPTS + 1))
+}
+
+/// A mixture's epoch whose own selection formed too many batches under every draw: the reference
+/// draws would select epoch 0's rows (the cycle broken), so a padded epoch's own batches are merged
+/// down to the count (`merge.rs`); else it is refused.
+fn merged_or_refused<L: Length>(
+    draws: &Draws<'_, L>,
+    epoch: u64,
+    target: usize,
+) -> Result<(Vec<u32>, Epoch)> {
+    let (mut order, mut formed) = draws.form((epoch, epoch));
+    let (lengths, config, rules) = (
+        draws.former.lengths,
+        draws.former.config,
+        draws.former.rules,
+    );
+    if config.mode == Mode::Padded {
+        let capacity = |longest: u32| rules.get(longest).map_or(0, |(_, rows)| u64::from(rows));
+        if merge_to(lengths, config, capacity, &mut order, &mut formed, target)
+            && fits(draws, &formed, target)
+        {
+            return Ok((order, formed));
         }
-        if self.mix.is_some() {
-            // The reference draws would select epoch 0's rows (the cycle broken): a padded epoch's
-            // own batches are merged down to the count (`merge.rs`); else refused.
-            let (mut order, mut formed) = self.form(former, (epoch, epoch));
-            if self.config.mode == Mode::Padded {
-                let (lengths, config) = (former.lengths, &self.config);
-                let capacity = |longest: u32| {
-                    self.rules
-                        .get(longest)
-                        .map_or(0, |(_, rows)| u64::from(rows))
-                };
-                if merge_to(lengths, config, capacity, &mut order, &mut formed, target)
-                    && self.fits(&formed, target)
-                {
-                    return Ok((order, formed, epoch, REFORM_ATTEMPTS + 1));
-                }
-            }
-            return Err(ErrorKind::MixtureSetting {
-                setting: "batch_size",
-                problem: format!(
-                    "epoch {epoch}'s selection of the mixture forms more than the {target} batches every \
-                     epoch has under each of {} forming draws, and drawing other rows would break a \
-                     down-sampled source's cycle (rows twice, others skipped), and its batches cannot be \
-                     merged down to that count; pass drop_last=True, or a lower target_efficiency \
-                     (narrower buckets leave fewer rows over)",
-                    REFORM_ATTEMPTS + 1
-                ),
-            }
-            .into());
+    }
+    Err(ErrorKind::MixtureSetting {
+        setting: "batch_size",
+        problem: format!(
+            "epoch {epoch}'s selection of the mixture forms more than the {target} batches every \
+             epoch has under each of {} forming draws, and drawing other rows would break a \
+             down-sampled source's cycle (rows twice, others skipped), and its batches cannot be \
+             merged down to that count; pass drop_last=True, or a lower target_efficiency \
+             (narrower buckets leave fewer rows over)",
+            REFORM_ATTEMPTS + 1
+        ),
+    }
+    .into())
+}
+
+/// Whether a formed epoch reaches the `target` batches: no more batches (under `drop_last` the
+/// extra ones are dropped), and — for a mixture, whose selection in tokens holds more or fewer
+/// samples from one draw to the next — samples enough to split into that many. The reference
+/// draws, which set the target, always reach it (hypothesis found a tokens-weighted epoch of 4
+/// samples under a target of 5 batches).
+fn fits<L: Length>(draws: &Draws<'_, L>, formed: &Epoch, target: usize) -> bool {
+    let batches = formed.offsets.len() - 1;
+    let enough = !draws.is_mixture() || formed.written >= target;
+    (draws.former.config.drop_last || batches <= target) && enough
+}
+
+/// Batches every epoch's plan has, all ranks together, decided once from the reference draws
+/// (`reference`, when the caller has just formed them) and the calibration draws.
+pub(crate) fn target_batches<L: Length>(
+    draws: &Draws<'_, L>,
+    steps: &StepCount<'_>,
+    reference: Option<&Epoch>,
+) -> usize {
+    *steps.target.get_or_init(|| {
+        let config = draws.former.config;
+        let count = |key| draws.form((key, key)).1.offsets.len() - 1;
+        let first = reference.map_or_else(|| count(REFERENCE_KEY), |f| f.offsets.len() - 1);
+        let by_bucket = matches!(draws.population, Population::ByBucket(_));
+        let fixed = !config.shuffle || (by_bucket && matches!(config.batching, Batching::Rows(_)));
+        if fixed {
+            return steps_target(&[first, first], config, steps.admitted);
         }
-        let (order, formed) = self.form(former, (REFERENCE_KEY, REFERENCE_KEY));
-        Ok((order, formed, REFERENCE_KEY, REFORM_ATTEMPTS + 1))
-    }
-
-    /// Whether a formed epoch reaches the `target` batches: no more batches (under `drop_last` the
-    /// extra ones are dropped), and — for a mixture, whose selection in tokens holds more or fewer
-    /// samples from one draw to the next — samples enough to split into that many. The reference
-    /// draws, which set the target, always reach it (hypothesis found a tokens-weighted epoch of 4
-    /// samples under a target of 5 batches).
-    fn fits(&self, formed: &Epoch, target: usize) -> bool {
-        let batches = formed.offsets.len() - 1;
-        let enough = self.mix.is_none() || formed.written >= target;
-        (self.config.drop_last || batches <= target) && enough
-    }
-
-    /// Batches every epoch's plan has, all ranks together, decided once from the reference draws
-    /// (`reference`, when the caller has just formed them) and the calibration draws.
-    pub(super) fn target_batches<L: Length>(
-        &self,
-        former: &Former<'_, L>,
-        reference: Option<&Epoch>,
-    ) -> usize {
-        *self.target.get_or_init(|| {
-            let count = |key| self.form(former, (key, key)).1.offsets.len() - 1;
-            let first = reference.map_or_else(|| count(REFERENCE_KEY), |f| f.offsets.len() - 1);
-            let fixed = !self.config.shuffle
-                || (self.by_bucket.is_some() && matches!(self.config.batching, Batching::Rows(_)));
-            if fixed {
-                return steps_target(&[first, first], &self.config, self.admitted);
-            }
-            let mut counts = vec![first];
-            if self.arranged() {
-                counts.extend((1..=CALIBRATION_DRAWS).map(|i| count(calibration_key(i))));
-            }
-            steps_target(&counts, &self.config, self.admitted)
-        })
-    }
-
-    /// Steps per rank of every epoch: the same for every epoch of this configuration and data.
-    pub fn steps(&self) -> u64 {
-        self.plan_target() / u64::from(self.config.world_size)
-    }
-
-    fn plan_target(&self) -> u64 {
-        let target = with_lengths!(&self.lengths, v => self.target_batches(&self.former(v), None));
-        target as u64
-    }
+        let mut counts = vec![first];
+        if draws.former.arranged {
+            counts.extend((1..=CALIBRATION_DRAWS).map(|i| count(calibration_key(i))));
+        }
+        steps_target(&counts, config, steps.admitted)
+    })
 }
 
 #[cfg(test)]

@@ -156,6 +156,26 @@ pub fn locate<L: Length>(
     Ok((rows, starts, lengths))
 }
 
+/// The dataset rows' lengths from a planner's entries: the first `samples` entries' lengths, with the
+/// later pieces (`later`) summed back into their rows.
+pub(crate) fn dataset_lengths(
+    lengths: &Lengths,
+    samples: usize,
+    later: Option<&Later>,
+) -> Result<Vec<u32>> {
+    let mut out = memory::vec_with_capacity("copying the lengths", samples)?;
+    with_lengths!(lengths, v => {
+        out.extend(v[..samples].iter().map(|&l| Into::<u32>::into(l)));
+        if let Some(later) = later {
+            // The pieces of a row sum to its length, which fits u32.
+            for (&row, &piece) in later.rows.iter().zip(&v[samples..]) {
+                out[row as usize] += Into::<u32>::into(piece);
+            }
+        }
+    });
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -147,7 +147,7 @@ mod tests {
     use arrow_schema::DataType;
 
     use super::*;
-    use crate::ErrorKind;
+    use crate::error::ErrorKind;
 
     fn lists(rows: &[&[i32]]) -> ArrayRef {
         let values: Vec<i32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
@@ -212,12 +212,24 @@ mod tests {
     #[test]
     fn a_store_over_the_table_reads_sliced_batches_through_their_offsets() {
         let (schema, batches) = table(vec![("input_ids", lists(&[&[1, 2, 3], &[4], &[]]))]);
-        let store = crate::TokenStore::from_table(&schema, &batches, "input_ids", Some(vec![3, 0]))
-            .unwrap();
+        let store = crate::read::tokens::TokenStore::from_table(
+            &schema,
+            &batches,
+            "input_ids",
+            Some(vec![3, 0]),
+        )
+        .unwrap();
         assert_eq!(store.lengths(), [1, 3]);
-        assert_eq!(store.get(0).unwrap(), crate::Tokens::I32(&[4]));
-        assert_eq!(store.get(1).unwrap(), crate::Tokens::I32(&[1, 2, 3]));
-        let err = crate::TokenStore::from_table(&schema, &batches, "seq_len", None).unwrap_err();
+        assert_eq!(
+            store.get(0).unwrap(),
+            crate::read::tokens::Tokens::I32(&[4])
+        );
+        assert_eq!(
+            store.get(1).unwrap(),
+            crate::read::tokens::Tokens::I32(&[1, 2, 3])
+        );
+        let err = crate::read::tokens::TokenStore::from_table(&schema, &batches, "seq_len", None)
+            .unwrap_err();
         assert!(err.to_string().starts_with(IN_MEMORY), "{err}");
     }
 
@@ -225,7 +237,10 @@ mod tests {
     fn rows_given_flat_become_a_store_and_bad_offsets_an_error() {
         let store = TokenStore::from_rows(Gathered::U32(vec![7, 8, 9]), vec![0, 2, 2, 3]).unwrap();
         assert_eq!(store.lengths(), [2, 0, 1]);
-        assert_eq!(store.get(2).unwrap(), crate::Tokens::U32(&[9]));
+        assert_eq!(
+            store.get(2).unwrap(),
+            crate::read::tokens::Tokens::U32(&[9])
+        );
         for offsets in [vec![0, 2, 1, 3], vec![1, 3], vec![0, 4], vec![]] {
             let err = TokenStore::from_rows(Gathered::U32(vec![7, 8, 9]), offsets).unwrap_err();
             assert!(err.to_string().contains("offsets must rise"), "{err}");

@@ -163,7 +163,10 @@ fn tidy(dir: &Path, stem: &str, epoch: u64) {
 }
 
 /// The error of an operating-system failure on `path` while trying to `action`.
-fn io<'a>(path: &'a Path, action: &'static str) -> impl Fn(std::io::Error) -> crate::Error + 'a {
+fn io<'a>(
+    path: &'a Path,
+    action: &'static str,
+) -> impl Fn(std::io::Error) -> crate::error::Error + 'a {
     move |e| {
         ErrorKind::SharedPlan {
             path: path.display().to_string(),
@@ -178,7 +181,7 @@ fn io<'a>(path: &'a Path, action: &'static str) -> impl Fn(std::io::Error) -> cr
 }
 
 /// The error of a file at `path` that is not the plan asked for.
-fn refused(path: &Path, why: String) -> crate::Error {
+fn refused(path: &Path, why: String) -> crate::error::Error {
     ErrorKind::SharedPlan {
         path: path.display().to_string(),
         problem: SharedProblem::Refused { why },

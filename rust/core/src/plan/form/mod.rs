@@ -13,9 +13,12 @@
 //!   epoch on the seed workload, 2 threads, measured), at 16 more bytes a sample.
 //! * `stream.rs` — larger shuffled epochs, packed ones and sorted ones, streamed.
 //! * `batches.rs` — what forming records: a stream's batches and the whole epoch's.
+//! * `order.rs` — a group's batches put in training order (`arrange.rs`), chosen for a mixture's
+//!   sources (`choose.rs`: which rows are of which source, [`Labels`]) and matched for rank balance.
 
 mod batches;
 mod by_bucket;
+pub(crate) mod choose;
 mod classes;
 mod compose;
 mod cut;
@@ -32,6 +35,7 @@ mod window;
 
 pub(crate) use batches::Epoch;
 pub(crate) use by_bucket::ByBucket;
+pub(crate) use choose::Labels;
 pub(crate) use cut::{length_of, row_of};
 pub(crate) use stream::Former;
 pub(crate) use window::WINDOW;

@@ -1,5 +1,5 @@
 //! A streamed group's batches put in training order while its rows are in cache: arranged
-//! (`arrange.rs`), chosen for a mixture's sources (`mixture/choose.rs`), matched for rank balance
+//! (`arrange.rs`), chosen for a mixture's sources (`choose.rs`), matched for rank balance
 //! window by window (`balance.rs`), and the rows moved once.
 
 use crate::lengths::Length;
@@ -66,7 +66,7 @@ impl<L: Length> Former<'_, L> {
 
     /// With a mixture's sources, refills the places of `sequence` (complete batches of a group whose
     /// rows are `piece`, batch `i` at `offsets[i]..offsets[i + 1]`) with the batches chosen for the
-    /// sources (`mixture/choose.rs`), by mean length among their neighbours. Epochs too large to
+    /// sources (`choose.rs`), by mean length among their neighbours. Epochs too large to
     /// arrange count each batch's samples by source and rank batches by their rows instead: their
     /// lengths would be random reads of the whole epoch's (3.6 of a 4.3 s epoch at 100M samples,
     /// measured), and the samples of a bucket's batch are alike in length.

@@ -11,13 +11,13 @@
 use crate::lengths::Length;
 use crate::plan::config::{Batching, Config, Mode};
 use crate::plan::form::batches::{Epoch, Formed};
+use crate::plan::form::choose::Labels;
 use crate::plan::form::compose::compose;
 use crate::plan::form::open::PerBucket;
 use crate::plan::form::pack::Packer;
 use crate::plan::form::rule::{flush, for_each_sample, take, Filling, OpenBatches, Written};
 use crate::plan::form::tight::Tight;
 use crate::plan::form::MAX_GROUPS;
-use crate::plan::mixture::Labels;
 use crate::plan::permute::{
     scatter_into_chunks, scatter_runs, shuffle_chunk, shuffle_chunk_pair, Runs, Scattered,
 };
@@ -49,7 +49,7 @@ pub(crate) struct Former<'a, L> {
     pub(crate) shortest: u32,
     /// Whether epochs are small enough to order and balance their batches (`ARRANGE_MAX_SAMPLES`).
     pub(crate) arranged: bool,
-    /// A mixture's sources: each group's batches are then chosen for them (`mixture/choose.rs`).
+    /// A mixture's sources: each group's batches are then chosen for them (`choose.rs`).
     pub(crate) labels: Option<&'a Labels>,
 }
 

@@ -15,7 +15,7 @@
 //! 2. **Spread** (`select.rs`, filling each bucket): a bucket's rows are shuffled source by source
 //!    and merged by time, so every stretch of the bucket, and every batch cut from it, holds the
 //!    sources in proportion.
-//! 3. **Choose** (`choose.rs`, after each forming group is arranged, before ranks are balanced):
+//! 3. **Choose** (`form/choose.rs`, after each forming group is arranged, before ranks are balanced):
 //!    batches of nearly the same mean length trade places so that every stretch of training order
 //!    carries each source near its share. Batches keep their rows: efficiency, fill and balance are
 //!    those of the same batches without sources.
@@ -30,7 +30,6 @@
 //! 1/32); and sampling sources by deficit before forming, as Megatron's blending does (the forming
 //! shuffle then undoes it).
 
-mod choose;
 mod groups;
 mod planning;
 mod quotas;
@@ -39,8 +38,9 @@ mod spread;
 #[cfg(test)]
 mod testing;
 
-pub(crate) use choose::Labels;
+pub(crate) use crate::plan::form::Labels;
 pub(crate) use groups::{Groups, Selection};
+pub(crate) use planning::{form_selection, prepare_mixture};
 pub(crate) use quotas::{Mix, Own};
 
 use crate::error::{ErrorKind, Result};

@@ -1,94 +1,76 @@
-//! The planner's side of a mixture: building a planner of its sources, and forming an epoch of the
-//! rows it selects (the rest of the pipeline is the planner's own, over those rows).
+//! A mixture's part of the pipeline: admitting its sources (the reference selection the edges are
+//! optimized for), and forming an epoch of the rows it selects (the rest of the pipeline is every
+//! planner's, over those rows).
 
 use crate::error::{ErrorKind, Result};
-use crate::lengths::{with_lengths, Length, Lengths};
+use crate::lengths::{lengths_of, with_lengths, Length, Lengths};
 use crate::memory;
 use crate::plan::config::{Config, Mode, Oversize};
 use crate::plan::form::{Epoch, Former};
+use crate::plan::keys::REFERENCE_KEY;
 use crate::plan::mixture::{Mix, Mixture};
-use crate::plan::planner::Planner;
-use crate::plan::prepare::{admitted_max, prepare_with};
-use crate::plan::resume::lengths_of;
-use crate::plan::steps::REFERENCE_KEY;
+use crate::plan::prepare::{admitted_max, prepare_with, Prepared};
 use crate::pool::PrivatePool;
 
-impl Planner {
-    /// Plans epochs of `mixture`'s sources, whose lengths are `lengths` concatenated in the mixture's
-    /// order: each epoch selects every source's share (`select.rs`) and forming chooses each group's
-    /// batches for the sources (`choose.rs`). Bucket edges are optimized for the reference selection
-    /// drawn before buckets exist (each source's share, from one group per source), and cover every
-    /// admitted row. Indices of the plans are rows of the concatenation, repeated where a source is
-    /// up-sampled.
-    pub fn with_mixture(
-        lengths: impl Into<Lengths>,
-        config: Config,
-        mixture: Mixture,
-    ) -> Result<Self> {
-        config.validate()?;
-        refuse_settings(&config)?;
-        let lengths: Lengths = lengths.into();
-        memory::reserve(
-            "preparing the planner",
-            memory::PLAN_FIXED_BYTES
-                + lengths.len() as u64
-                    * (memory::PREPARE_BYTES_PER_SAMPLE + memory::MIXTURE_GROUP_BYTES),
-        )?;
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
-        let pool = PrivatePool::new(threads);
-        let (mut mix, reference) =
-            with_lengths!(&lengths, v => reference(v, &config, mixture, &pool))?;
-        let epoch = with_lengths!(&lengths, v => lengths_of(v, &reference));
-        drop(reference);
-        let mut prepared = with_lengths!(&lengths, v => prepare_with(v, &config, Some(&epoch)))?;
-        let rules = &prepared.rules;
-        // Every admitted row fits a bucket: the rules admit what `admitted_max` admits.
-        mix.regroup(prepared.buckets.count(), |l| {
-            rules.get(l).map_or(0, |(b, _)| b)
+/// The admit stage of a planner of `mixture`'s sources, whose lengths are `lengths` concatenated in
+/// the mixture's order: each epoch selects every source's share (`select.rs`) and forming chooses
+/// each group's batches for the sources (`form/choose.rs`). Bucket edges are optimized for the
+/// reference selection drawn before buckets exist (each source's share, from one group per source),
+/// and cover every admitted row. Returns what the planner is assembled from.
+pub(crate) fn prepare_mixture(
+    lengths: &Lengths,
+    config: &Config,
+    mixture: Mixture,
+) -> Result<(Prepared, Mix)> {
+    config.validate()?;
+    refuse_settings(config)?;
+    memory::reserve(
+        "preparing the planner",
+        memory::PLAN_FIXED_BYTES
+            + lengths.len() as u64
+                * (memory::PREPARE_BYTES_PER_SAMPLE + memory::MIXTURE_GROUP_BYTES),
+    )?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    let pool = PrivatePool::new(threads);
+    let (mut mix, reference) = with_lengths!(lengths, v => reference(v, config, mixture, &pool))?;
+    let epoch = with_lengths!(lengths, v => lengths_of(v, &reference));
+    drop(reference);
+    let mut prepared = with_lengths!(lengths, v => prepare_with(v, config, Some(&epoch)))?;
+    let rules = &prepared.rules;
+    // Every admitted row fits a bucket: the rules admit what `admitted_max` admits.
+    mix.regroup(prepared.buckets.count(), |l| {
+        rules.get(l).map_or(0, |(b, _)| b)
+    });
+    let selection = mix.select(REFERENCE_KEY);
+    prepared.admitted = selection.samples as u64;
+    prepared.admitted_tokens = selection.tokens;
+    Ok((prepared, mix))
+}
+
+/// Forms the epoch of draws `key` of a mixture over its selection keyed `select` (`select.rs`):
+/// each bucket filled with its rows and cut as a planner's own rows are (padded epochs up to
+/// `ARRANGE_MAX_SAMPLES`), else streamed.
+pub(crate) fn form_selection<L: Length>(
+    former: &Former<'_, L>,
+    mix: &Mix,
+    (select, key): (u64, u64),
+    pool: Option<&rayon::ThreadPool>,
+) -> (Vec<u32>, Epoch) {
+    let selection = mix.select(select);
+    let groups = &mix.groups;
+    let (order, mut formed) = if former.arranged && former.config.mode == Mode::Padded {
+        let starts = groups.bucket_starts(&selection);
+        let mut buffer = groups.take_buffer(selection.samples);
+        let formed = former.form_buckets(&starts, &mut buffer, key, pool, |b, rng, rows| {
+            groups.fill_bucket(&selection, b, rng, rows);
         });
-        let selection = mix.select(REFERENCE_KEY);
-        prepared.admitted = selection.samples as u64;
-        prepared.admitted_tokens = selection.tokens;
-        Ok(Self::assemble(lengths, config, prepared, None, Some(mix)))
-    }
-
-    /// Forms the epoch of draws `key` of a mixture over its selection keyed `select` (`select.rs`):
-    /// each bucket filled with its rows and cut as the planner's own rows are (padded epochs up to
-    /// `ARRANGE_MAX_SAMPLES`), else streamed.
-    pub(in crate::plan) fn form_population<L: Length>(
-        &self,
-        former: &Former<'_, L>,
-        mix: &Mix,
-        (select, key): (u64, u64),
-        pool: Option<&rayon::ThreadPool>,
-    ) -> (Vec<u32>, Epoch) {
-        let selection = mix.select(select);
-        let groups = &mix.groups;
-        let (order, mut formed) = if former.arranged && self.config().mode == Mode::Padded {
-            let starts = groups.bucket_starts(&selection);
-            let mut buffer = groups.take_buffer(selection.samples);
-            let formed = former.form_buckets(&starts, &mut buffer, key, pool, |b, rng, rows| {
-                groups.fill_bucket(&selection, b, rng, rows);
-            });
-            groups.give_back(buffer);
-            formed
-        } else {
-            former.form_shuffled(Some(groups.runs(&selection)), key, pool)
-        };
-        formed.tokens = Some(selection.tokens);
-        (order, formed)
-    }
-
-    /// The rows epoch `epoch`'s own draws select (the population the plan of an epoch carrying rows
-    /// from the one before starts from), or every row without a mixture.
-    pub(in crate::plan) fn selected_rows(&self, epoch: u64) -> Vec<u32> {
-        match &self.mix {
-            Some(mix) => mix.population(epoch),
-            // `Planner::new` refused more rows than a u32 index addresses.
-            #[allow(clippy::cast_possible_truncation)]
-            None => (0..self.lengths().len() as u32).collect(),
-        }
-    }
+        groups.give_back(buffer);
+        formed
+    } else {
+        former.form_shuffled(Some(groups.runs(&selection)), key, pool)
+    };
+    formed.tokens = Some(selection.tokens);
+    (order, formed)
 }
 
 /// Settings a mixture does not take.

@@ -207,4 +207,4 @@ fn choosing_moves_batches_among_neighbours_only_and_evens_the_sources_out() {
     }
 }
 
-const BLOCK_USIZE: usize = crate::plan::mixture::choose::BLOCK;
+const BLOCK_USIZE: usize = crate::plan::form::choose::BLOCK;

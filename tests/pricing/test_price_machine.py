@@ -73,7 +73,7 @@ class PriceMachine(RuleBasedStateMachine):
     @rule(epoch=st.integers(0, 3))
     def set_epoch(self, epoch):
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # discarding a pending resume warns (tests/test_position.py)
+            warnings.simplefilter("ignore")  # discarding a pending resume warns (tests/planning/test_position.py)
             self.sampler.set_epoch(epoch)
         if epoch != self.epoch:
             if self.open is not None:
@@ -221,4 +221,4 @@ class PriceMachine(RuleBasedStateMachine):
 PriceMachine.TestCase.settings = settings(
     max_examples=EXAMPLES, stateful_step_count=10, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
-test_price_state_machine = PriceMachine.TestCase
+test_price_state_machine = pytest.mark.fuzz(PriceMachine.TestCase)

@@ -1,7 +1,7 @@
 """Issue 40: each row of its table, as a user meets it, and the elastic resumes it names. Every test checks
 which samples were (or would be) trained against the plan, or that the call refuses with what to do.
 
-Rows 3 (a worker DataLoader) and the client adapters run real clients in tests/test_clients_resume.py
+Rows 3 (a worker DataLoader) and the client adapters run real clients in tests/adapters/test_clients_resume.py
 (2 processes, kill -9); the ones here run in-process, or in a capped child where a signal could kill.
 """
 

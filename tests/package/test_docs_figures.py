@@ -17,7 +17,7 @@ from typing import Any
 import dflash_batch as db
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import _figures  # noqa: E402

@@ -21,7 +21,7 @@ import dflash_batch as db
 
 pytestmark = pytest.mark.multiprocess  # several processes: `make test-all`, not the fast lane
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]  # the shared helpers
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """One owner of the training position (issue 27): the sampler's :class:`~dflash_batch.position.Position`
 is what every checkpoint records, whichever object the user asks and in whichever order they call.
 
-Rows 1–4 of the issue are named regressions here (5–7 run real clients: tests/test_clients_resume.py),
+Rows 1–4 of the issue are named regressions here (5–7 run real clients: tests/adapters/test_clients_resume.py),
 then a hypothesis state machine over sequences of operations on a sampler and a Loader against a small
 model of the position: a run resumed from any saved state trains exactly the rest of the plan.
 """
@@ -22,6 +22,8 @@ pytest.importorskip("torch")
 
 import dflash_batch as db
 from _position import STORE, planned, resumed_from, rows, sampler
+
+pytestmark = pytest.mark.clients  # its state machine drives torchdata's StatefulDataLoader
 
 # -- rows 1–4 of issue 27 ---------------------------------------------------------------------------------
 
@@ -411,7 +413,7 @@ PositionMachine.TestCase.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-test_position_state_machine = PositionMachine.TestCase
+test_position_state_machine = pytest.mark.fuzz(PositionMachine.TestCase)
 
 
 def test_the_current_epochs_plan_is_released_before_its_successor_is_planned():

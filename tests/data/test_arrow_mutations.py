@@ -20,7 +20,7 @@ from _mutate import mutate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-pytestmark = pytest.mark.skipif(os.name != "posix", reason="RLIMIT_AS")
+pytestmark = [pytest.mark.fuzz, pytest.mark.skipif(os.name != "posix", reason="RLIMIT_AS")]
 
 FILES = 24  # damaged files per child
 WORDS = [0, 1, 7, 8, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0xFFFFFFF8, 0x10000]

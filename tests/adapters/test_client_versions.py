@@ -40,7 +40,7 @@ def test_the_ranges_are_pyprojects():
 
     import tomllib
 
-    project = tomllib.loads((pathlib.Path(__file__).parents[1] / "pyproject.toml").read_text())
+    project = tomllib.loads((pathlib.Path(__file__).parents[2] / "pyproject.toml").read_text())
     extras = project["project"]["optional-dependencies"]
     for name, (lowest, below, extra) in versions.SUPPORTED.items():
         assert f"{name}>={lowest},<{below}" in extras[extra], (name, extras[extra])

@@ -18,7 +18,7 @@ from _arrow import token_rows, token_table, write_ipc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX: FIFOs and RLIMIT_AS")
+pytestmark = [pytest.mark.fuzz, pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX: FIFOs and RLIMIT_AS")]
 
 CASES = 20  # cases per child
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=False, suppress_health_check=list(HealthCheck))

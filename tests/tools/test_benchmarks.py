@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def run(script: str, *args: str) -> str:
@@ -87,6 +87,21 @@ def test_cuda_check_without_cuda_exits_2():
         pytest.skip("CUDA is available here")
     result = subprocess.run([sys.executable, str(BENCHMARKS / "cuda_check.py")], capture_output=True, text=True)
     assert result.returncode == 2 and "CUDA is not available" in result.stdout
+
+
+@pytest.mark.gpu
+def test_cuda_check_passes_on_a_gpu():
+    """The CUDA pipeline's checks (copies on a side stream, pinned slots, events) pass on a real GPU."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "cuda_check.py"), "--rows", "20000", "--steps", "100"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0 and "all checks passed" in result.stdout, result.stdout + result.stderr
 
 
 @pytest.mark.slow  # runs a benchmark script

@@ -12,7 +12,7 @@ import dflash_batch._core as _core
 import numpy as np
 import pytest
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "usage.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "usage.md"
 
 
 def documented() -> dict[str, str]:

@@ -105,6 +105,7 @@ def test_an_epoch_larger_than_memory_is_a_memory_error_in_a_capped_child():
 MIXTURE_CYCLE_EXAMPLES = int(os.environ.get("DFLASH_MIXTURE_CYCLE_EXAMPLES", "15"))
 
 
+@pytest.mark.fuzz
 @settings(max_examples=MIXTURE_CYCLE_EXAMPLES, deadline=None)
 @given(
     seed=st.integers(0, 2**32 - 1),

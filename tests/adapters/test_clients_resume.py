@@ -29,7 +29,7 @@ import dflash_batch as db
 
 pytestmark = pytest.mark.multiprocess  # several processes: `make test-all`, not the fast lane
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]  # the shared helpers
 RUN = HERE / "_clients_run.py"
 NPROC, ACCUMULATION, EPOCHS = 2, 4, 2
 SAVE_AT, KILL_AT = 8, 10  # optimizer steps: epoch 0 has 6 (21 micro-batches), so both fall in epoch 1

@@ -26,7 +26,7 @@ import dflash_batch as db
 
 pytestmark = pytest.mark.multiprocess  # several processes: `make test-all`, not the fast lane
 
-RUN = Path(__file__).with_name("_trainer_run.py")
+RUN = Path(__file__).parents[1] / "_trainer_run.py"
 TIMEOUT = 300
 
 

@@ -69,7 +69,7 @@ def test_the_hf_trainer_under_torchrun_logs_each_source_every_rank_trained(tmp_p
     import sys
 
     pytest.importorskip("transformers")
-    here = Path(__file__).parent
+    here = Path(__file__).parents[1]  # the shared helpers
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(here)}
     done = subprocess.run(

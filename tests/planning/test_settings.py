@@ -16,7 +16,7 @@ import pytest
 from dflash_batch.planning import settings
 from dflash_batch.tools import docs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OWN = ("lengths", "rank", "column", "check_ranks", "plan_dir")  # the sampler's own arguments, not planning settings
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 #: The pages with runnable blocks, in the order of EXPECTED below.
 PAGES = [
@@ -15,6 +15,7 @@ PAGES = [
     *(
         ROOT / "docs" / f"{name}.md"
         for name in (
+            "concepts",
             "trainers",
             "reading",
             "packing",
@@ -23,6 +24,7 @@ PAGES = [
             "calibration",
             "billion",
             "context_parallel",
+            "resume",
         )
     ),
 ]
@@ -32,6 +34,7 @@ BLOCKS = [block for _, block in SOURCES]
 # The last line each block prints, checked by a predicate; every block must be listed here.
 EXPECTED = {
     "first screen": lambda out: "steps an epoch;" in out and float(out.split()[-1]) > 0.5,
+    "concepts": lambda out: out == "True True",
     "Trainer": lambda out: out.split() == [out.split()[0], "True"] and int(out.split()[0]) > 0,
     # TRL ≥ 1.1 turns its masks into labels; 1.0 keeps the mask column (the store applies either).
     "TRL": lambda out: out.split()[-1] == "True" and out.split()[0] in ("labels", "assistant_masks", "completion_mask"),
@@ -53,6 +56,7 @@ EXPECTED = {
     "lengths mapped": lambda out: out == "True",
     "lengths cached": lambda out: out == "uint16 True",
     "context parallel": lambda out: out == "torch.Size([1, 256]) True",
+    "resume elsewhere": lambda out: out == "True",
 }
 
 

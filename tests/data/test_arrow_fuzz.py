@@ -10,6 +10,8 @@ from _arrow import token_rows, token_table, write_ipc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+pytestmark = pytest.mark.fuzz
+
 CLEAR = (db.DataError, OSError, IndexError)
 
 

@@ -7,19 +7,14 @@ from __future__ import annotations
 import os
 import pickle
 import struct
-import warnings
 
 import dflash_batch as db
 import numpy as np
 import pytest
-from _megatron import CODES, write_pair, write_with_megatron
+from _megatron import CODES, read_with_megatron, write_pair, write_with_megatron
 from _mutate import mutate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-with warnings.catch_warnings():  # megatron-core warns that Transformer Engine and Apex are absent
-    warnings.simplefilter("ignore")
-    from megatron.core.datasets.indexed_dataset import IndexedDataset
 
 DTYPES = list(CODES)
 
@@ -41,7 +36,7 @@ def documents_of(rng: np.random.Generator, sequences: int, dtype: np.dtype) -> l
 def test_every_dtype_matches_megatron_cores_reader(tmp_path, dtype):
     docs = documents_of(np.random.default_rng(CODES[dtype]), 40, dtype)
     prefix = write_with_megatron(tmp_path / "data_text_document", docs, dtype)
-    theirs = IndexedDataset(prefix)
+    theirs = read_with_megatron(prefix)
     lengths = db.read_lengths(prefix)
     np.testing.assert_array_equal(lengths, theirs.sequence_lengths)
     np.testing.assert_array_equal(db.read_documents(prefix), theirs.document_indices)
@@ -67,7 +62,7 @@ def test_every_dtype_matches_megatron_cores_reader(tmp_path, dtype):
 def test_collated_batches_hold_megatron_cores_rows(tmp_path_factory, seed, sequences, dtype):
     rng = np.random.default_rng(seed)
     prefix = write_with_megatron(tmp_path_factory.mktemp("m") / "d", documents_of(rng, sequences, dtype), dtype)
-    theirs, store = IndexedDataset(prefix), db.TokenStore(prefix)
+    theirs, store = read_with_megatron(prefix), db.TokenStore(prefix)
     indices = rng.permutation(sequences)[: int(rng.integers(1, sequences + 1))]
     batch = db.collate(store, indices, pad_id=7)
     for r, i in enumerate(indices):
@@ -253,6 +248,7 @@ def damage_index(data: bytes, ops) -> bytes:
     return mutate(data, ops, word)
 
 
+@pytest.mark.fuzz
 @pytest.mark.skipif(os.name != "posix", reason="RLIMIT_AS")
 @settings(
     max_examples=int(os.environ.get("DFLASH_FUZZ_EXAMPLES", "6")),
