@@ -11,22 +11,25 @@ import numpy as np
 
 
 class FromPlan:
-    """The per-step counts of one epoch's plan, and the sources of its batches' rows.
+    """The per-step counts of one iteration's plan, and the sources of its batches' rows.
 
     Args:
-        sampler: the Loader's sampler (its current epoch's plan).
+        entries: how the plan's entries are read (:class:`~dflash_batch.planning.entries.Entries`).
+        plan: the iteration's plan; ``shape``: its ``(accumulation, rank)``.
         store: the token store (its loss mask decides which tokens count).
         num_items: whether to add the label counts.
         device: where the small tensors go (the batch's device).
     """
 
-    def __init__(self, sampler: Any, store: Any, num_items: bool, device: Any) -> None:
-        self._sampler, self._device = sampler, device
-        self._mixed = sampler.mixture is not None
-        self._counts = sampler.label_tokens(store=store) if num_items else None
-        self._by_source = sampler.label_tokens(store=store, by_source=True) if num_items and self._mixed else None
-        self._accumulation = sampler.accumulation
-        self._world, self._rank = sampler.world_size, sampler.rank
+    def __init__(
+        self, entries: Any, plan: Any, shape: tuple[int, int], store: Any, num_items: bool, device: Any
+    ) -> None:
+        self._entries, self._device = entries, device
+        (self._accumulation, self._rank), self._world = shape, plan.world_size
+        self._mixed = entries.mixed
+        self._counts = entries.label_tokens(plan, self._accumulation, store) if num_items else None
+        by_source = num_items and self._mixed
+        self._by_source = entries.label_tokens(plan, self._accumulation, store, by_source=True) if by_source else None
 
     def add(self, batch: dict[str, Any], step: int, plan: Any) -> None:
         """Adds to ``batch`` — step ``step`` of this rank in ``plan`` — what it carries from the plan."""
@@ -35,7 +38,7 @@ class FromPlan:
             batch["num_items_in_batch"] = int(self._counts[window])
         if self._mixed:
             rows = plan[step * self._world + self._rank]
-            batch["source"] = self._on_device(self._sampler.sources_of(rows))
+            batch["source"] = self._on_device(self._entries.sources_of(rows))
         if self._by_source is not None:
             batch["num_items_per_source"] = self._on_device(self._by_source[window].copy())
 

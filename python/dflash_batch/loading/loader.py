@@ -121,6 +121,9 @@ class Loader:
         if not _is_int(prefetch) or prefetch < 1:
             raise invalid_setting("prefetch", f"prefetch={prefetch!r} is invalid; pass an integer ≥ 1")
         self.store, self.sampler, self.prefetch = store, sampler, prefetch
+        # How batches of the sampler's plans are read: every batch is collated from its iteration's plan and
+        # these, never by asking the sampler (which only moves the position: begin, set_epoch, skip, state).
+        self._entries = sampler.entries
         self._packed = sampler.mode == "packed"
         self._piece_multiple = int(sampler.schedule.config.piece_multiple)
         self._dtype = output_dtype(dtype if dtype is not None else torch.int64)
@@ -190,7 +193,8 @@ class Loader:
         yield from self._run_epoch(self._pipeline, run)
 
     def _run_epoch(self, pipeline: Pipeline, run: Run) -> Iterator[dict[str, Any]]:
-        extras = FromPlan(self.sampler, self.store, self._num_items, self.device)
+        shape = (self.sampler.accumulation, self.sampler.rank)
+        extras = FromPlan(self._entries, run.plan, shape, self.store, self._num_items, self.device)
         step, exhausted = run.start, False
         try:
             for batch in pipeline:
@@ -225,9 +229,9 @@ class Loader:
         arrays: dict[str, Any]
         if self._packed:
             starts = lengths = None
-            if self.sampler.truncated:  # entries may be later pieces of long samples
-                entries, starts, lengths = self.sampler.pieces(entries)
-            capacity = int(self.sampler.max_tokens or 0)
+            if self._entries.truncated:  # entries may be later pieces of long samples
+                entries, starts, lengths = self._entries.pieces(entries)
+            capacity = self._entries.capacity
             arrays = collate_packed(
                 self.store, entries, capacity=capacity, pad_id=pad_id, label_pad_id=label_pad_id,
                 dtype=self._dtype, starts=starts, lengths=lengths, piece_multiple=self._piece_multiple,
@@ -239,8 +243,8 @@ class Loader:
                 dtype=self._dtype,
             )  # fmt: skip
         out = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in arrays.items()}
-        if self.sampler.mixture is not None:
-            out["source"] = torch.from_numpy(self.sampler.sources_of(np.asarray(batch)))
+        if self._entries.mixed:
+            out["source"] = torch.from_numpy(self._entries.sources_of(np.asarray(batch)))
         return out
 
     def _collate_into(self, batch: np.ndarray, slot: dict[str, Any]) -> tuple[int, ...]:
@@ -248,8 +252,8 @@ class Loader:
         if self._packed:  # one row of max_tokens: (1, C, samples, max_seqlen)
             pad_id, label_pad_id = settings["pad_id"], settings["label_pad_id"]
             windows = None
-            if self.sampler.truncated:  # entries may be later pieces of long samples
-                batch, starts, lengths = self.sampler.pieces(batch)
+            if self._entries.truncated:  # entries may be later pieces of long samples
+                batch, starts, lengths = self._entries.pieces(batch)
                 windows = (starts, lengths)
             rows = slot["numpy"].reshape(len(PACKED_KEYS), -1)
             samples, _, longest = pack_into(
@@ -279,7 +283,7 @@ class Loader:
         """Elements of the largest padded batch this rank runs from ``start`` on (the Rust core's
         ``largest_padded``); a packed row's capacity."""
         if self._packed:
-            return int(self.sampler.max_tokens or 0)
+            return self._entries.capacity
         return plan.largest_padded(start, rank, self._settings["pad_to_multiple_of"])
 
     def _slots(self, capacity: int, steps: int) -> list[dict[str, Any] | None]:

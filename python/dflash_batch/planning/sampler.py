@@ -28,9 +28,10 @@ from ..base.ranks import agree
 from ..data.mixture import Mixture
 from ..data.reading import read_lengths
 from ..data.sources import is_source
-from . import label_tokens, settings
+from . import settings
 from .batches import Batches, GlobalBatches
 from .cursor import Cursor, Run
+from .entries import Entries
 from .schedule import Schedule
 
 
@@ -212,12 +213,8 @@ class BucketSampler:
         per-source losses."""
         if isinstance(store, Mixture):
             store = store.store
-        counts = label_tokens.per_entry(self._schedule, store)
-        plan = self.plan(epoch)
-        if not _bool("by_source", by_source):
-            return label_tokens.per_step(plan, counts, self.accumulation)
-        sources = len(self._schedule.mixture.names) if self._schedule.mixture is not None else 1
-        return label_tokens.per_step_by_source(plan, counts, self.accumulation, self._schedule.sources_of, sources)
+        by_source = _bool("by_source", by_source)
+        return self.entries.label_tokens(self.plan(epoch), self.accumulation, store, by_source)
 
     def rank_price(self, epoch: int | None = None) -> tuple[float, float]:
         """The price ``(a, b)`` the ranks of ``epoch`` (default: the current one) are balanced by: ``rank_cost``,
@@ -234,7 +231,13 @@ class BucketSampler:
     def sources_of(self, batch: Any) -> np.ndarray:
         """The source number (int64; ``mixture.names[i]``) of each row of ``batch`` (all 0 without a
         mixture)."""
-        return self._schedule.sources_of(batch)
+        return self.entries.sources_of(batch)
+
+    @property
+    def entries(self) -> Entries:
+        """What a consumer of this sampler's plans needs to read them (rows and token windows of entries,
+        sources, label tokens), without the position: the :class:`~dflash_batch.Loader` reads through it."""
+        return Entries(self._schedule)
 
     @property
     def predicted_efficiency(self) -> float:
@@ -283,15 +286,7 @@ class BucketSampler:
         :func:`collate_packed` with ``starts``/``lengths`` do it for you). Without pieces, ``rows`` is the
         batch and every window is a whole sample.
         """
-        given = np.asarray(batch)
-        if given.size and given.dtype.kind not in "iu":  # 0.5 would have been read as entry 0
-            raise TypeError(f"batch must hold integer entries, got dtype {given.dtype}")
-        entries = np.ascontiguousarray(given, dtype=np.int64)
-        if entries.ndim != 1:
-            raise PlanError(
-                f"batch must be a 1-D array of entries of this sampler's plans (0 ≤ entry < {self._schedule.entries})"
-            )
-        return self._schedule.locate(entries)
+        return self.entries.pieces(batch)
 
     def __len__(self) -> int:
         """Steps (batches) of an epoch on this rank: every epoch planned from its start has the same
