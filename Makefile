@@ -29,7 +29,8 @@ demo: build
 	$(BIN)/dflash-batch demo
 	$(BIN)/dflash-batch analyze --demo
 
-# The fast lane (a few minutes on 2 cores): every test but the slow and multi-process ones.
+# The fast lane (≤ 6 minutes on 2 cores after `make demo`): the core's tests and every Python test but the
+# slow and multi-process ones, over as many pytest workers as cores. Clippy and the rest: `make test-all`.
 test: build test-rust test-python
 
 # Everything CI runs (.ci/run): the fast lane's tests, the slow and multi-process ones (torchrun, kill -9
@@ -38,10 +39,9 @@ test-all: build test-rust lint mypy test-python-all test-clients-lowest wheel-te
 
 test-rust:
 	cargo test --package dflash-batch-core
-	cargo clippy --workspace --all-targets -- -D warnings
 
 test-python:
-	DFLASH_REQUIRE_TORCH=1 $(BIN)/python -m pytest -m "not slow and not multiprocess"
+	DFLASH_REQUIRE_TORCH=1 $(BIN)/python -m pytest -n auto -m "not slow and not multiprocess"
 
 test-python-all:
 	DFLASH_REQUIRE_TORCH=1 $(BIN)/python -m pytest
