@@ -166,6 +166,7 @@ class Config:
     def __init__(
         self,
         *,
+        # <settings> written from _core.SETTINGS: python -m dflash_batch.tools.docs
         batch_size: int | None = None,
         max_tokens: int | None = None,
         boundaries: str | int | Sequence[int] = "auto",
@@ -186,6 +187,7 @@ class Config:
         trim_steps: bool = False,
         context_parallel: int = 1,
         rank_cost: tuple[float, float] | None = None,
+        # </settings>
     ) -> None:
         """Checks each setting's type (and the ranges a Python value can exceed). Raises TypeError for a
         wrong type or an unknown keyword, PlanError (kind ``invalid_setting``) for a value out of range."""

@@ -1,7 +1,7 @@
 """Every planning setting is declared once (``rust/python/src/settings.rs``, as ``_core.SETTINGS``): the
 sampler's signature, ``Config``'s text signature and the stubs take exactly those settings with those
-defaults, ``Config`` treats each declared default as leaving the setting out, and the docs' table and the
-sampler's docstring are the declaration's."""
+defaults (written from it by ``python -m dflash_batch.tools.docs``), ``Config`` treats each declared default
+as leaving the setting out, and the docs' table and the sampler's docstring are the declaration's."""
 
 from __future__ import annotations
 
@@ -60,6 +60,17 @@ def test_an_unknown_setting_is_named_with_the_declared_ones():
         _core.Config(max_token=5)
     with pytest.raises(db.PlanError, match=", ".join(settings.names())):
         _core.Config(max_tokens=5).get("bogus")
+
+
+@pytest.mark.parametrize("name", list(docs.BLOCKS))
+def test_the_written_blocks_are_the_declaration(name):
+    text = (ROOT / name).read_text()
+    assert docs.rewritten(text, docs.BLOCKS[name](), name) == text, "run: python -m dflash_batch.tools.docs"
+
+
+def test_a_file_without_its_markers_is_refused_by_the_writer():
+    with pytest.raises(ValueError, match="must hold one"):
+        docs.rewritten("no markers here", docs.keywords(), "x.py")
 
 
 def test_the_docs_table_is_the_declaration():

@@ -34,6 +34,9 @@ from .cursor import Cursor, Run
 from .entries import Entries
 from .schedule import Schedule
 
+#: The planning settings' names (the keywords the signature's written block declares).
+_PLANNING = frozenset(settings.names())
+
 
 class BucketSampler:
     """Length-bucketed batches, reshuffled every epoch, with equal step counts on every rank.
@@ -69,6 +72,7 @@ class BucketSampler:
         self,
         lengths: Any,
         *,
+        # <settings> written from _core.SETTINGS: python -m dflash_batch.tools.docs
         batch_size: int | None = None,
         max_tokens: int | None = None,
         boundaries: str | int | Sequence[int] = "auto",
@@ -89,22 +93,18 @@ class BucketSampler:
         trim_steps: bool = False,
         context_parallel: int = 1,
         rank_cost: tuple[float, float] | None = None,
+        # </settings>
         rank: int | None = None,
         column: str | None = None,
         check_ranks: bool = True,
         plan_dir: str | os.PathLike[str] | None = None,
     ) -> None:
+        # Every declared planning setting, by name, checked once in the core's binding into the one object
+        # the schedule holds, pickles and fingerprints.
+        given = {name: value for name, value in locals().items() if name in _PLANNING}
         _check_context_parallel_ranks(context_parallel, world_size, rank)
-        world_size, rank = _default_ranks(world_size, rank)
-        # Every planning setting is checked once, in the core's binding; the schedule holds, pickles and
-        # fingerprints this one object.
-        config = _core.Config(
-            batch_size=batch_size, max_tokens=max_tokens, boundaries=boundaries, seed=seed, shuffle=shuffle,
-            world_size=world_size, drop_last=drop_last, oversize=oversize, pad_to_multiple_of=pad_to_multiple_of,
-            threads=threads, accumulation=accumulation, target_efficiency=target_efficiency, order=order, cost=cost,
-            balance_tolerance=balance_tolerance, mode=mode, bucketed=bucketed, trim_steps=trim_steps,
-            context_parallel=context_parallel, rank_cost=rank_cost,
-        )  # fmt: skip
+        given["world_size"], rank = _default_ranks(world_size, rank)
+        config = _core.Config(**given)
         rank = _check_rank(rank, config.world_size)
         check_ranks = _bool("check_ranks", check_ranks)
         # The Rust planner keeps the only copy of the lengths (with oversize="truncate", cut into the

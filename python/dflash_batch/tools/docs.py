@@ -1,12 +1,26 @@
-"""The docs' tables written from the code's own declarations: the settings table of ``docs/usage.md``
-from :data:`dflash_batch.planning.settings.SETTINGS`. ``python benchmarks/_figures.py`` (``make figures``)
-rewrites it between its markers; ``tests/planning/test_settings.py`` fails when the page drifts."""
+"""What is written from the code's own declarations instead of by hand: from the settings' one
+declaration (:data:`dflash_batch.planning.settings.SETTINGS`, the binding's ``_core.SETTINGS``) the
+settings table of ``docs/usage.md``, the planning keywords of ``BucketSampler.__init__``, the stub of
+``_core.Config.__init__`` and ``Config``'s text signature in ``rust/python/src/config.rs``, each between
+its markers. So a new planning setting is written by hand in three files — its field and rule in the
+core's ``Config``, its word in the core's fingerprint, its entry (with how it is read) in
+``rust/python/src/settings.rs`` — and then ``python -m dflash_batch.tools.docs`` (or ``make figures``)
+writes the rest. ``tests/planning/test_settings.py`` fails when any of them drifts from the declaration.
+"""
 
 from __future__ import annotations
+
+import argparse
+import ast
+import textwrap
+from pathlib import Path
 
 from ..planning.settings import SETTINGS
 
 START, END = "<!--settings-->", "<!--/settings-->"
+#: The markers of a written block in source files: the lines between them are the block.
+OPEN, CLOSE = "<settings>", "</settings>"
+NOTE = "written from _core.SETTINGS: python -m dflash_batch.tools.docs"
 
 
 def table() -> str:
@@ -25,3 +39,74 @@ def written(page: str) -> str:
     head, rest = page.split(START, 1)
     _, tail = rest.split(END, 1)
     return f"{head}{START}\n{table()}\n{END}{tail}"
+
+
+def _python(default: str) -> str:
+    """A declared default as ruff formats it (strings in double quotes)."""
+    value = ast.literal_eval(default)
+    return f'"{value}"' if isinstance(value, str) else repr(value)
+
+
+def keywords(indent: int = 8) -> list[str]:
+    """The planning keywords of a Python signature, one a line: ``name: type = default,``."""
+    return [f"{' ' * indent}{s['name']}: {s['type']} = {_python(s['default'])}," for s in SETTINGS]
+
+
+def text_signature(indent: int = 4, width: int = 100) -> list[str]:
+    """``Config``'s ``#[pyo3(...)]`` attribute with the declared keywords as its text signature,
+    wrapped with Rust's string continuations."""
+    text = "(*, " + ", ".join(f"{s['name']}={s['default']}" for s in SETTINGS) + ")"
+    head = f'{" " * indent}#[pyo3(signature = (**kwargs), text_signature = "'
+    lines = textwrap.wrap(text, width=width - len(head), break_long_words=False, break_on_hyphens=False)
+    first, rest = lines[0], textwrap.wrap(" ".join(lines[1:]), width=width - indent - 5)
+    out = [head + first + (" \\" if rest else "")]
+    out += [f"{' ' * (indent + 4)}{line}" + (" \\" if k < len(rest) - 1 else "") for k, line in enumerate(rest)]
+    out[-1] += '")]'
+    return out
+
+
+#: Each written block: the file, and its lines.
+BLOCKS = {
+    "python/dflash_batch/planning/sampler.py": keywords,
+    "python/dflash_batch/_core.pyi": keywords,
+    "rust/python/src/config.rs": text_signature,
+}
+
+
+def rewritten(text: str, lines: list[str], where: str) -> str:
+    """``text`` with the lines between its marker lines replaced by ``lines``."""
+    rows = text.split("\n")
+    opens = [k for k, row in enumerate(rows) if row.strip().endswith(f"{OPEN} {NOTE}")]
+    closes = [k for k, row in enumerate(rows) if row.strip().endswith(CLOSE)]
+    if len(opens) != 1 or len(closes) != 1 or closes[0] < opens[0]:
+        raise ValueError(f"{where} must hold one '{OPEN} {NOTE}' line and one '{CLOSE}' line after it")
+    return "\n".join(rows[: opens[0] + 1] + lines + rows[closes[0] :])
+
+
+def write(root: Path) -> list[str]:
+    """Writes every block and the docs table under ``root`` (a checkout); returns the files changed."""
+    changed = []
+    for name, lines in BLOCKS.items():
+        path = root / name
+        text = path.read_text()
+        new = rewritten(text, lines(), name)
+        if new != text:
+            path.write_text(new)
+            changed.append(name)
+    page = root / "docs/usage.md"
+    text = page.read_text()
+    if written(text) != text:
+        page.write_text(written(text))
+        changed.append("docs/usage.md")
+    return changed
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--root", type=Path, default=Path.cwd(), help="the checkout (default: here)")
+    changed = write(parser.parse_args(argv).root)
+    print("written:", ", ".join(changed) if changed else "nothing changed")
+
+
+if __name__ == "__main__":
+    main()

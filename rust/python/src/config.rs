@@ -9,10 +9,9 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
-use crate::choices::{cost_of, mode_of, order_of, oversize_of, rank_cost_of};
+use crate::choices::mode_of;
 use crate::errors::{invalid_setting, to_py};
-use crate::extract::{boundaries_of, count, flag, number, optional_count, seed_of, threads_of};
-use crate::settings::{is_setting, names, SETTINGS};
+use crate::settings::{is_setting, names, Draft, SETTINGS};
 
 /// A sampler's planning settings, checked (frozen: a changed setting is a new `Config`).
 #[pyclass(frozen, name = "Config", module = "dflash_batch._core")]
@@ -28,11 +27,13 @@ impl Settings {
     /// Keyword arguments only, each one `BucketSampler` takes (`settings.rs`); one left out takes its
     /// default, and `None` is a value (refused where the setting needs one).
     #[new]
+    // <settings> written from _core.SETTINGS: python -m dflash_batch.tools.docs
     #[pyo3(signature = (**kwargs), text_signature = "(*, batch_size=None, max_tokens=None, \
-        boundaries='auto', seed=0, shuffle=True, world_size=None, drop_last=False, oversize='error', \
-        pad_to_multiple_of=1, threads=None, accumulation=None, target_efficiency=None, \
-        order='stratified', cost='tokens', balance_tolerance=None, mode='padded', bucketed=False, \
-        trim_steps=False, context_parallel=1, rank_cost=None)")]
+        boundaries='auto', seed=0, shuffle=True, world_size=None, drop_last=False, \
+        oversize='error', pad_to_multiple_of=1, threads=None, accumulation=None, \
+        target_efficiency=None, order='stratified', cost='tokens', balance_tolerance=None, \
+        mode='padded', bucketed=False, trim_steps=False, context_parallel=1, rank_cost=None)")]
+    // </settings>
     fn new(py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
         let empty = PyDict::new(py);
         let kwargs = kwargs.unwrap_or(&empty);
@@ -44,114 +45,30 @@ impl Settings {
                 )));
             }
         }
-        let arg = |name: &str| kwargs.get_item(name).ok().flatten();
-        let (batch_size, max_tokens, boundaries, seed) = (
-            arg("batch_size"),
-            arg("max_tokens"),
-            arg("boundaries"),
-            arg("seed"),
-        );
-        let (shuffle, world_size, drop_last, oversize) = (
-            arg("shuffle"),
-            arg("world_size"),
-            arg("drop_last"),
-            arg("oversize"),
-        );
-        let (pad_to_multiple_of, threads, accumulation) = (
-            arg("pad_to_multiple_of"),
-            arg("threads"),
-            arg("accumulation"),
-        );
-        let (target_efficiency, order, cost, balance_tolerance) = (
-            arg("target_efficiency"),
-            arg("order"),
-            arg("cost"),
-            arg("balance_tolerance"),
-        );
-        let (mode, bucketed, trim_steps) = (arg("mode"), arg("bucketed"), arg("trim_steps"));
-        let (context_parallel, rank_cost) = (arg("context_parallel"), arg("rank_cost"));
-        let (batch_size, max_tokens, boundaries, seed) = (
-            batch_size.as_ref(),
-            max_tokens.as_ref(),
-            boundaries.as_ref(),
-            seed.as_ref(),
-        );
-        let (shuffle, world_size, drop_last, oversize) = (
-            shuffle.as_ref(),
-            world_size.as_ref(),
-            drop_last.as_ref(),
-            oversize.as_ref(),
-        );
-        let (pad_to_multiple_of, threads, accumulation) = (
-            pad_to_multiple_of.as_ref(),
-            threads.as_ref(),
-            accumulation.as_ref(),
-        );
-        let (target_efficiency, order, cost, balance_tolerance) = (
-            target_efficiency.as_ref(),
-            order.as_ref(),
-            cost.as_ref(),
-            balance_tolerance.as_ref(),
-        );
-        let (mode, bucketed, trim_steps) = (mode.as_ref(), bucketed.as_ref(), trim_steps.as_ref());
         let given = PyDict::new(py);
-        let batch_size = optional_count(&given, "batch_size", batch_size)?;
-        let max_tokens = optional_count(&given, "max_tokens", max_tokens)?;
-        let batching = Batching::from_options(batch_size, max_tokens).map_err(to_py)?;
-        let boundaries = boundaries_of(&given, boundaries)?;
-        let seed = seed_of(&given, seed)?;
-        let shuffle = flag(&given, "shuffle", shuffle, true)?;
-        // `None`: one rank (the sampler resolves torch.distributed's ranks before building a Config).
-        let world_size = count(&given, "world_size", world_size, Some(1))?;
-        let drop_last = flag(&given, "drop_last", drop_last, false)?;
-        let oversize = oversize_of(&given, oversize)?;
-        let pad_to_multiple_of = count(&given, "pad_to_multiple_of", pad_to_multiple_of, None)?;
-        let threads = threads_of(&given, threads)?;
-        // `None`: one micro-batch per step (the sampler tells a trainer's own value apart).
-        let accumulation = count(&given, "accumulation", accumulation, Some(1))?;
-        let order = order_of(&given, order)?;
-        let cost = cost_of(&given, cost)?;
-        let tolerance = match balance_tolerance.filter(|t| !t.is_none()) {
-            Some(t) => Some(number(&given, "balance_tolerance", Some(t), 0.0)?),
-            None => {
-                given.set_item("balance_tolerance", py.None())?;
-                None
-            }
+        let mut draft = Draft {
+            core: CoreConfig::new(Batching::Rows(1)),
+            threads: None,
+            batch_size: None,
+            max_tokens: None,
+            mode: None,
+            bucketed: None,
+            target_efficiency: None,
         };
-        let mode = mode_of(&given, mode, bucketed)?;
-        // Left out or `None`: the core's default for this mode and price, chosen again by `replace`.
-        let target_efficiency_ppm = match target_efficiency.filter(|t| !t.is_none()) {
-            Some(t) => {
-                let target = number(&given, "target_efficiency", Some(t), 0.0)?;
-                CoreConfig::target_efficiency_ppm(target).map_err(to_py)?
-            }
-            None => {
-                given.set_item("target_efficiency", py.None())?;
-                CoreConfig::default_target_efficiency_ppm(mode, batching, cost)
-            }
+        for setting in &SETTINGS {
+            let value = kwargs.get_item(setting.name)?;
+            (setting.apply)(&mut draft, &given, value.as_ref())?;
+        }
+        // The rules between settings that one value of the core stands for.
+        let mut core = draft.core;
+        core.batching =
+            Batching::from_options(draft.batch_size, draft.max_tokens).map_err(to_py)?;
+        core.mode = mode_of(&given, draft.mode.as_ref(), draft.bucketed.as_ref())?;
+        core.target_efficiency_ppm = match draft.target_efficiency {
+            Some(target) => CoreConfig::target_efficiency_ppm(target).map_err(to_py)?,
+            None => CoreConfig::default_target_efficiency_ppm(core.mode, core.batching, core.cost),
         };
-        let trim_steps = flag(&given, "trim_steps", trim_steps, false)?;
-        let context_parallel = count(&given, "context_parallel", context_parallel.as_ref(), None)?;
-        let rank_cost = rank_cost_of(&given, rank_cost.as_ref())?;
-        let core = CoreConfig {
-            batching,
-            boundaries,
-            seed,
-            shuffle,
-            world_size,
-            drop_last,
-            oversize,
-            pad_to_multiple_of,
-            context_parallel,
-            target_efficiency_ppm,
-            order,
-            accumulation,
-            cost,
-            rank_cost,
-            balance_tolerance_ppm: CoreConfig::balance_tolerance_ppm(tolerance).map_err(to_py)?,
-            mode,
-            trim_steps,
-        };
+        let threads = draft.threads;
         Ok(Self {
             core,
             threads,

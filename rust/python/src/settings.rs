@@ -4,13 +4,40 @@
 //! check `BucketSampler`'s signature, `Config`'s text signature and the stubs against it — so a setting
 //! added here and forgotten elsewhere fails a test, and its documentation cannot drift.
 //!
-//! The types are checked where each value is extracted (`extract.rs`, `choices.rs`), the ranges and the
-//! rules between settings in the core (`Config::validate`); `range` says in words what those accept.
+//! Each setting's `apply` extracts and checks its value (the helpers of `extract.rs`, `choices.rs`) into
+//! the core's configuration, so a new setting is its core field (`Config`, its rule in
+//! `Config::validate`, its word in the fingerprint) and one entry here; the sampler's signature, the
+//! stub, `Config`'s text signature and the docs table are written from `_core.SETTINGS`
+//! (`python -m dflash_batch.tools.docs`) and checked against it by the tests. `range` says in words
+//! what the core accepts.
 
+use dflash_batch_core::Config as CoreConfig;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-/// One setting: what a user reads about it, in one place.
+use crate::choices::{cost_of, order_of, oversize_of, rank_cost_of};
+use crate::errors::to_py;
+use crate::extract::{boundaries_of, count, flag, number, optional_count, seed_of, threads_of};
+
+/// How a setting's value reaches the core's configuration: extracted from its keyword argument
+/// (`None` when left out), checked, recorded in `given` as a plain value, and written into the draft.
+pub(crate) type Apply =
+    for<'py> fn(&mut Draft<'py>, &Bound<'py, PyDict>, Option<&Bound<'py, PyAny>>) -> PyResult<()>;
+
+/// The core's configuration as the settings are read, in declaration order; the settings a rule
+/// combines (`batch_size` with `max_tokens`, `mode` with `bucketed`, the default `target_efficiency`
+/// of a mode and price) are kept aside and resolved once every setting is read (`config.rs`).
+pub(crate) struct Draft<'py> {
+    pub(crate) core: CoreConfig,
+    pub(crate) threads: Option<usize>,
+    pub(crate) batch_size: Option<i64>,
+    pub(crate) max_tokens: Option<i64>,
+    pub(crate) mode: Option<Bound<'py, PyAny>>,
+    pub(crate) bucketed: Option<Bound<'py, PyAny>>,
+    pub(crate) target_efficiency: Option<f64>,
+}
+
+/// One setting: what a user reads about it, and how it is read, in one place.
 pub(crate) struct Setting {
     pub(crate) name: &'static str,
     /// The Python annotation of the keyword argument.
@@ -20,6 +47,7 @@ pub(crate) struct Setting {
     /// The values accepted, in words.
     pub(crate) range: &'static str,
     pub(crate) doc: &'static str,
+    pub(crate) apply: Apply,
 }
 
 /// The settings in the order `settings()`, checkpoints and the signature list them.
@@ -30,6 +58,10 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         default: "None",
         range: "1 to 2**32 - 1",
         doc: "fixed rows per batch. Exactly one of `batch_size` and `max_tokens`.",
+        apply: |d, given, v| {
+            d.batch_size = optional_count(given, "batch_size", v)?;
+            Ok(())
+        },
     },
     Setting {
         name: "max_tokens",
@@ -38,6 +70,10 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         range: "≥ 1 (≤ 2**32 - 1 packed)",
         doc: "padded-token budget per batch: `rows × round_up(longest row) ≤ max_tokens`; with a `cost` \
               model, a budget in its units; the row capacity with `mode=\"packed\"`.",
+        apply: |d, given, v| {
+            d.max_tokens = optional_count(given, "max_tokens", v)?;
+            Ok(())
+        },
     },
     Setting {
         name: "boundaries",
@@ -48,6 +84,10 @@ pub(crate) const SETTINGS: [Setting; 20] = [
               `target_efficiency`, placed by an exact dynamic program over the length histogram; a \
               bucket count K; or explicit edges `e_0 < … < e_K`, bucket `i` holding lengths in \
               `(e_i, e_{i+1}]`.",
+        apply: |d, given, v| {
+            d.core.boundaries = boundaries_of(given, v)?;
+            Ok(())
+        },
     },
     Setting {
         name: "seed",
@@ -55,6 +95,10 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         default: "0",
         range: "0 to 2**64 - 1",
         doc: "seed of every random stream.",
+        apply: |d, given, v| {
+            d.core.seed = seed_of(given, v)?;
+            Ok(())
+        },
     },
     Setting {
         name: "shuffle",
@@ -62,6 +106,10 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         default: "True",
         range: "a bool",
         doc: "reshuffle every epoch (training); `False` gives a deterministic length-sorted plan.",
+        apply: |d, given, v| {
+            d.core.shuffle = flag(given, "shuffle", v, true)?;
+            Ok(())
+        },
     },
     Setting {
         name: "world_size",
@@ -70,6 +118,11 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         range: "≥ 1",
         doc: "ranks the plan is split over (default: `torch.distributed`'s when it is initialized, else \
               torchrun's `WORLD_SIZE`, else 1).",
+        apply: |d, given, v| {
+            // `None`: one rank (the sampler resolves torch.distributed's ranks before building a Config).
+            d.core.world_size = count(given, "world_size", v, Some(1))?;
+            Ok(())
+        },
     },
     Setting {
         name: "drop_last",
@@ -78,6 +131,10 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         range: "a bool",
         doc: "drop the last `batches mod world_size` batches (counted in `plan.stats()[\"dropped\"]`) \
               instead of splitting batches so that every rank gets the same number of steps.",
+        apply: |d, given, v| {
+            d.core.drop_last = flag(given, "drop_last", v, false)?;
+            Ok(())
+        },
     },
     Setting {
         name: "oversize",
@@ -87,6 +144,10 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "samples longer than `max_tokens`: `\"error\"` raises naming the row, `\"skip\"` leaves them \
               out (counted in `plan.stats()[\"skipped\"]`), `\"truncate\"` (`mode=\"packed\"`) splits each \
               into `max_tokens`-token pieces packed as separate sequences (`sampler.pieces`).",
+        apply: |d, given, v| {
+            d.core.oversize = oversize_of(given, v)?;
+            Ok(())
+        },
     },
     Setting {
         name: "pad_to_multiple_of",
@@ -96,6 +157,10 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "padded lengths are rounded up to a multiple of this; the budget counts it, and the Loader \
               pads with it. With `mode=\"packed\"` every sample in a row is padded to a multiple of it \
               (FP8 and sequence-parallel kernels: `docs/context_parallel.md`).",
+        apply: |d, given, v| {
+            d.core.pad_to_multiple_of = count(given, "pad_to_multiple_of", v, None)?;
+            Ok(())
+        },
     },
     Setting {
         name: "threads",
@@ -103,6 +168,10 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         default: "None",
         range: "≥ 1, capped to this machine's cores (default: up to 8)",
         doc: "planner threads. The plan is identical for any value.",
+        apply: |d, given, v| {
+            d.threads = threads_of(given, v)?;
+            Ok(())
+        },
     },
     Setting {
         name: "accumulation",
@@ -112,6 +181,11 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "micro-batches per optimizer step: windows of `accumulation × world_size` batches are what \
               one optimizer step sees; mixing is measured and rank balance matched over them. Pass your \
               real value (`BucketTrainer` binds its `gradient_accumulation_steps`).",
+        apply: |d, given, v| {
+            // `None`: one micro-batch per step (the sampler tells a trainer's own value apart).
+            d.core.accumulation = count(given, "accumulation", v, Some(1))?;
+            Ok(())
+        },
     },
     Setting {
         name: "target_efficiency",
@@ -121,6 +195,18 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "the padding efficiency `boundaries=\"auto\"` aims for. `None`: 0.982 for padded batches \
               under a token budget priced with an attention term (`cost=(a, b)`, b > 0: there padding \
               caps the end-to-end figure per step), else 0.98.",
+        apply: |d, given, v| {
+            // Left out or `None`: the core's default for the mode and price (`config.rs`), chosen
+            // again by `replace`.
+            d.target_efficiency = match v.filter(|t| !t.is_none()) {
+                Some(t) => Some(number(given, "target_efficiency", Some(t), 0.0)?),
+                None => {
+                    given.set_item("target_efficiency", given.py().None())?;
+                    None
+                }
+            };
+            Ok(())
+        },
     },
     Setting {
         name: "order",
@@ -130,6 +216,10 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "`\"stratified\"`: consecutive batches draw from the length buckets in proportion to the data \
               (a low-discrepancy interleaving, randomized every epoch), so every accumulation window sees \
               the dataset's length mix; `\"random\"`: a seeded shuffle within each of the epoch's groups.",
+        apply: |d, given, v| {
+            d.core.order = order_of(given, v)?;
+            Ok(())
+        },
     },
     Setting {
         name: "cost",
@@ -139,6 +229,10 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "`\"tokens\"`: a batch costs its padded tokens; `(a, b)`: a row of padded length `L` costs \
               `a·L + b·L²` (attention). The budget and rank balance use it, so long-sequence batches take \
               fewer tokens and ranks are matched on compute. Example: `cost=(1, 1/4096)`.",
+        apply: |d, given, v| {
+            d.core.cost = cost_of(given, v)?;
+            Ok(())
+        },
     },
     Setting {
         name: "balance_tolerance",
@@ -148,6 +242,17 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "`None` keeps mixing first (steps matched by cost inside each optimizer window); a number `t` \
               forms every step, where the data allows, from batches whose costs are within `1 + t`: lower \
               rank imbalance, less mixing.",
+        apply: |d, given, v| {
+            let tolerance = match v.filter(|t| !t.is_none()) {
+                Some(t) => Some(number(given, "balance_tolerance", Some(t), 0.0)?),
+                None => {
+                    given.set_item("balance_tolerance", given.py().None())?;
+                    None
+                }
+            };
+            d.core.balance_tolerance_ppm = CoreConfig::balance_tolerance_ppm(tolerance).map_err(to_py)?;
+            Ok(())
+        },
     },
     Setting {
         name: "mode",
@@ -157,6 +262,10 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "`\"padded\"`: rows padded to the batch's longest; `\"packed\"`: samples concatenated into rows \
               of `max_tokens` tokens for varlen attention (FlashAttention `cu_seqlens`, SDPA document \
               masks), a batch being one row.",
+        apply: |d, _, v| {
+            d.mode = v.cloned(); // read with `bucketed` (`config.rs`)
+            Ok(())
+        },
     },
     Setting {
         name: "bucketed",
@@ -165,6 +274,10 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         range: "a bool (packed only)",
         doc: "with `mode=\"packed\"`, pack only samples of one length bucket together (`boundaries`; \
               `\"auto\"`: 2 buckets), which bounds each row's longest sample at some cost in fill.",
+        apply: |d, _, v| {
+            d.bucketed = v.cloned();
+            Ok(())
+        },
     },
     Setting {
         name: "trim_steps",
@@ -173,6 +286,10 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         range: "a bool (max_tokens, padded, balance_tolerance=None)",
         doc: "trim each step's batches to a common cost and re-form the rows trimmed into extra steps spread \
               through the epoch: ranks wait less for a few percent more steps and some mixing.",
+        apply: |d, given, v| {
+            d.core.trim_steps = flag(given, "trim_steps", v, false)?;
+            Ok(())
+        },
     },
     Setting {
         name: "context_parallel",
@@ -184,6 +301,10 @@ pub(crate) const SETTINGS: [Setting; 20] = [
               padding counted as waste, so it splits into equal zigzag chunks; `plan.stats()` reports the \
               attention spread per layout and `db.context_parallel_shard` cuts a batch for one rank \
               (`docs/context_parallel.md`).",
+        apply: |d, given, v| {
+            d.core.context_parallel = count(given, "context_parallel", v, None)?;
+            Ok(())
+        },
     },
     Setting {
         name: "rank_cost",
@@ -193,6 +314,10 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "the price ranks are balanced by, when it differs from `cost`: the budget, and so every batch \
               and the step count, stay as `cost` forms them. What `db.StepTimer` sets from measured step \
               times (`docs/calibration.md`).",
+        apply: |d, given, v| {
+            d.core.rank_cost = rank_cost_of(given, v)?;
+            Ok(())
+        },
     },
 ];
 
