@@ -19,6 +19,7 @@ import numpy as np
 
 from .._core import PLAN_REVISION, Plan, PlanError
 from ..base.arguments import _epoch, _int, _is_hex, _state_count
+from . import settings as settings_declared
 from .plan_key import Keys, encode_prices, state_prices
 from .schedule import Schedule
 
@@ -236,13 +237,14 @@ def differences(schedule: Schedule, state: dict[str, Any]) -> str:
     theirs.update(state.get("settings") or {})
     differing = [_difference(key, theirs[key], mine[key]) for key in mine if key in theirs and theirs[key] != mine[key]]
     # Settings recorded only when not their default (context_parallel > 1), on one side only.
-    for key in sorted(theirs.keys() - mine.keys() - {"mixture", "rank_cost"}):
+    for key in sorted(theirs.keys() - mine.keys() - {"mixture", *WHEN_SET}):
         differing.append(f"{key} {theirs[key]!r} vs {UNRECORDED.get(key, 'unset')!r}")
-    for key in sorted(mine.keys() - theirs.keys() - {"mixture", "rank_cost"}) if "settings" in state else ():
+    for key in sorted(mine.keys() - theirs.keys() - {"mixture", *WHEN_SET}) if "settings" in state else ():
         differing.append(f"{key} {UNRECORDED.get(key, 'unset')!r} vs {mine[key]!r}")
-    # Recorded only when set (a price refitted from step times: StepTimer).
-    if "settings" in state and theirs.get("rank_cost") != mine.get("rank_cost"):
-        differing.append(f"rank_cost {theirs.get('rank_cost')!r} vs {mine.get('rank_cost')!r}")
+    # Recorded only when set (rank_cost: a price refitted from step times by a StepTimer).
+    for key in WHEN_SET if "settings" in state else ():
+        if theirs.get(key) != mine.get(key):
+            differing.append(f"{key} {theirs.get(key)!r} vs {mine.get(key)!r}")
     if "mixture" in mine and "mixture" not in theirs and "settings" in state:
         differing.append("a mixture of sources vs the checkpoint's single dataset")
     if "mixture" in theirs and "mixture" not in mine:
@@ -262,8 +264,9 @@ def differences(schedule: Schedule, state: dict[str, Any]) -> str:
 
 
 #: The values of settings a checkpoint records only when they are not these (the fingerprint folds them in
-#: only then, so every earlier fingerprint stands).
-UNRECORDED = {"context_parallel": 1}
+#: only then, so every earlier fingerprint stands), and the settings recorded only when set: as declared.
+UNRECORDED = settings_declared.recorded("unless default")
+WHEN_SET = tuple(settings_declared.recorded("when set"))
 
 
 def _difference(key: str, theirs: Any, mine: Any) -> str:

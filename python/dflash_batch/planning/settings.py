@@ -25,6 +25,12 @@ def default(name: str) -> Any:
     return _literal(next(s["default"] for s in SETTINGS if s["name"] == name))
 
 
+def recorded(how: str) -> dict[str, Any]:
+    """The settings checkpoints record ``how`` (``"unless default"``, ``"when set"``, ...), with their
+    defaults."""
+    return {s["name"]: default(s["name"]) for s in SETTINGS if s["recorded"] == how}
+
+
 def _literal(text: str) -> Any:
     import ast
 

@@ -11,7 +11,7 @@ use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
 use crate::choices::mode_of;
 use crate::errors::{invalid_setting, to_py};
-use crate::settings::{is_setting, names, Draft, SETTINGS};
+use crate::settings::{is_setting, names, Draft, Recorded, SETTINGS};
 
 /// A sampler's planning settings, checked (frozen: a changed setting is a new `Config`).
 #[pyclass(frozen, name = "Config", module = "dflash_batch._core")]
@@ -82,15 +82,19 @@ impl Settings {
     fn settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let given = self.given.bind(py);
         let out = PyDict::new(py);
-        for key in SETTINGS.iter().map(|s| s.name) {
+        for setting in &SETTINGS {
+            let key = setting.name;
             let value = given
                 .get_item(key)?
                 .unwrap_or_else(|| py.None().into_bound(py));
+            let skipped = match setting.recorded {
+                Recorded::Always => false,
+                Recorded::Never => true,
+                Recorded::WhenSet => value.is_none(),
+                Recorded::UnlessDefault => value.repr()?.to_str()? == setting.default,
+            };
             match key {
-                // Recorded only when set: checkpoints written before it existed keep their settings.
-                "threads" => {}
-                "rank_cost" if value.is_none() => {}
-                "context_parallel" if self.core.context_parallel == 1 => {}
+                _ if skipped => {}
                 // The target the default resolved to: what a checkpoint compares.
                 "target_efficiency" if value.is_none() => {
                     let ppm = f64::from(self.core.target_efficiency_ppm);

@@ -37,6 +37,20 @@ pub(crate) struct Draft<'py> {
     pub(crate) target_efficiency: Option<f64>,
 }
 
+/// Whether checkpoints record a setting (`Config.settings()`), which they compare on resume.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Recorded {
+    /// Always: every checkpoint holds it.
+    Always,
+    /// Only when not its declared default, so checkpoints written before the setting existed still
+    /// resume (the core's fingerprint folds it in only then too).
+    UnlessDefault,
+    /// Only when set (not `None`).
+    WhenSet,
+    /// Never: it does not shape a plan (`threads`).
+    Never,
+}
+
 /// One setting: what a user reads about it, and how it is read, in one place.
 pub(crate) struct Setting {
     pub(crate) name: &'static str,
@@ -47,6 +61,7 @@ pub(crate) struct Setting {
     /// The values accepted, in words.
     pub(crate) range: &'static str,
     pub(crate) doc: &'static str,
+    pub(crate) recorded: Recorded,
     pub(crate) apply: Apply,
 }
 
@@ -58,6 +73,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         default: "None",
         range: "1 to 2**32 - 1",
         doc: "fixed rows per batch. Exactly one of `batch_size` and `max_tokens`.",
+        recorded: Recorded::Always,
         apply: |d, given, v| {
             d.batch_size = optional_count(given, "batch_size", v)?;
             Ok(())
@@ -70,6 +86,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         range: "≥ 1 (≤ 2**32 - 1 packed)",
         doc: "padded-token budget per batch: `rows × round_up(longest row) ≤ max_tokens`; with a `cost` \
               model, a budget in its units; the row capacity with `mode=\"packed\"`.",
+        recorded: Recorded::Always,
         apply: |d, given, v| {
             d.max_tokens = optional_count(given, "max_tokens", v)?;
             Ok(())
@@ -84,6 +101,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
               `target_efficiency`, placed by an exact dynamic program over the length histogram; a \
               bucket count K; or explicit edges `e_0 < … < e_K`, bucket `i` holding lengths in \
               `(e_i, e_{i+1}]`.",
+        recorded: Recorded::Always,
         apply: |d, given, v| {
             d.core.boundaries = boundaries_of(given, v)?;
             Ok(())
@@ -95,6 +113,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         default: "0",
         range: "0 to 2**64 - 1",
         doc: "seed of every random stream.",
+        recorded: Recorded::Always,
         apply: |d, given, v| {
             d.core.seed = seed_of(given, v)?;
             Ok(())
@@ -106,6 +125,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         default: "True",
         range: "a bool",
         doc: "reshuffle every epoch (training); `False` gives a deterministic length-sorted plan.",
+        recorded: Recorded::Always,
         apply: |d, given, v| {
             d.core.shuffle = flag(given, "shuffle", v, true)?;
             Ok(())
@@ -118,6 +138,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         range: "≥ 1",
         doc: "ranks the plan is split over (default: `torch.distributed`'s when it is initialized, else \
               torchrun's `WORLD_SIZE`, else 1).",
+        recorded: Recorded::Always,
         apply: |d, given, v| {
             // `None`: one rank (the sampler resolves torch.distributed's ranks before building a Config).
             d.core.world_size = count(given, "world_size", v, Some(1))?;
@@ -131,6 +152,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         range: "a bool",
         doc: "drop the last `batches mod world_size` batches (counted in `plan.stats()[\"dropped\"]`) \
               instead of splitting batches so that every rank gets the same number of steps.",
+        recorded: Recorded::Always,
         apply: |d, given, v| {
             d.core.drop_last = flag(given, "drop_last", v, false)?;
             Ok(())
@@ -144,6 +166,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "samples longer than `max_tokens`: `\"error\"` raises naming the row, `\"skip\"` leaves them \
               out (counted in `plan.stats()[\"skipped\"]`), `\"truncate\"` (`mode=\"packed\"`) splits each \
               into `max_tokens`-token pieces packed as separate sequences (`sampler.pieces`).",
+        recorded: Recorded::Always,
         apply: |d, given, v| {
             d.core.oversize = oversize_of(given, v)?;
             Ok(())
@@ -157,6 +180,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "padded lengths are rounded up to a multiple of this; the budget counts it, and the Loader \
               pads with it. With `mode=\"packed\"` every sample in a row is padded to a multiple of it \
               (FP8 and sequence-parallel kernels: `docs/context_parallel.md`).",
+        recorded: Recorded::Always,
         apply: |d, given, v| {
             d.core.pad_to_multiple_of = count(given, "pad_to_multiple_of", v, None)?;
             Ok(())
@@ -168,6 +192,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         default: "None",
         range: "≥ 1, capped to this machine's cores (default: up to 8)",
         doc: "planner threads. The plan is identical for any value.",
+        recorded: Recorded::Never,
         apply: |d, given, v| {
             d.threads = threads_of(given, v)?;
             Ok(())
@@ -181,6 +206,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "micro-batches per optimizer step: windows of `accumulation × world_size` batches are what \
               one optimizer step sees; mixing is measured and rank balance matched over them. Pass your \
               real value (`BucketTrainer` binds its `gradient_accumulation_steps`).",
+        recorded: Recorded::Always,
         apply: |d, given, v| {
             // `None`: one micro-batch per step (the sampler tells a trainer's own value apart).
             d.core.accumulation = count(given, "accumulation", v, Some(1))?;
@@ -195,6 +221,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "the padding efficiency `boundaries=\"auto\"` aims for. `None`: 0.982 for padded batches \
               under a token budget priced with an attention term (`cost=(a, b)`, b > 0: there padding \
               caps the end-to-end figure per step), else 0.98.",
+        recorded: Recorded::Always,
         apply: |d, given, v| {
             // Left out or `None`: the core's default for the mode and price (`config.rs`), chosen
             // again by `replace`.
@@ -216,6 +243,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "`\"stratified\"`: consecutive batches draw from the length buckets in proportion to the data \
               (a low-discrepancy interleaving, randomized every epoch), so every accumulation window sees \
               the dataset's length mix; `\"random\"`: a seeded shuffle within each of the epoch's groups.",
+        recorded: Recorded::Always,
         apply: |d, given, v| {
             d.core.order = order_of(given, v)?;
             Ok(())
@@ -229,6 +257,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "`\"tokens\"`: a batch costs its padded tokens; `(a, b)`: a row of padded length `L` costs \
               `a·L + b·L²` (attention). The budget and rank balance use it, so long-sequence batches take \
               fewer tokens and ranks are matched on compute. Example: `cost=(1, 1/4096)`.",
+        recorded: Recorded::Always,
         apply: |d, given, v| {
             d.core.cost = cost_of(given, v)?;
             Ok(())
@@ -242,6 +271,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "`None` keeps mixing first (steps matched by cost inside each optimizer window); a number `t` \
               forms every step, where the data allows, from batches whose costs are within `1 + t`: lower \
               rank imbalance, less mixing.",
+        recorded: Recorded::Always,
         apply: |d, given, v| {
             let tolerance = match v.filter(|t| !t.is_none()) {
                 Some(t) => Some(number(given, "balance_tolerance", Some(t), 0.0)?),
@@ -262,6 +292,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "`\"padded\"`: rows padded to the batch's longest; `\"packed\"`: samples concatenated into rows \
               of `max_tokens` tokens for varlen attention (FlashAttention `cu_seqlens`, SDPA document \
               masks), a batch being one row.",
+        recorded: Recorded::Always,
         apply: |d, _, v| {
             d.mode = v.cloned(); // read with `bucketed` (`config.rs`)
             Ok(())
@@ -274,6 +305,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         range: "a bool (packed only)",
         doc: "with `mode=\"packed\"`, pack only samples of one length bucket together (`boundaries`; \
               `\"auto\"`: 2 buckets), which bounds each row's longest sample at some cost in fill.",
+        recorded: Recorded::Always,
         apply: |d, _, v| {
             d.bucketed = v.cloned();
             Ok(())
@@ -286,6 +318,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         range: "a bool (max_tokens, padded, balance_tolerance=None)",
         doc: "trim each step's batches to a common cost and re-form the rows trimmed into extra steps spread \
               through the epoch: ranks wait less for a few percent more steps and some mixing.",
+        recorded: Recorded::Always,
         apply: |d, given, v| {
             d.core.trim_steps = flag(given, "trim_steps", v, false)?;
             Ok(())
@@ -301,6 +334,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
               padding counted as waste, so it splits into equal zigzag chunks; `plan.stats()` reports the \
               attention spread per layout and `db.context_parallel_shard` cuts a batch for one rank \
               (`docs/context_parallel.md`).",
+        recorded: Recorded::UnlessDefault,
         apply: |d, given, v| {
             d.core.context_parallel = count(given, "context_parallel", v, None)?;
             Ok(())
@@ -314,6 +348,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "the price ranks are balanced by, when it differs from `cost`: the budget, and so every batch \
               and the step count, stay as `cost` forms them. What `db.StepTimer` sets from measured step \
               times (`docs/calibration.md`).",
+        recorded: Recorded::WhenSet,
         apply: |d, given, v| {
             d.core.rank_cost = rank_cost_of(given, v)?;
             Ok(())
@@ -335,7 +370,8 @@ pub(crate) fn names() -> String {
         .join(", ")
 }
 
-/// `_core.SETTINGS`: the declaration as a tuple of dicts (`name`, `type`, `default`, `range`, `doc`).
+/// `_core.SETTINGS`: the declaration as a tuple of dicts (`name`, `type`, `default`, `range`, `doc`,
+/// `recorded`).
 pub(crate) fn declared(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
     let rows = SETTINGS
         .iter()
@@ -346,6 +382,13 @@ pub(crate) fn declared(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
             row.set_item("default", s.default)?;
             row.set_item("range", s.range)?;
             row.set_item("doc", s.doc)?;
+            let recorded = match s.recorded {
+                Recorded::Always => "always",
+                Recorded::UnlessDefault => "unless default",
+                Recorded::WhenSet => "when set",
+                Recorded::Never => "never",
+            };
+            row.set_item("recorded", recorded)?;
             Ok(row)
         })
         .collect::<PyResult<Vec<_>>>()?;
