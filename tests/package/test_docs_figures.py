@@ -90,6 +90,7 @@ def test_packing_figures_are_what_the_planner_computes(capsys):
         same(FIGURES["packing"][key], packing.scored(lengths, bucketed, 1), f"packing.{key}")
 
 
+@pytest.mark.slow  # a wall-clock figure: never in the fast lane, whose workers share the cores
 def test_the_quoted_planning_time_is_within_noise_of_a_fresh_one():
     """A timing cannot be recomputed exactly; on a shared machine it swings ~2× between runs, so a
     recorded median 6× away from a fresh one means the figure is out of date, not noise."""
