@@ -58,7 +58,8 @@ def thread(target: Callable[[], None], name: str) -> threading.Thread:
 
 def background(work: Callable[[], T], name: str) -> Future[T] | None:
     """``work()`` started on a thread of its own; its result or error lands in the future returned.
-    ``None`` once the interpreter exits: nothing starts then."""
+    ``None`` once the interpreter exits (nothing starts then), or when the OS gives no thread: the caller
+    does the work itself when it needs the result."""
     with _LOCK:
         if _EXITING:
             return None
@@ -74,7 +75,12 @@ def background(work: Callable[[], T], name: str) -> Future[T] | None:
             with _LOCK:
                 _RUNNING.discard(future)
 
-    thread(run, name)
+    try:
+        thread(run, name)
+    except RuntimeError:  # no thread to be had ("can't start new thread"): the caller works without one
+        with _LOCK:
+            _RUNNING.discard(future)
+        return None
     return future
 
 
