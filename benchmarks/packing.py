@@ -192,7 +192,7 @@ def context_parallel_rows(lengths: np.ndarray, cp: int, cost: str | tuple[float,
         accumulation=ACCUMULATION, cost=cost,
     )  # fmt: skip
     plan = sampler.plan(0)
-    multiple = sampler.schedule.config.piece_multiple
+    multiple = sampler.entries.piece_multiple
     assert np.array_equal(np.sort(plan.indices), np.arange(len(lengths))), "plan loses or repeats samples"
     padded = -(-lengths[plan.indices].astype(np.int64) // multiple) * multiple
     sums = np.add.reduceat(padded, plan.offsets[:-1].astype(np.int64))

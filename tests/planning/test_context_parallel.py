@@ -68,7 +68,7 @@ def test_padded_pieces_fit_rows_each_sample_once_and_stats_match_numpy(lengths, 
         lengths, max_tokens=capacity, mode="packed", context_parallel=cp, pad_to_multiple_of=pad,
         cost=cost, seed=seed, world_size=1, rank=0,
     )  # fmt: skip
-    assert sampler.schedule.config.piece_multiple == multiple
+    assert sampler.entries.piece_multiple == multiple
     plan = sampler.plan(seed % 3)
     rows = rows_of(plan)
     for row in rows:
@@ -126,7 +126,7 @@ def test_loader_batches_hold_each_sample_padded_where_cu_seqlens_padded_says(sto
     sampler, batches = loader_batches(store, cp, pad_to_multiple_of=pad)
     plan_rows = list(sampler)
     assert len(batches) == len(plan_rows)
-    assert sampler.schedule.config.piece_multiple == multiple
+    assert sampler.entries.piece_multiple == multiple
     for batch, rows in zip(batches, plan_rows, strict=True):
         ids, labels = batch["input_ids"][0].numpy(), batch["labels"][0].numpy()
         positions, seq = batch["position_ids"][0].numpy(), batch["seq_idx"][0].numpy()
@@ -159,7 +159,7 @@ def test_shards_reassemble_the_row_exactly(store, cp, layout, which):
         store.lengths(), max_tokens=capacity, mode="packed", context_parallel=cp, seed=5, world_size=1, rank=0
     )
     rows = list(sampler)
-    multiple = sampler.schedule.config.piece_multiple
+    multiple = sampler.entries.piece_multiple
     batch = db.collate_packed(store, rows[which % len(rows)], capacity=capacity, piece_multiple=multiple)
     shards = [db.context_parallel_shard(batch, cp=cp, rank=r, layout=layout) for r in range(cp)]
     indices = [db.shard_index(batch["cu_seqlens_padded"], capacity, cp, r, layout) for r in range(cp)]

@@ -105,9 +105,10 @@ class StoreCollator:
         self.packed = sampler.mode == "packed"
         self.capacity = sampler.max_tokens
         self.pad_to_multiple_of = sampler.pad_to_multiple_of
-        self.piece_multiple = sampler.schedule.config.piece_multiple  # context parallelism (1: none)
+        entries = sampler.entries
+        self.piece_multiple = entries.piece_multiple  # context parallelism (1: none)
         # Entries past the rows are pieces of long samples: located once here, as a table.
-        self.pieces = sampler.pieces(np.arange(sampler.schedule.entries)) if sampler.truncated else None
+        self.pieces = entries.pieces(np.arange(entries.count)) if entries.truncated else None
 
     def __call__(self, batch: Any) -> dict[str, Any]:
         entries = np.asarray(batch, dtype=np.int64)

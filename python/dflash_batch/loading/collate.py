@@ -141,7 +141,7 @@ def collate_packed(
     start past the end is an error): the pieces of a sampler with ``oversize="truncate"``, as
     ``rows, starts, lengths = sampler.pieces(batch)`` gives them.
 
-    ``piece_multiple`` > 1 (context parallelism: ``sampler.schedule.config.piece_multiple``) pads every
+    ``piece_multiple`` > 1 (context parallelism: ``sampler.entries.piece_multiple``) pads every
     sample to a multiple of it — ``pad_id`` tokens labelled ``label_pad_id``, positions counting on — and
     adds ``cu_seqlens_padded`` (int32: where each sample starts in the row, then the last one's padded
     end) and ``max_seqlen_padded``; ``cu_seqlens`` then sums the real lengths (Megatron THD's
@@ -187,7 +187,7 @@ def _multiple(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 < value < 2**32:
         raise invalid_setting(
             "piece_multiple",
-            f"piece_multiple={value!r} is invalid; pass sampler.schedule.config.piece_multiple (an int ≥ 1)",
+            f"piece_multiple={value!r} is invalid; pass sampler.entries.piece_multiple (an int ≥ 1)",
         )
     return int(value)
 

@@ -125,7 +125,7 @@ class Loader:
         # these, never by asking the sampler (which only moves the position: begin, set_epoch, skip, state).
         self._entries = sampler.entries
         self._packed = sampler.mode == "packed"
-        self._piece_multiple = int(sampler.schedule.config.piece_multiple)
+        self._piece_multiple = self._entries.piece_multiple
         self._dtype = output_dtype(dtype if dtype is not None else torch.int64)
         self._settings: dict[str, int] = {
             "pad_id": check_token("pad_id", pad_id),

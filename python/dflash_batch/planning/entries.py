@@ -21,7 +21,7 @@ from . import label_tokens
 class Entries:
     """The entries of ``schedule``'s plans, as a consumer reads them (see the module docs)."""
 
-    __slots__ = ("_schedule", "capacity", "mixed", "sources", "truncated")
+    __slots__ = ("_schedule", "capacity", "count", "mixed", "piece_multiple", "sources", "truncated")
 
     def __init__(self, schedule: Any) -> None:
         self._schedule = schedule
@@ -29,6 +29,10 @@ class Entries:
         self.truncated = bool(schedule.truncated)
         #: The token budget per batch (a packed row's capacity), or 0 with ``batch_size``.
         self.capacity = int(schedule.max_tokens or 0)
+        #: Entries a plan indexes: the rows, then the later pieces of split samples.
+        self.count = int(schedule.entries)
+        #: What every sample of a packed row is padded to a multiple of (context parallelism; 1: none).
+        self.piece_multiple = int(schedule.config.piece_multiple)
         #: Whether rows belong to a mixture's sources.
         self.mixed = schedule.mixture is not None
         #: Sources the rows belong to (1 without a mixture).
