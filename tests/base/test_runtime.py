@@ -49,20 +49,22 @@ EXIT_ORDER = """
 import threading
 from dflash_batch.base import runtime
 
+runtime._EXIT_WAIT_S = 30.0  # finished before the workers stopped, the wait would run out: a failure
+gate = threading.Event()
+
 class Owner:
     def close(self):
         print("stop", flush=True)
+        gate.set()  # the background work can end only once workers are stopped
         raise OSError("a worker that fails to stop")  # printed; the next steps still run
 
 owner = Owner()
 runtime.stop_at_exit(owner)
-gate = threading.Event()
 def work():
     gate.wait(60)
     print("finish", flush=True)
 runtime.background(work, "test-exit")
 runtime.release_at_exit(lambda: print("release", flush=True))
-threading.Timer(0.2, gate.set).start()
 """
 
 
