@@ -24,20 +24,20 @@ class FromPlan:
     def __init__(
         self, entries: Any, plan: Any, shape: tuple[int, int], store: Any, num_items: bool, device: Any
     ) -> None:
-        self._entries, self._device = entries, device
+        self._entries, self._plan, self._device = entries, plan, device
         (self._accumulation, self._rank), self._world = shape, plan.world_size
         self._mixed = entries.mixed
         self._counts = entries.label_tokens(plan, self._accumulation, store) if num_items else None
         by_source = num_items and self._mixed
         self._by_source = entries.label_tokens(plan, self._accumulation, store, by_source=True) if by_source else None
 
-    def add(self, batch: dict[str, Any], step: int, plan: Any) -> None:
-        """Adds to ``batch`` — step ``step`` of this rank in ``plan`` — what it carries from the plan."""
+    def add(self, batch: dict[str, Any], step: int) -> None:
+        """Adds to ``batch`` — step ``step`` of this rank in the plan — what it carries from the plan."""
         window = step // self._accumulation
         if self._counts is not None:
             batch["num_items_in_batch"] = int(self._counts[window])
         if self._mixed:
-            rows = plan[step * self._world + self._rank]
+            rows = self._plan[step * self._world + self._rank]
             batch["source"] = self._on_device(self._entries.sources_of(rows))
         if self._by_source is not None:
             batch["num_items_per_source"] = self._on_device(self._by_source[window].copy())

@@ -198,7 +198,7 @@ class Loader:
         step, exhausted = run.start, False
         try:
             for batch in pipeline:
-                extras.add(batch, step, run.plan)
+                extras.add(batch, step)
                 if self._piece_multiple > 1:
                     add_padded(batch, self._piece_multiple)
                 step += 1

@@ -119,6 +119,8 @@ class BucketSampler:
 
     def _attach(self, schedule: Schedule, rank: int, accumulation_given: bool, check_ranks: bool) -> None:
         self._schedule, self._rank = schedule, rank
+        # Read once: what it answers never changes with the schedule's price or accumulation.
+        self._entries = Entries(schedule)
         self._accumulation_given, self._check_ranks = accumulation_given, check_ranks
         self._cursor = Cursor(schedule)
         self._checked_epoch: int | None = None
@@ -237,7 +239,7 @@ class BucketSampler:
     def entries(self) -> Entries:
         """What a consumer of this sampler's plans needs to read them (rows and token windows of entries,
         sources, label tokens), without the position: the :class:`~dflash_batch.Loader` reads through it."""
-        return Entries(self._schedule)
+        return self._entries
 
     @property
     def predicted_efficiency(self) -> float:

@@ -60,12 +60,10 @@ def text_signature(indent: int = 4, width: int = 100) -> list[str]:
     wrapped with Rust's string continuations."""
     text = "(*, " + ", ".join(f"{s['name']}={s['default']}" for s in SETTINGS) + ")"
     head = f'{" " * indent}#[pyo3(signature = (**kwargs), text_signature = "'
-    lines = textwrap.wrap(text, width=width - len(head), break_long_words=False, break_on_hyphens=False)
-    first, rest = lines[0], textwrap.wrap(" ".join(lines[1:]), width=width - indent - 5)
-    out = [head + first + (" \\" if rest else "")]
-    out += [f"{' ' * (indent + 4)}{line}" + (" \\" if k < len(rest) - 1 else "") for k, line in enumerate(rest)]
-    out[-1] += '")]'
-    return out
+    lines = textwrap.wrap(
+        text, width=width - 2, initial_indent=head, subsequent_indent=" " * (indent + 4), break_on_hyphens=False
+    )
+    return [line + " \\" for line in lines[:-1]] + [lines[-1] + '")]']
 
 
 #: Each written block: the file, and its lines.
