@@ -18,6 +18,7 @@ from .data.workload import SEED_SAMPLES, seed_mixture, seed_workload
 from .loading.collate import Collator, collate, collate_packed
 from .loading.context_parallel import context_parallel_shard, shard_index
 from .loading.loader import Loader
+from .planning.groups import Balance, Packed, Padded, World
 from .planning.sampler import BucketSampler
 from .pricing.calibration import Calibration, StepTimer
 from .pricing.cost import CostFit, measure_cost
@@ -25,6 +26,7 @@ from .pricing.per_source import SourceLosses
 
 __all__ = [
     "SEED_SAMPLES",
+    "Balance",
     "BucketSampler",
     "Calibration",
     "Collator",
@@ -33,11 +35,14 @@ __all__ = [
     "Error",
     "Loader",
     "Mixture",
+    "Packed",
+    "Padded",
     "Plan",
     "PlanError",
     "SourceLosses",
     "StepTimer",
     "TokenStore",
+    "World",
     "__version__",
     "collate",
     "collate_packed",

@@ -68,9 +68,25 @@ class SFT(BucketTrainer, trl.SFTTrainer):
     pass
 
 
-@pytest.mark.parametrize("kind", ["conversational", "prompt-completion"])
-@pytest.mark.parametrize("mode", ["padded", "packed"])
-def test_sft_trains_the_assistants_tokens_of_text_it_tokenizes(tmp_path, kind, mode):
+def flat(mode: str) -> dict:
+    return {"max_tokens": 64, "seed": 3, "mode": mode}
+
+
+def grouped(mode: str) -> dict:
+    """The same settings as typed groups (a Balance passed in the dict: the trainer binds nothing else)."""
+    batching = db.Packed(64) if mode == "packed" else db.Padded(max_tokens=64)
+    return {"batching": batching, "seed": 3, "balance": db.Balance(accumulation=4)}
+
+
+@pytest.mark.parametrize(
+    ("kind", "mode", "settings"),
+    [
+        *((kind, mode, flat) for kind in ("conversational", "prompt-completion") for mode in ("padded", "packed")),
+        ("conversational", "packed", grouped),
+        ("prompt-completion", "padded", grouped),
+    ],
+)
+def test_sft_trains_the_assistants_tokens_of_text_it_tokenizes(tmp_path, kind, mode, settings):
     seen, windows = [], []
 
     class Recording(SFT):
@@ -102,7 +118,7 @@ def test_sft_trains_the_assistants_tokens_of_text_it_tokenizes(tmp_path, kind, m
         vocab_size=128, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
         num_key_value_heads=2, max_position_embeddings=64,
     )  # fmt: skip
-    options = {"max_tokens": 64, "seed": 3, "mode": mode}
+    options = settings(mode)
     run = Recording(
         model=transformers.LlamaForCausalLM(config), args=args, train_dataset=dataset(kind),
         processing_class=tokenizer(), sampler=options,
@@ -114,6 +130,7 @@ def test_sft_trains_the_assistants_tokens_of_text_it_tokenizes(tmp_path, kind, m
 
     lengths = np.array([len(expected_labels(i)) for i in range(COUNT)])
     plan = db.BucketSampler(lengths, accumulation=4, **options)
+    assert run.bucket_sampler.schedule.config.settings() == plan.schedule.config.settings()
     assert seen == [sorted(plan.plan(e)[s].tolist()) for e in range(2) for s in range(plan.plan(e).steps)]
     for step in {s for s, _, _ in windows}:
         window = [(trained, items) for s, trained, items in windows if s == step]

@@ -16,6 +16,7 @@ PAGES = [
         ROOT / "docs" / f"{name}.md"
         for name in (
             "concepts",
+            "usage",
             "trainers",
             "reading",
             "packing",
@@ -35,6 +36,7 @@ BLOCKS = [block for _, block in SOURCES]
 EXPECTED = {
     "first screen": lambda out: "steps an epoch;" in out and float(out.split()[-1]) > 0.5,
     "concepts": lambda out: out == "True True",
+    "settings groups": lambda out: out == "packed 2",
     "Trainer": lambda out: out.split() == [out.split()[0], "True"] and int(out.split()[0]) > 0,
     # TRL ≥ 1.1 turns its masks into labels; 1.0 keeps the mask column (the store applies either).
     "TRL": lambda out: out.split()[-1] == "True" and out.split()[0] in ("labels", "assistant_masks", "completion_mask"),

@@ -17,7 +17,8 @@ from dflash_batch.planning import settings
 from dflash_batch.tools import docs
 
 ROOT = Path(__file__).resolve().parents[2]
-OWN = ("lengths", "rank", "column", "check_ranks", "plan_dir")  # the sampler's own arguments, not planning settings
+# The sampler's own arguments and the typed groups, not planning settings.
+OWN = ("lengths", "batching", "balance", "world", "rank", "column", "check_ranks", "plan_dir")
 
 
 def test_every_declared_setting_is_a_sampler_keyword_with_its_default():

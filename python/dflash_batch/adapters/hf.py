@@ -147,7 +147,9 @@ class BucketTrainer(Trainer):
             store if isinstance(store, TokenStore) else hf_checks.store_of(self.train_dataset, self.args)
         )
         if isinstance(sampler, Mapping):
-            options = {"accumulation": self.args.gradient_accumulation_steps, **sampler}
+            options = dict(sampler)
+            if "accumulation" not in options and "balance" not in options:  # a Balance's is bound below
+                options["accumulation"] = self.args.gradient_accumulation_steps
             sampler = BucketSampler(mixture if mixture is not None else tokens.lengths(), **options)
         hf_checks.settings_overridden(self.args, {"data_collator": user_collator}, sampler)
         hf_checks.check_max_length(self.args, tokens.lengths())

@@ -28,10 +28,11 @@ from ..base.ranks import agree
 from ..data.mixture import Mixture
 from ..data.reading import read_lengths
 from ..data.sources import is_source
-from . import settings
+from . import groups, settings
 from .batches import Batches, GlobalBatches
 from .cursor import Cursor, Run
 from .entries import Entries
+from .groups import Balance, Packed, Padded, World
 from .schedule import Schedule
 
 #: The planning settings' names (the keywords the signature's written block declares).
@@ -56,6 +57,11 @@ class BucketSampler:
                 exchange the plan's fingerprint, seed and settings when an epoch's iteration starts and
                 all raise :class:`PlanError` naming what differs, instead of training on overlapping
                 samples or hanging (default ``True``; a collective: every rank iterates).
+            batching, balance, world: the planning settings in typed groups (:mod:`dflash_batch.planning.groups`):
+                ``db.Padded(...)`` or ``db.Packed(max_tokens, ...)``, ``db.Balance(...)``, ``db.World(...)`` —
+                the same settings as the flat keywords below (``db.Packed(4096, bucketed=True)`` is
+                ``mode="packed", max_tokens=4096, bucketed=True``), with the rules between them held by the
+                types. A setting given both ways with two different values raises ``TypeError``.
             plan_dir: a directory every process of the machine can write, such as ``"/dev/shm/plans"``:
                 each epoch is then planned once per machine — by the first process to ask, under a file
                 lock — into a file there that the others map read-only after checking it is that plan
@@ -72,6 +78,9 @@ class BucketSampler:
         self,
         lengths: Any,
         *,
+        batching: Padded | Packed | None = None,
+        balance: Balance | None = None,
+        world: World | None = None,
         # <settings> written from _core.SETTINGS: python -m dflash_batch.tools.docs
         batch_size: int | None = None,
         max_tokens: int | None = None,
@@ -101,9 +110,11 @@ class BucketSampler:
     ) -> None:
         # Every declared planning setting, by name, checked once in the core's binding into the one object
         # the schedule holds, pickles and fingerprints.
+        # The typed groups, when given, are read into the same flat settings here.
         given = {name: value for name, value in locals().items() if name in _PLANNING}
-        _check_context_parallel_ranks(context_parallel, world_size, rank)
-        given["world_size"], rank = _default_ranks(world_size, rank)
+        given = groups.flatten(given, batching=batching, balance=balance, world=world)
+        _check_context_parallel_ranks(given["context_parallel"], given["world_size"], rank)
+        given["world_size"], rank = _default_ranks(given["world_size"], rank)
         config = _core.Config(**given)
         rank = _check_rank(rank, config.world_size)
         check_ranks = _bool("check_ranks", check_ranks)
@@ -115,7 +126,7 @@ class BucketSampler:
             if is_source(lengths):
                 lengths = read_lengths(lengths, column)
             schedule = Schedule(_length_chunks(lengths), config, plan_dir=plan_dir)
-        self._attach(schedule, rank, accumulation is not None, check_ranks)
+        self._attach(schedule, rank, given["accumulation"] is not None, check_ranks)
 
     def _attach(self, schedule: Schedule, rank: int, accumulation_given: bool, check_ranks: bool) -> None:
         self._schedule, self._rank = schedule, rank

@@ -37,7 +37,7 @@ def _literal(text: str) -> Any:
     return ast.literal_eval(text)
 
 
-def _plain(doc: str) -> str:
+def plain(doc: str) -> str:
     """Markdown's backquotes as reStructuredText's double ones, for a docstring."""
     return re.sub(r"`([^`]+)`", r"``\1``", doc)
 
@@ -46,7 +46,7 @@ def docstring(indent: int = 8) -> str:
     """The ``Args`` entries of every setting, as a Google-style docstring block."""
     lines: list[str] = []
     for s in SETTINGS:
-        entry = f"{s['name']}: {_plain(s['doc'])} Default ``{s['default']}``; accepts {s['range']}."
+        entry = f"{s['name']}: {plain(s['doc'])} Default ``{s['default']}``; accepts {s['range']}."
         wrapped = textwrap.wrap(entry, width=112, subsequent_indent=" " * 4)
         lines.extend(" " * indent + line for line in wrapped)
     return "\n".join(lines)

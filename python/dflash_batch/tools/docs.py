@@ -18,7 +18,7 @@ import ast
 import textwrap
 from pathlib import Path
 
-from ..planning.settings import SETTINGS
+from ..planning.settings import SETTINGS, plain
 
 START, END = "<!--settings-->", "<!--/settings-->"
 #: The markers of a written block in source files: the lines between them are the block.
@@ -28,11 +28,22 @@ NOTE = "written from _core.SETTINGS: python -m dflash_batch.tools.docs"
 
 def table() -> str:
     """The settings as the markdown table of ``docs/usage.md``."""
-    rows = ["| setting | default | accepts | what it does |", "|---|---|---|---|"]
+    rows = ["| setting | default | accepts | what it does | in a group |", "|---|---|---|---|---|"]
     for s in SETTINGS:
         doc = s["doc"].replace("|", "\\|")
-        rows.append(f"| `{s['name']}` | `{s['default']}` | {s['range']} | {doc} |")
+        rows.append(f"| `{s['name']}` | `{s['default']}` | {s['range']} | {doc} | {_held_by(s)} |")
     return "\n".join(rows)
+
+
+def _held_by(setting: dict[str, str]) -> str:
+    """Where the typed groups hold ``setting``, for the table."""
+    group, field = setting["group"], setting["field"]
+    held = {"batching": ["Padded", "Packed"], "padded": ["Padded"], "packed": ["Packed"]}.get(group)
+    if held is not None:
+        return ", ".join(f"`{name}({field}=)`" for name in held)
+    if group == "mode":
+        return "the type: `Padded` or `Packed`"
+    return "—" if group == "own" else f"`{group.title()}({field}=)`"
 
 
 def written(page: str) -> str:
@@ -66,8 +77,56 @@ def text_signature(indent: int = 4, width: int = 100) -> list[str]:
     return [line + " \\" for line in lines[:-1]] + [lines[-1] + '")]']
 
 
+#: What each typed group is, above its fields' entries (the fields are the declaration's).
+GROUPS = {
+    "Padded": (
+        "padded",
+        'Rows padded to their batch\'s longest (``mode="padded"``): ``batch_size`` rows, or as many rows as '
+        "``max_tokens`` holds.",
+    ),
+    "Packed": (
+        "packed",
+        'Samples packed end to end into rows of ``max_tokens`` tokens (``mode="packed"``), a batch being one '
+        "row, for varlen attention.",
+    ),
+    "Balance": ("balance", "How an optimizer step's batches are matched across ranks."),
+    "World": ("world", "The ranks a plan is split over."),
+}
+
+
+def _fields(group: str) -> list[dict[str, str]]:
+    """The settings ``group`` holds, in declaration order (``Packed``'s required ``max_tokens`` first)."""
+    held = {"padded": ("batching", "padded"), "packed": ("batching", "packed")}.get(group, (group,))
+    chosen = [s for s in SETTINGS if s["group"] in held]
+    return sorted(chosen, key=lambda s: not (group == "packed" and s["name"] == "max_tokens"))
+
+
+def groups() -> list[str]:
+    """The typed setting groups of ``planning/groups.py``: one frozen dataclass each, its fields the
+    declared settings of the group, with their types, defaults and docs."""
+    lines: list[str] = []
+    for name, (group, what) in GROUPS.items():
+        head = textwrap.wrap(f'"""{what}', width=108)
+        lines += ["", "", "@dataclass(frozen=True)", f"class {name}:", *("    " + row for row in head), "", "    Args:"]
+        body = []
+        for s in _fields(group):
+            entry = f"{s['field']}: {plain(s['doc'])} Default ``{s['default']}``; accepts {s['range']}."
+            if group == "packed" and s["name"] == "max_tokens":
+                entry = f"{s['field']}: the row capacity in tokens (required); accepts {s['range']}."
+                body += [f"    {s['field']}: int", "    _: KW_ONLY"]
+            else:
+                kind = "int" if group == "packed" and s["name"] == "max_tokens" else s["type"]
+                body.append(f"    {s['field']}: {kind} = {_python(s['default'])}")
+            lines += ["        " + row for row in textwrap.wrap(entry, width=104, subsequent_indent="    ")]
+        if group != "packed":
+            body.insert(0, "    _: KW_ONLY")
+        lines += ['    """', "", *body]
+    return [*lines[2:], "", ""]  # the blank lines ruff keeps around classes
+
+
 #: Each written block: the file, and its lines.
 BLOCKS = {
+    "python/dflash_batch/planning/groups.py": groups,
     "python/dflash_batch/planning/sampler.py": keywords,
     "python/dflash_batch/_core.pyi": keywords,
     "rust/python/src/config.rs": text_signature,

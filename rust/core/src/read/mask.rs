@@ -129,7 +129,7 @@ impl Mask {
 
     /// Positions of `values` within `range` (cut at the row's end) that carry a label.
     pub(crate) fn count(&self, values: Tokens<'_>, range: std::ops::Range<usize>) -> u32 {
-        crate::each_token!(Tokens, values, m => {
+        each_token!(Tokens, values, m => {
             let end = range.end.min(m.len());
             let start = range.start.min(end);
             // A row holds fewer than 2^32 tokens (lengths are u32).
@@ -186,7 +186,7 @@ fn masked_runs(column: &TokenStore) -> Result<(Vec<u32>, Vec<usize>)> {
     let mut run_starts = Vec::with_capacity(column.len() + 1);
     run_starts.push(0);
     for (row, place) in column.locate_all(&rows)?.iter().enumerate() {
-        crate::each_token!(Tokens, column.tokens_at(place), m => {
+        each_token!(Tokens, column.tokens_at(place), m => {
             if let Some(position) = m.iter().position(|v| !v.is_binary()) {
                 let found = m[position].shown();
                 return Err(ErrorKind::MaskValue { row: Some(row as u64), position: position as u64, found }.into());

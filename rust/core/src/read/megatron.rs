@@ -344,6 +344,6 @@ fn values(item: &DataType, bin: Buffer, elements: usize) -> ArrayRef {
             })*
         };
     }
-    crate::token_types!(typed);
+    token_types!(typed);
     new_empty_array(item) // not reached: every dtype code maps to a token type
 }

@@ -4,6 +4,11 @@
 //! Megatron-LM indexed datasets (`.bin` + `.idx`) as one more kind of file (`megatron.rs`); mapped
 //! files are checked for changes before their rows are read (`guard.rs`).
 
+// First, and with its macros in scope for the modules below (`mask.rs`, `megatron.rs` match over the
+// token types with them); `#[macro_export]` also places them at the crate root for the binding.
+#[macro_use]
+pub mod values;
+
 pub mod arrow;
 pub mod column;
 pub mod dataset;
@@ -12,4 +17,3 @@ pub mod mask;
 pub mod megatron;
 pub mod table;
 pub mod tokens;
-pub mod values;

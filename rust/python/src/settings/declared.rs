@@ -1,69 +1,13 @@
-//! Every planning setting of a `BucketSampler`, declared once: its name, Python type, default, range and
-//! what it does. `Config` takes exactly these keyword arguments in this order (`config.rs`); Python builds
-//! the sampler's docstring and the settings table of `docs/usage.md` from `_core.SETTINGS`, and the tests
-//! check `BucketSampler`'s signature, `Config`'s text signature and the stubs against it — so a setting
-//! added here and forgotten elsewhere fails a test, and its documentation cannot drift.
-//!
-//! Each setting's `apply` extracts and checks its value (the helpers of `extract.rs`, `choices.rs`) into
-//! the core's configuration, so a new setting is its core field (`Config`, its rule in
-//! `Config::validate`, its word in the fingerprint) and one entry here; the sampler's signature, the
-//! stub, `Config`'s text signature and the docs table are written from `_core.SETTINGS`
-//! (`python -m dflash_batch.tools.docs`) and checked against it by the tests. `range` says in words
-//! what the core accepts.
+//! The declaration itself: every planning setting, in the order `settings()`, checkpoints and the
+//! signature list them (see the module's doc for what is written from it).
 
 use dflash_batch_core::Config as CoreConfig;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
 
+use super::{Group, Recorded, Setting};
 use crate::choices::{cost_of, order_of, oversize_of, rank_cost_of};
 use crate::errors::to_py;
 use crate::extract::{boundaries_of, count, flag, number, optional_count, seed_of, threads_of};
-
-/// How a setting's value reaches the core's configuration: extracted from its keyword argument
-/// (`None` when left out), checked, recorded in `given` as a plain value, and written into the draft.
-pub(crate) type Apply =
-    for<'py> fn(&mut Draft<'py>, &Bound<'py, PyDict>, Option<&Bound<'py, PyAny>>) -> PyResult<()>;
-
-/// The core's configuration as the settings are read, in declaration order; the settings a rule
-/// combines (`batch_size` with `max_tokens`, `mode` with `bucketed`, the default `target_efficiency`
-/// of a mode and price) are kept aside and resolved once every setting is read (`config.rs`).
-pub(crate) struct Draft<'py> {
-    pub(crate) core: CoreConfig,
-    pub(crate) threads: Option<usize>,
-    pub(crate) batch_size: Option<i64>,
-    pub(crate) max_tokens: Option<i64>,
-    pub(crate) mode: Option<Bound<'py, PyAny>>,
-    pub(crate) bucketed: Option<Bound<'py, PyAny>>,
-    pub(crate) target_efficiency: Option<f64>,
-}
-
-/// Whether checkpoints record a setting (`Config.settings()`), which they compare on resume.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Recorded {
-    /// Always: every checkpoint holds it.
-    Always,
-    /// Only when not its declared default, so checkpoints written before the setting existed still
-    /// resume (the core's fingerprint folds it in only then too).
-    UnlessDefault,
-    /// Only when set (not `None`).
-    WhenSet,
-    /// Never: it does not shape a plan (`threads`).
-    Never,
-}
-
-/// One setting: what a user reads about it, and how it is read, in one place.
-pub(crate) struct Setting {
-    pub(crate) name: &'static str,
-    /// The Python annotation of the keyword argument.
-    pub(crate) kind: &'static str,
-    /// The default, as Python source.
-    pub(crate) default: &'static str,
-    /// The values accepted, in words.
-    pub(crate) range: &'static str,
-    pub(crate) doc: &'static str,
-    pub(crate) recorded: Recorded,
-    pub(crate) apply: Apply,
-}
 
 /// The settings in the order `settings()`, checkpoints and the signature list them.
 pub(crate) const SETTINGS: [Setting; 20] = [
@@ -73,6 +17,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         default: "None",
         range: "1 to 2**32 - 1",
         doc: "fixed rows per batch. Exactly one of `batch_size` and `max_tokens`.",
+        group: Group::Padded,
         recorded: Recorded::Always,
         apply: |d, given, v| {
             d.batch_size = optional_count(given, "batch_size", v)?;
@@ -86,6 +31,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         range: "≥ 1 (≤ 2**32 - 1 packed)",
         doc: "padded-token budget per batch: `rows × round_up(longest row) ≤ max_tokens`; with a `cost` \
               model, a budget in its units; the row capacity with `mode=\"packed\"`.",
+        group: Group::Batching,
         recorded: Recorded::Always,
         apply: |d, given, v| {
             d.max_tokens = optional_count(given, "max_tokens", v)?;
@@ -101,6 +47,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
               `target_efficiency`, placed by an exact dynamic program over the length histogram; a \
               bucket count K; or explicit edges `e_0 < … < e_K`, bucket `i` holding lengths in \
               `(e_i, e_{i+1}]`.",
+        group: Group::Own,
         recorded: Recorded::Always,
         apply: |d, given, v| {
             d.core.boundaries = boundaries_of(given, v)?;
@@ -113,6 +60,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         default: "0",
         range: "0 to 2**64 - 1",
         doc: "seed of every random stream.",
+        group: Group::Own,
         recorded: Recorded::Always,
         apply: |d, given, v| {
             d.core.seed = seed_of(given, v)?;
@@ -125,6 +73,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         default: "True",
         range: "a bool",
         doc: "reshuffle every epoch (training); `False` gives a deterministic length-sorted plan.",
+        group: Group::Own,
         recorded: Recorded::Always,
         apply: |d, given, v| {
             d.core.shuffle = flag(given, "shuffle", v, true)?;
@@ -138,6 +87,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         range: "≥ 1",
         doc: "ranks the plan is split over (default: `torch.distributed`'s when it is initialized, else \
               torchrun's `WORLD_SIZE`, else 1).",
+        group: Group::World("size"),
         recorded: Recorded::Always,
         apply: |d, given, v| {
             // `None`: one rank (the sampler resolves torch.distributed's ranks before building a Config).
@@ -152,6 +102,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         range: "a bool",
         doc: "drop the last `batches mod world_size` batches (counted in `plan.stats()[\"dropped\"]`) \
               instead of splitting batches so that every rank gets the same number of steps.",
+        group: Group::World("drop_last"),
         recorded: Recorded::Always,
         apply: |d, given, v| {
             d.core.drop_last = flag(given, "drop_last", v, false)?;
@@ -166,6 +117,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "samples longer than `max_tokens`: `\"error\"` raises naming the row, `\"skip\"` leaves them \
               out (counted in `plan.stats()[\"skipped\"]`), `\"truncate\"` (`mode=\"packed\"`) splits each \
               into `max_tokens`-token pieces packed as separate sequences (`sampler.pieces`).",
+        group: Group::Batching,
         recorded: Recorded::Always,
         apply: |d, given, v| {
             d.core.oversize = oversize_of(given, v)?;
@@ -180,6 +132,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "padded lengths are rounded up to a multiple of this; the budget counts it, and the Loader \
               pads with it. With `mode=\"packed\"` every sample in a row is padded to a multiple of it \
               (FP8 and sequence-parallel kernels: `docs/context_parallel.md`).",
+        group: Group::Batching,
         recorded: Recorded::Always,
         apply: |d, given, v| {
             d.core.pad_to_multiple_of = count(given, "pad_to_multiple_of", v, None)?;
@@ -192,6 +145,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         default: "None",
         range: "≥ 1, capped to this machine's cores (default: up to 8)",
         doc: "planner threads. The plan is identical for any value.",
+        group: Group::Own,
         recorded: Recorded::Never,
         apply: |d, given, v| {
             d.threads = threads_of(given, v)?;
@@ -206,6 +160,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "micro-batches per optimizer step: windows of `accumulation × world_size` batches are what \
               one optimizer step sees; mixing is measured and rank balance matched over them. Pass your \
               real value (`BucketTrainer` binds its `gradient_accumulation_steps`).",
+        group: Group::Balance("accumulation"),
         recorded: Recorded::Always,
         apply: |d, given, v| {
             // `None`: one micro-batch per step (the sampler tells a trainer's own value apart).
@@ -221,6 +176,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "the padding efficiency `boundaries=\"auto\"` aims for. `None`: 0.982 for padded batches \
               under a token budget priced with an attention term (`cost=(a, b)`, b > 0: there padding \
               caps the end-to-end figure per step), else 0.98.",
+        group: Group::Own,
         recorded: Recorded::Always,
         apply: |d, given, v| {
             // Left out or `None`: the core's default for the mode and price (`config.rs`), chosen
@@ -243,6 +199,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "`\"stratified\"`: consecutive batches draw from the length buckets in proportion to the data \
               (a low-discrepancy interleaving, randomized every epoch), so every accumulation window sees \
               the dataset's length mix; `\"random\"`: a seeded shuffle within each of the epoch's groups.",
+        group: Group::Own,
         recorded: Recorded::Always,
         apply: |d, given, v| {
             d.core.order = order_of(given, v)?;
@@ -257,6 +214,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "`\"tokens\"`: a batch costs its padded tokens; `(a, b)`: a row of padded length `L` costs \
               `a·L + b·L²` (attention). The budget and rank balance use it, so long-sequence batches take \
               fewer tokens and ranks are matched on compute. Example: `cost=(1, 1/4096)`.",
+        group: Group::Own,
         recorded: Recorded::Always,
         apply: |d, given, v| {
             d.core.cost = cost_of(given, v)?;
@@ -271,6 +229,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "`None` keeps mixing first (steps matched by cost inside each optimizer window); a number `t` \
               forms every step, where the data allows, from batches whose costs are within `1 + t`: lower \
               rank imbalance, less mixing.",
+        group: Group::Balance("tolerance"),
         recorded: Recorded::Always,
         apply: |d, given, v| {
             let tolerance = match v.filter(|t| !t.is_none()) {
@@ -292,6 +251,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "`\"padded\"`: rows padded to the batch's longest; `\"packed\"`: samples concatenated into rows \
               of `max_tokens` tokens for varlen attention (FlashAttention `cu_seqlens`, SDPA document \
               masks), a batch being one row.",
+        group: Group::Mode,
         recorded: Recorded::Always,
         apply: |d, _, v| {
             d.mode = v.cloned(); // read with `bucketed` (`config.rs`)
@@ -305,6 +265,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         range: "a bool (packed only)",
         doc: "with `mode=\"packed\"`, pack only samples of one length bucket together (`boundaries`; \
               `\"auto\"`: 2 buckets), which bounds each row's longest sample at some cost in fill.",
+        group: Group::Packed,
         recorded: Recorded::Always,
         apply: |d, _, v| {
             d.bucketed = v.cloned();
@@ -318,6 +279,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         range: "a bool (max_tokens, padded, balance_tolerance=None)",
         doc: "trim each step's batches to a common cost and re-form the rows trimmed into extra steps spread \
               through the epoch: ranks wait less for a few percent more steps and some mixing.",
+        group: Group::Padded,
         recorded: Recorded::Always,
         apply: |d, given, v| {
             d.core.trim_steps = flag(given, "trim_steps", v, false)?;
@@ -334,6 +296,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
               padding counted as waste, so it splits into equal zigzag chunks; `plan.stats()` reports the \
               attention spread per layout and `db.context_parallel_shard` cuts a batch for one rank \
               (`docs/context_parallel.md`).",
+        group: Group::Packed,
         recorded: Recorded::UnlessDefault,
         apply: |d, given, v| {
             d.core.context_parallel = count(given, "context_parallel", v, None)?;
@@ -348,6 +311,7 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         doc: "the price ranks are balanced by, when it differs from `cost`: the budget, and so every batch \
               and the step count, stay as `cost` forms them. What `db.StepTimer` sets from measured step \
               times (`docs/calibration.md`).",
+        group: Group::Balance("rank_cost"),
         recorded: Recorded::WhenSet,
         apply: |d, given, v| {
             d.core.rank_cost = rank_cost_of(given, v)?;
@@ -355,42 +319,3 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         },
     },
 ];
-
-/// Whether `name` is a setting.
-pub(crate) fn is_setting(name: &str) -> bool {
-    SETTINGS.iter().any(|s| s.name == name)
-}
-
-/// The names, comma separated (for messages).
-pub(crate) fn names() -> String {
-    SETTINGS
-        .iter()
-        .map(|s| s.name)
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// `_core.SETTINGS`: the declaration as a tuple of dicts (`name`, `type`, `default`, `range`, `doc`,
-/// `recorded`).
-pub(crate) fn declared(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
-    let rows = SETTINGS
-        .iter()
-        .map(|s| {
-            let row = PyDict::new(py);
-            row.set_item("name", s.name)?;
-            row.set_item("type", s.kind)?;
-            row.set_item("default", s.default)?;
-            row.set_item("range", s.range)?;
-            row.set_item("doc", s.doc)?;
-            let recorded = match s.recorded {
-                Recorded::Always => "always",
-                Recorded::UnlessDefault => "unless default",
-                Recorded::WhenSet => "when set",
-                Recorded::Never => "never",
-            };
-            row.set_item("recorded", recorded)?;
-            Ok(row)
-        })
-        .collect::<PyResult<Vec<_>>>()?;
-    PyTuple::new(py, rows)
-}
