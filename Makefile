@@ -10,7 +10,7 @@ export PYO3_PYTHON := $(abspath $(BIN)/python)
 export PIP_RESUME_RETRIES := 20
 export PIP_RETRIES := 10
 
-.PHONY: convergence figures demo test test-all test-rust test-python test-python-all test-clients-lowest test-gpu mypy fuzz \
+.PHONY: convergence step-gradients equivalence figures demo test test-all test-rust test-python test-python-all test-clients-lowest test-gpu mypy fuzz \
 	lint bench build venv clean wheel wheel-test
 
 $(BIN)/python:
@@ -112,6 +112,26 @@ bench:
 convergence:
 	$(MAKE) build EXTRAS=dev,torch,bench
 	$(BIN)/python benchmarks/convergence.py --quick --out docs/convergence --json docs/figures.json
+	$(BIN)/python benchmarks/_figures.py
+
+# Batch quality, recorded into docs/ and docs/figures.json, then written into docs/convergence.md: the
+# step-gradient table (≤ 10 min on 2 cores) with dflash_batch padded at a lower target beside it, and the
+# equivalence of the held-out loss to a full shuffle (TOST; 5 strategies × 5 seeds, then 3 × 10 seeds).
+step-gradients:
+	$(MAKE) build EXTRAS=dev,torch,bench
+	$(BIN)/python benchmarks/step_gradients.py --out docs/step_gradients --json docs/figures.json
+	$(BIN)/python benchmarks/step_gradients.py --strategies dflash_padded --target-efficiency 0.97 \
+		--out docs/step_gradients/target_097 --json docs/figures.json --section step_gradients_097
+	$(BIN)/python benchmarks/_figures.py
+
+equivalence:
+	$(MAKE) build EXTRAS=dev,torch,bench
+	$(BIN)/python benchmarks/convergence.py --quick --seeds 5 --epochs 3 --views tokens \
+		--strategies shuffle,sorted,dflash_padded,dflash_packed,hf_length_grouped \
+		--out docs/equivalence --json docs/figures.json --section equivalence
+	$(BIN)/python benchmarks/convergence.py --quick --seeds 10 --epochs 3 --views tokens \
+		--strategies shuffle,dflash_padded,dflash_packed \
+		--out docs/equivalence/seeds_10 --json docs/figures.json --section equivalence_10
 	$(BIN)/python benchmarks/_figures.py
 
 # Reruns every benchmark the docs quote, records its figures in docs/figures.json, and writes them into

@@ -7,6 +7,7 @@ import json
 import pathlib
 
 import numpy as np
+from _equivalence import verdict as tost
 
 NAMES = {
     "sorted": "sorted static batches",
@@ -15,6 +16,7 @@ NAMES = {
     "dflash_padded": "dflash_batch padded",
     "dflash_packed": "dflash_batch packed",
     "hf_rebalance": "HF BatchRebalanceSampler",
+    "hf_length_grouped": "HF LengthGroupedSampler",
 }
 VIEWS = {"tokens": "equal real tokens per step", "steps": "equal steps (4 micro-batches)"}
 
@@ -32,7 +34,7 @@ def at(curve: list[dict], key: str, x: float) -> float:
     return float(np.interp(x, xs, [p["all"] for p in curve]))
 
 
-def summarize(runs) -> dict:
+def summarize(runs, margin: float | None = None) -> dict:
     """Per view and strategy: every figure over the seeds (mean, min, max)."""
     out: dict = {}
     for view in dict.fromkeys(r.view for r in runs):
@@ -57,7 +59,31 @@ def summarize(runs) -> dict:
                 differences = paired(runs, view, strategy)
                 out[view][strategy]["versus_padded"] = differences
                 out[view][strategy]["verdict"] = verdict(differences)
+            against = paired(runs, view, strategy, base="shuffle")
+            if strategy != "shuffle" and margin is not None and len(against) >= 2:
+                out[view][strategy]["versus_shuffle"] = against
+                out[view][strategy]["equivalence"] = tost(against, margin)
     return out
+
+
+def equivalence_table(summary: dict, margin: float, seeds: int) -> str:
+    """The TOST verdicts against a full shuffle, per view."""
+    lines = [
+        f"**Equivalence to a full shuffle** (TOST at ±{margin:.3f} nats of held-out loss, stated before the run; "
+        f"{seeds} seeds, paired; 90% interval of the mean difference, strategy − shuffle)",
+        "",
+        "| view | strategy | mean difference | 90% interval | verdict |",
+        "|---|---|---|---|---|",
+    ]
+    for view, rows in summary.items():
+        for strategy, f in rows.items():
+            e = f.get("equivalence")
+            if e is not None:
+                lines.append(
+                    f"| {VIEWS.get(view, view)} | {NAMES.get(strategy, strategy)} | {e['mean']:+.3f} | "
+                    f"[{e['low']:+.3f}, {e['high']:+.3f}] | {e['verdict']} |"
+                )
+    return "\n".join(lines) + "\n"
 
 
 def paired(runs, view: str, strategy: str, base: str = "dflash_padded") -> list[float]:
@@ -143,9 +169,11 @@ def plot(runs, path: pathlib.Path) -> bool:
 
 def report(runs, corpus, out: pathlib.Path, meta: dict) -> tuple[dict, str]:
     """Writes the three files; returns the summary and the table."""
-    summary = summarize(runs)
+    summary = summarize(runs, meta.get("margin"))
     seeds = len({r.seed for r in runs})
     text = table(summary, seeds)
+    if meta.get("margin") is not None and any("equivalence" in f for rows in summary.values() for f in rows.values()):
+        text += "\n" + equivalence_table(summary, meta["margin"], seeds)
     curves = [
         {"strategy": r.strategy, "seed": r.seed, "view": r.view, "curve": r.curve, "step_loss": r.step_loss,
          "seconds": r.seconds}

@@ -36,6 +36,14 @@ def write(path: str | Path | None, section: str, figures: dict[str, Any], comman
     path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
+def command_of(script: str, given: list[str]) -> str:
+    """The command that measured a benchmark's figures: its arguments without where files go
+    (``--cache``, ``--json`` and their values), which are not part of what was measured."""
+    dropped = ("--cache", "--json")
+    kept = [a for i, a in enumerate(given) if a not in dropped and (i == 0 or given[i - 1] not in dropped)]
+    return " ".join([f"python benchmarks/{script}", *kept])
+
+
 def plain(value: Any) -> Any:
     """JSON-ready: numpy scalars as Python numbers, tuples as lists, keys as strings."""
     if isinstance(value, dict):

@@ -39,7 +39,13 @@ import numpy as np
 from _corpus import Corpus, build, write_store
 from dflash_batch.tools import baselines
 
-STRATEGIES = ("sorted", "shuffle", "seed_buckets", "dflash_padded", "dflash_packed", "hf_rebalance")
+STRATEGIES = (
+    "sorted", "shuffle", "seed_buckets", "dflash_padded", "dflash_packed", "hf_rebalance", "hf_length_grouped",
+)  # fmt: skip
+#: The equivalence margin in held-out loss (nats), stated before any run: twice the seed-to-seed standard
+#: deviation of a full shuffle's held-out loss in the recorded quick run (0.015 over its seeds), so a
+#: difference inside it is smaller than what a new seed alone moves the loss by.
+MARGIN = 0.03
 ACCUMULATION = 4
 #: Sizes: (max_len, vocab, hidden, layers, heads, budget, samples, lr).
 SIZES = {
@@ -77,6 +83,14 @@ def micro_batches(strategy: str, lengths: np.ndarray, budget: int, max_len: int,
         sampler = db.BucketSampler(lengths, max_tokens=budget, seed=seed, accumulation=ACCUMULATION, mode=mode)
         plan = sampler.plan(epoch)
         order, offsets = np.asarray(plan.indices), np.asarray(plan.offsets)
+    elif strategy == "hf_length_grouped":
+        import torch
+        from transformers.trainer_pt_utils import LengthGroupedSampler
+
+        rows = max(1, round(budget / float(lengths.mean())))  # its batch size: the budget's rows on average
+        generator = torch.Generator().manual_seed(seed * 1000 + epoch)
+        peer = LengthGroupedSampler(rows, lengths=[int(n) for n in lengths], generator=generator)
+        order, offsets = baselines.cut(lengths, np.fromiter(iter(peer), dtype=np.int64), max_tokens=budget)
     elif strategy == "hf_rebalance":
         got = baselines.batch_rebalance(
             lengths, world_size=1, accumulation=ACCUMULATION, max_tokens=budget, seed=seed * 1000 + epoch
@@ -248,11 +262,33 @@ def held_out_batches(corpus: Corpus, budget: int, per_band: int, directory: path
     return held
 
 
+def reused(path: pathlib.Path | None, setup: dict) -> dict[tuple[str, int, str], Run]:
+    """The runs a former ``convergence.json`` recorded for the same setup (model size, step target, steps,
+    device), by ``(strategy, seed, view)``: training is deterministic for a seed, so they are what training
+    again would give. A file of another setup is refused."""
+    if path is None:
+        return {}
+    import json
+
+    record = json.loads(path.read_text())
+    differs = {k: (record.get(k), v) for k, v in setup.items() if record.get(k) != v}
+    if differs:
+        raise SystemExit(f"--reuse {path}: recorded for another setup ({differs}): rerun without it")
+    out = {}
+    for r in record["runs"]:
+        run = Run(r["strategy"], r["seed"], r["view"], curve=r["curve"], step_loss=r["step_loss"])
+        run.seconds = r["seconds"]
+        out[(run.strategy, run.seed, run.view)] = run
+    return out
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a tiny model on a 3,000-document subset (CPU)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    parser.add_argument("--steps", type=int, help="optimizer steps a run (default: one epoch quick, 3 full)")
+    parser.add_argument("--steps", type=int, help="optimizer steps a run (default: --epochs epochs)")
+    parser.add_argument("--epochs", type=float, help="epochs a run (default: 1 quick, 3 full)")
+    parser.add_argument("--margin", type=float, default=MARGIN, help=f"TOST margin, nats (default {MARGIN})")
     parser.add_argument("--seeds", type=int, default=2, help="seeds per strategy (default 2)")
     parser.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated subset")
     parser.add_argument("--views", default="tokens,steps", help="'tokens' (equal real tokens a step), 'steps'")
@@ -260,7 +296,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--evals", type=int, default=8, help="held-out evaluations a run (default 8)")
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("convergence-out"), help="output folder")
     parser.add_argument("--cache", type=pathlib.Path, default=pathlib.Path(".convergence-cache"))
-    parser.add_argument("--json", metavar="FILE", help="record the summary under 'convergence' of FILE")
+    parser.add_argument("--json", metavar="FILE", help="record the summary under --section of FILE")
+    parser.add_argument("--reuse", type=pathlib.Path, help="a convergence.json whose runs of the same setup to keep")
+    parser.add_argument("--section", default="convergence", help="the section of --json (default convergence)")
     return parser.parse_args(argv)
 
 
@@ -281,25 +319,34 @@ def run_all(args: argparse.Namespace) -> tuple[list[Run], dict, str]:
     # The common target: what dflash_batch's padded micro-batches hold on average, × the accumulation.
     reference = micro_batches("dflash_padded", lengths, budget, max_len, 0, 0)
     target = ACCUMULATION * float(np.mean([lengths[i].sum() for i, _ in reference]))
-    steps = args.steps or int(np.ceil((1 if args.quick else 3) * lengths.sum() / target))
+    epochs = args.epochs or (1 if args.quick else 3)
+    steps = args.steps or int(np.ceil(epochs * lengths.sum() / target))
     print(
         f"{len(lengths):,} training documents ({corpus.kinds}), {int(lengths.sum()):,} tokens, "
         f"{len(corpus.held_out):,} held out; {steps} steps of ~{target:,.0f} real tokens; device {device}"
     )
     runs = []
+    done = reused(args.reuse, {"size": size, "target": target, "steps": steps, "device": str(device)})
     for view in args.views.split(","):
         for strategy in args.strategies.split(","):
             for seed in range(args.seeds):
-                run = Run(strategy, seed, view)
-                run.steps = plan_steps(strategy, view, lengths, budget, max_len, seed, target, steps)
-                runs.append(train(run, corpus, store, held, size, device, args.evals))
+                run, again = Run(strategy, seed, view), (strategy, seed, view) in done
+                if again:
+                    run = done[(strategy, seed, view)]
+                else:
+                    run.steps = plan_steps(strategy, view, lengths, budget, max_len, seed, target, steps)
+                    train(run, corpus, store, held, size, device, args.evals)
+                runs.append(run)
                 last = run.curve[-1]
                 print(
                     f"  {view:<6} {strategy:<14} seed {seed}: held-out {last['all']:.4f} after "
-                    f"{last['tokens']:,} tokens, {run.seconds:.0f} s",
+                    f"{last['tokens']:,} tokens, {run.seconds:.0f} s{' (reused)' if again else ''}",
                     flush=True,
                 )
-    meta = {"size": size, "target": target, "steps": steps, "device": str(device), "seeds": args.seeds}
+    meta = {
+        "size": size, "target": target, "steps": steps, "device": str(device), "seeds": args.seeds,
+        "margin": args.margin,
+    }  # fmt: skip
     summary, text = report(runs, corpus, args.out, meta)
     return runs, {**meta, "documents": len(lengths), "tokens": int(lengths.sum()), "summary": summary}, text
 
@@ -318,17 +365,10 @@ def main(argv: list[str] | None = None) -> int:
     _, summary, text = run_all(args)
     print(text)
     if args.json:
-        from _figures import write
+        from _figures import command_of, write
 
-        given = argv if argv is not None else sys.argv[1:]
-        # Where files go is not part of what was measured.
-        kept = [
-            a
-            for i, a in enumerate(given)
-            if a not in ("--cache", "--json") and given[i - 1 : i] not in (["--cache"], ["--json"])
-        ]
-        command = " ".join(["python benchmarks/convergence.py", *kept])
-        write(args.json, "convergence", {**summary, "table": "\n\n" + text.strip() + "\n\n"}, command)
+        command = command_of("convergence.py", argv if argv is not None else sys.argv[1:])
+        write(args.json, args.section, {**summary, "table": "\n\n" + text.strip() + "\n\n"}, command)
     print(f"written: {args.out}/convergence.json, convergence.md, convergence.png")
     return 0
 

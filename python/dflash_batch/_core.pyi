@@ -400,6 +400,13 @@ def window_tv(
     """Mean total-variation distance of windows of ``window`` consecutive batches from the whole's token
     deciles; None without a complete window. Raises ValueError for inconsistent arrays."""
 
+def mixing(
+    offsets: npt.NDArray[np.uint32], indices: npt.NDArray[np.uint32], lengths: npt.NDArray[np.uint32], window: int
+) -> dict[str, float] | None:
+    """``window_tv``, ``window_tv_tail``, ``length_gap`` and ``length_gap_tail`` of windows of ``window``
+    batches, as ``Plan.stats()`` computes them; None without a complete window. Raises ValueError for
+    inconsistent arrays."""
+
 def rank_imbalance(
     offsets: npt.NDArray[np.uint32],
     indices: npt.NDArray[np.uint32],

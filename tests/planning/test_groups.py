@@ -146,6 +146,10 @@ def test_a_setting_given_both_ways_with_two_values_is_a_type_error():
 
 def test_a_setting_given_both_ways_alike_or_left_at_its_default_in_one_is_taken():
     same(
+        db.BucketSampler(LENGTHS, max_tokens=1024, drop_last=np.True_, world=db.World(size=2, drop_last=True), rank=0),
+        db.BucketSampler(LENGTHS, max_tokens=1024, drop_last=True, world_size=2, rank=0),
+    )
+    same(
         db.BucketSampler(LENGTHS, max_tokens=1024, world_size=2, world=db.World(size=2), rank=0, accumulation=3),
         db.BucketSampler(LENGTHS, world=db.World(size=2), rank=0, batching=db.Padded(max_tokens=1024),
                          balance=db.Balance(tolerance=None), accumulation=3),

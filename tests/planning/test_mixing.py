@@ -23,16 +23,28 @@ def deciles(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def window_tv(offsets, indices, lengths, window):
+    figures = mixing(offsets, indices, lengths, window)
+    return None if figures is None else figures["window_tv"]
+
+
+def mixing(offsets, indices, lengths, window):
+    """``window_tv`` and ``length_gap`` over all windows and over the last tenth of them (at least one)."""
     of, share = deciles(lengths)
     windows = (len(offsets) - 1) // window
     if windows == 0:
         return None
-    distances = []
+    epoch = lengths[indices[: offsets[windows * window]]].mean()
+    distances, gaps = [], []
     for w in range(windows):
         rows = indices[offsets[w * window] : offsets[(w + 1) * window]]
         mass = np.bincount(of[lengths[rows]], weights=lengths[rows], minlength=10)
         distances.append(0.5 * np.abs(mass / mass.sum() - share).sum())
-    return float(np.mean(distances))
+        gaps.append(abs(lengths[rows].mean() / epoch - 1))
+    tail = windows - -(-windows // 10)
+    return {
+        "window_tv": float(np.mean(distances)), "window_tv_tail": float(np.mean(distances[tail:])),
+        "length_gap": float(np.mean(gaps)), "length_gap_tail": float(np.mean(gaps[tail:])),
+    }  # fmt: skip
 
 
 def imbalance(offsets, indices, lengths, world, pad=1):
@@ -72,12 +84,13 @@ def test_stats_match_the_reference(lengths, world, accumulation, pad):
         return
     stats = plan.stats()
     offsets, indices = plan.offsets.astype(np.int64), plan.indices
-    expected = window_tv(offsets, indices, lengths, accumulation * world)
+    expected = mixing(offsets, indices, lengths, accumulation * world)
     assert stats["window"] == accumulation * world
-    if expected is None:
-        assert stats["window_tv"] is None
-    else:
-        assert stats["window_tv"] == pytest.approx(expected, abs=1e-9)
+    for key in ("window_tv", "window_tv_tail", "length_gap", "length_gap_tail"):
+        if expected is None:
+            assert stats[key] is None
+        else:
+            assert stats[key] == pytest.approx(expected[key], abs=1e-9), key
     p50, p99, worst = imbalance(offsets, indices, lengths, world, pad)
     assert (stats["rank_imbalance_p50"], stats["rank_imbalance_p99"], stats["rank_imbalance_max"]) == pytest.approx(
         (p50, p99, worst)
@@ -130,6 +143,11 @@ def test_metrics_of_any_csr_agree_with_plan_stats():
     plan, other = sampler.plan(0), sampler.plan(1)
     stats = plan.stats()
     assert metrics.window_tv(lengths, plan.indices, plan.offsets, 8) == pytest.approx(stats["window_tv"])
+    mixed = metrics.mixing(lengths, plan.indices, plan.offsets, 8)
+    assert mixed == pytest.approx(
+        {k: stats[k] for k in ("window_tv", "window_tv_tail", "length_gap", "length_gap_tail")}
+    )
+    assert metrics.mixing(lengths, plan.indices, plan.offsets, len(plan) + 1) is None
     p50, p99, worst = metrics.rank_imbalance(lengths, plan.indices, plan.offsets, 4)
     assert (p50, p99, worst) == pytest.approx(
         (stats["rank_imbalance_p50"], stats["rank_imbalance_p99"], stats["rank_imbalance_max"])

@@ -71,6 +71,9 @@ def test_analyze_json_and_plot(tmp_path, capsys):
     assert set(result["strategies"]["dflash_batch"]) == {
         "efficiency",
         "window_tv",
+        "window_tv_tail",
+        "length_gap",
+        "length_gap_tail",
         "churn",
         "rank_imbalance_p99",
         "sync_efficiency",

@@ -97,3 +97,47 @@ def test_cuda_without_a_device_and_unknown_strategies_exit_2(tmp_path, monkeypat
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert convergence.main(["--device", "cuda", "--out", str(tmp_path)]) == 2
     assert convergence.main(["--strategies", "sorted,bogus", "--out", str(tmp_path)]) == 2
+
+
+@pytest.mark.slow  # trains 4 small models
+def test_several_seeds_give_each_strategy_a_tost_verdict_against_a_shuffle(tmp_path):
+    args = convergence.parse(
+        ["--quick", "--steps", "2", "--seeds", "2", "--evals", "1", "--files", "120", "--views", "tokens",
+         "--strategies", "shuffle,dflash_padded", "--margin", "0.5", "--out", str(tmp_path / "out"),
+         "--cache", str(tmp_path / "cache")]
+    )  # fmt: skip
+    runs, summary, text = convergence.run_all(args)
+    padded = summary["summary"]["tokens"]["dflash_padded"]
+    assert len(padded["versus_shuffle"]) == 2 and padded["equivalence"]["margin"] == 0.5
+    assert "equivalence" not in summary["summary"]["tokens"]["shuffle"]
+    final = {(r.strategy, r.seed): r.curve[-1]["all"] for r in runs}
+    assert padded["versus_shuffle"] == [final[("dflash_padded", s)] - final[("shuffle", s)] for s in (0, 1)]
+    assert "Equivalence to a full shuffle" in text and padded["equivalence"]["verdict"] in text
+
+
+@pytest.mark.slow  # trains 3 small models
+def test_reused_runs_are_what_training_again_gives_and_another_setup_is_refused(tmp_path):
+    common = ["--quick", "--evals", "1", "--files", "120", "--views", "tokens", "--strategies", "shuffle",
+              "--cache", str(tmp_path / "cache")]  # fmt: skip
+    first, _, _ = convergence.run_all(
+        convergence.parse([*common, "--steps", "2", "--seeds", "1", "--out", str(tmp_path / "a")])
+    )
+    record = tmp_path / "a" / "convergence.json"
+    again, _, _ = convergence.run_all(
+        convergence.parse(
+            [*common, "--steps", "2", "--seeds", "2", "--reuse", str(record), "--out", str(tmp_path / "b")]
+        )
+    )
+    assert [r.seed for r in again] == [0, 1]
+    assert again[0].curve == json.loads(record.read_text())["runs"][0]["curve"] and not again[0].trained  # reused
+    assert again[1].trained  # trained here
+    fresh, _, _ = convergence.run_all(
+        convergence.parse([*common, "--steps", "2", "--seeds", "1", "--out", str(tmp_path / "c")])
+    )
+    assert fresh[0].curve == first[0].curve, "training is deterministic for a seed, so reusing a run is exact"
+    with pytest.raises(SystemExit, match="recorded for another setup"):
+        convergence.run_all(
+            convergence.parse(
+                [*common, "--steps", "3", "--seeds", "1", "--reuse", str(record), "--out", str(tmp_path / "d")]
+            )
+        )

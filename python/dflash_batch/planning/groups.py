@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import KW_ONLY, dataclass, fields
 from typing import Any, cast
 
+import numpy as np
+
 from . import settings
 
 
@@ -180,7 +182,7 @@ def _is(a: Any, b: Any) -> bool:
     """Whether two setting values are the same (``1`` is not ``True``: a bool is a setting type of its own; an
     array never is: it compares element-wise)."""
     try:
-        return bool(a == b) and isinstance(a, bool) == isinstance(b, bool)
+        return bool(a == b) and isinstance(a, (bool, np.bool_)) == isinstance(b, (bool, np.bool_))
     except (TypeError, ValueError):
         return False
 

@@ -18,8 +18,10 @@ from ..planning.sampler import BucketSampler
 from ..planning.schedule import Schedule
 from . import baselines, metrics
 
+#: The mixing figures of ``Plan.stats()`` (and :func:`metrics.mixing`), each over all windows and the tail.
+MIXING = ("window_tv", "window_tv_tail", "length_gap", "length_gap_tail")
 COLUMNS = (
-    "efficiency", "window_tv", "churn", "rank_imbalance_p99", "sync_efficiency", "sync_efficiency_step",
+    "efficiency", *MIXING, "churn", "rank_imbalance_p99", "sync_efficiency", "sync_efficiency_step",
     "end_to_end_efficiency", "end_to_end_efficiency_step", "steps",
 )  # fmt: skip
 
@@ -49,9 +51,10 @@ def strategies(
         imbalance = metrics.rank_imbalance(lengths, order, offsets, world)
         sync = metrics.sync_efficiency(lengths, order, offsets, world, window // world, cost=price)
         end = metrics.end_to_end(lengths, order, offsets, world, window // world, cost=price)
+        mixed = metrics.mixing(lengths, order, offsets, window) or {}
         return {
             "efficiency": baselines.efficiency(lengths, order, offsets),
-            "window_tv": metrics.window_tv(lengths, order, offsets, window),
+            **{key: mixed.get(key) for key in MIXING},
             "churn": metrics.churn(len(lengths), epochs[0], epochs[1]),
             "rank_imbalance_p99": None if imbalance is None else imbalance[1],
             "sync_efficiency": None if sync is None else sync[0],
@@ -98,7 +101,7 @@ def planned(schedule: Schedule) -> dict[str, Any]:
     stats = plans[0].stats()
     return {
         "efficiency": stats["efficiency"],
-        "window_tv": stats["window_tv"],
+        **{key: stats[key] for key in MIXING},
         "churn": plans[0].churn(plans[1]),
         "rank_imbalance_p99": stats["rank_imbalance_p99"],
         "sync_efficiency": stats["sync_efficiency"],
@@ -191,6 +194,7 @@ def print_report(result: dict) -> None:
 
 #: Short column heads, so the table fits a terminal.
 _HEADS = {
+    "window_tv_tail": "tv tail", "length_gap": "len gap", "length_gap_tail": "gap tail",
     "rank_imbalance_p99": "p99 imbalance", "sync_efficiency": "sync/micro", "sync_efficiency_step": "sync/step",
     "end_to_end_efficiency": "e2e/micro", "end_to_end_efficiency_step": "e2e/step",
 }  # fmt: skip

@@ -65,7 +65,8 @@ def demo(args: argparse.Namespace) -> int:
     )
     print(f"  padding efficiency {stats['efficiency']:.3f}, planned in {ms:.1f} ms per epoch (median of {args.epochs})")
     print(
-        f"  mixing: window_tv {stats['window_tv']:.3f} over windows of {stats['window']} batches, "
+        f"  mixing over windows of {stats['window']} batches: length_gap {stats['length_gap']:.3f} (the last "
+        f"tenth {stats['length_gap_tail']:.3f}), window_tv {stats['window_tv']:.3f} ({stats['window_tv_tail']:.3f}); "
         f"churn {figures['churn']:.5f}; rank imbalance p99 {stats['rank_imbalance_p99']:.2f}"
     )
     if stats["sync_efficiency"] is not None:

@@ -34,6 +34,13 @@ def window_tv(lengths: Any, order: Any, offsets: Any, window: int) -> float | No
     return _core.window_tv(offsets, order, np.ascontiguousarray(lengths, dtype=np.uint32), window)
 
 
+def mixing(lengths: Any, order: Any, offsets: Any, window: int) -> dict[str, float] | None:
+    """``window_tv`` and ``length_gap`` over windows of ``window`` batches, each with its ``_tail`` over the
+    last tenth of the windows (``Plan.stats()``'s mixing figures)."""
+    offsets, order = _csr(order, offsets)
+    return _core.mixing(offsets, order, np.ascontiguousarray(lengths, dtype=np.uint32), window)
+
+
 def rank_imbalance(lengths: Any, order: Any, offsets: Any, world_size: int, pad_to_multiple_of: int = 1):
     """``(p50, p99, max)`` over steps of the most over the least padded tokens among the ranks."""
     offsets, order = _csr(order, offsets)

@@ -9,6 +9,9 @@
 //!   batches: ≈ 0.9. A length value is never split between deciles: it belongs to the decile where the
 //!   middle of its token mass falls, and `q` is measured with the same assignment, so ties at a decile
 //!   edge cannot bias the distance.
+//!   `window_tv_tail` is the same over the last tenth of the windows; `length_gap` (and its tail) the
+//!   mean over windows of how far their mean sample length is from the epoch's, relatively: the
+//!   figure that best predicts a step's gradient error (`benchmarks/step_gradients.py`).
 //! * **churn** (between two plans): the share of sample pairs sharing a batch in the first plan that
 //!   share one again in the second.
 //! * **synchronous efficiency**: useful cost over the time ranks take when every step (or every
@@ -151,17 +154,48 @@ pub fn window_tv<L: Length>(
     deciles: &Deciles,
     window: usize,
 ) -> Option<f64> {
+    mixing(offsets, indices, lengths, deciles, window).map(|m| m.window_tv)
+}
+
+/// How well every optimizer window of a plan mirrors the epoch (see the module docs): over all its
+/// complete windows, and over the last tenth of them on their own (the tail of an epoch, where a
+/// planner that runs out of some lengths would show it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Mixing {
+    /// Mean over windows of the total-variation distance of their token share per decile.
+    pub window_tv: f64,
+    /// The same over the last tenth of the windows (at least one).
+    pub window_tv_tail: f64,
+    /// Mean over windows of `|mean length of the window's samples / the epoch's − 1|`: of the
+    /// per-step figures measured against step gradients (`benchmarks/step_gradients.py`), the one
+    /// that best predicts how far a step's gradient lies from the full-data one.
+    pub length_gap: f64,
+    /// The same over the last tenth of the windows.
+    pub length_gap_tail: f64,
+}
+
+/// [`Mixing`] of a plan over windows of `window` batches; `None` without a complete window.
+pub fn mixing<L: Length>(
+    offsets: &[u32],
+    indices: &[u32],
+    lengths: &[L],
+    deciles: &Deciles,
+    window: usize,
+) -> Option<Mixing> {
     let batches = offsets.len().saturating_sub(1);
     let windows = batches.checked_div(window)?;
     if windows == 0 {
         return None;
     }
-    let mut sum = 0.0;
+    let length = |row: u32| -> u32 { lengths[row as usize].into() };
+    let planned = rows(offsets, indices, 0, windows * window);
+    let epoch_mean = mean_length(planned, length);
+    let (mut tv, mut gap) = (Vec::with_capacity(windows), Vec::with_capacity(windows));
     for w in 0..windows {
+        let members = rows(offsets, indices, w * window, (w + 1) * window);
         let mut mass = [0u64; 10];
-        for &row in rows(offsets, indices, w * window, (w + 1) * window) {
-            let length: u32 = lengths[row as usize].into();
-            mass[deciles.of(length)] += u64::from(length);
+        for &row in members {
+            mass[deciles.of(length(row))] += u64::from(length(row));
         }
         let total: u64 = mass.iter().sum();
         let distance: f64 = mass
@@ -169,12 +203,39 @@ pub fn window_tv<L: Length>(
             .zip(&deciles.share)
             .map(|(&m, &q)| (fraction(m, total) - q).abs())
             .sum();
-        sum += distance / 2.0;
+        tv.push(distance / 2.0);
+        gap.push(if epoch_mean > 0.0 {
+            (mean_length(members, length) / epoch_mean - 1.0).abs()
+        } else {
+            0.0
+        });
     }
+    let tail = windows - windows.div_ceil(10);
+    Some(Mixing {
+        window_tv: mean(&tv),
+        window_tv_tail: mean(&tv[tail..]),
+        length_gap: mean(&gap),
+        length_gap_tail: mean(&gap[tail..]),
+    })
+}
+
+fn mean_length(members: &[u32], length: impl Fn(u32) -> u32) -> f64 {
+    let total: u64 = members.iter().map(|&r| u64::from(length(r))).sum();
+    // Counts and token totals stay far below 2^53.
+    #[allow(clippy::cast_precision_loss)]
+    let mean = if members.is_empty() {
+        0.0
+    } else {
+        total as f64 / members.len() as f64
+    };
+    mean
+}
+
+fn mean(values: &[f64]) -> f64 {
     // Window counts stay far below 2^53.
     #[allow(clippy::cast_precision_loss)]
-    let mean = sum / windows as f64;
-    Some(mean)
+    let mean = values.iter().sum::<f64>() / values.len().max(1) as f64;
+    mean
 }
 
 /// Per-step rank imbalance (see the module docs).

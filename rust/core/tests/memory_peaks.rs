@@ -206,7 +206,7 @@ fn stats_peak_within_their_reservation() {
         let (report, peak) = peak_of(|| {
             metrics::report(&planner, &deciles, (plan.offsets(), plan.indices()), 8).unwrap()
         });
-        assert!(report.window_tv.is_some());
+        assert!(report.mixing.is_some());
         println!("stats, lengths up to {max}: peak {peak}, reserved {reserved}");
         assert!(
             peak as u64 <= reserved,

@@ -59,6 +59,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(collating::packed::collate_packed_slot, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::efficiency, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::window_tv, m)?)?;
+    m.add_function(wrap_pyfunction!(metrics::mixing, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::rank_imbalance, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::churn, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::sync_efficiency, m)?)?;

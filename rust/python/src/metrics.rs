@@ -6,6 +6,7 @@ use dflash_batch_core::metrics::score;
 use dflash_batch_core::CostModel;
 use numpy::PyReadonlyArray1;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 use crate::errors::to_py;
 
@@ -39,6 +40,32 @@ pub(crate) fn window_tv(
     let lengths = lengths.as_slice()?;
     py.detach(|| score::score_window_tv(csr, lengths, window))
         .map_err(to_py)
+}
+
+/// `window_tv`, `window_tv_tail`, `length_gap` and `length_gap_tail` of windows of `window` batches
+/// (`Plan.stats()`'s mixing figures for any batching); `None` without a complete window.
+#[pyfunction]
+pub(crate) fn mixing<'py>(
+    py: Python<'py>,
+    offsets: PyReadonlyArray1<'_, u32>,
+    indices: PyReadonlyArray1<'_, u32>,
+    lengths: PyReadonlyArray1<'_, u32>,
+    window: usize,
+) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let csr = (offsets.as_slice()?, indices.as_slice()?);
+    let lengths = lengths.as_slice()?;
+    let got = py
+        .detach(|| score::score_mixing(csr, lengths, window))
+        .map_err(to_py)?;
+    got.map(|m| {
+        let d = PyDict::new(py);
+        d.set_item("window_tv", m.window_tv)?;
+        d.set_item("window_tv_tail", m.window_tv_tail)?;
+        d.set_item("length_gap", m.length_gap)?;
+        d.set_item("length_gap_tail", m.length_gap_tail)?;
+        Ok(d)
+    })
+    .transpose()
 }
 
 /// `(p50, p99, max)` over steps of max/min padded tokens among each step's `world_size` batches.

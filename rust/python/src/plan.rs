@@ -214,7 +214,8 @@ impl Plan {
     /// its capacity), efficiency, utilization (real tokens / (batches × max_tokens)), skipped,
     /// dropped, dropped_batches, split_batches, reformed (extra forming passes to keep the shared
     /// step count), buckets, min_rows, max_rows; and, computed on each
-    /// call (O(samples), GIL released), window, window_tv, rank_imbalance_p50/p99/max and
+    /// call (O(samples), GIL released), window, window_tv and length_gap (with their _tail over the
+    /// last tenth of the windows), rank_imbalance_p50/p99/max and
     /// sync_efficiency (per micro-batch) / sync_efficiency_step (per optimizer step), on the
     /// configuration's cost, and end_to_end_efficiency / end_to_end_efficiency_step: useful work over
     /// what the ranks spend, padding and waiting included. Packed rows whose samples are padded to a
@@ -266,7 +267,11 @@ impl Plan {
         d.set_item("world_size", self.world_size)?;
         d.set_item("epoch", self.epoch)?;
         d.set_item("window", self.window)?;
-        d.set_item("window_tv", report.window_tv)?;
+        let mixing = report.mixing;
+        d.set_item("window_tv", mixing.map(|m| m.window_tv))?;
+        d.set_item("window_tv_tail", mixing.map(|m| m.window_tv_tail))?;
+        d.set_item("length_gap", mixing.map(|m| m.length_gap))?;
+        d.set_item("length_gap_tail", mixing.map(|m| m.length_gap_tail))?;
         let imbalance = report.imbalance;
         d.set_item("rank_imbalance_p50", imbalance.map(|i| i.p50))?;
         d.set_item("rank_imbalance_p99", imbalance.map(|i| i.p99))?;

@@ -6,15 +6,15 @@ use crate::lengths::{with_lengths, Length};
 use crate::metrics::context_parallel::{context_parallel, piece_padding, ContextParallel};
 use crate::metrics::sources::{sources, SourceFigures};
 use crate::metrics::{
-    batch_costs, rank_imbalance, synchronous, window_tv, Deciles, Imbalance, Synchronous,
+    batch_costs, mixing, rank_imbalance, synchronous, Deciles, Imbalance, Mixing, Synchronous,
 };
 use crate::plan::config::padded_piece;
 
 /// The mixing and balance figures of one of `planner`'s plans, given as CSR.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Report {
-    /// [`window_tv`] over windows of the given size; `None` without a complete window.
-    pub window_tv: Option<f64>,
+    /// [`mixing`] over windows of the given size; `None` without a complete window.
+    pub mixing: Option<Mixing>,
     /// [`rank_imbalance`] in padded tokens; `None` for an empty plan.
     pub imbalance: Option<Imbalance>,
     /// [`synchronous`] efficiency under the configuration's cost model.
@@ -53,7 +53,7 @@ pub fn end_to_end(
     })
 }
 
-/// [`window_tv`] and [`rank_imbalance`] of a plan made by `planner` (whose lengths `deciles` were built
+/// [`mixing`] and [`rank_imbalance`] of a plan made by `planner` (whose lengths `deciles` were built
 /// from), for windows of `window` batches.
 /// `deciles` are the lengths' (built here on first use, and kept). [`ErrorKind::OutOfMemory`] when
 /// its working memory (a cost per batch, the deciles' tables) cannot be allocated.
@@ -150,7 +150,7 @@ fn report_with<L: Length>(
         ),
     };
     Report {
-        window_tv: window_tv(offsets, indices, lengths, deciles, window),
+        mixing: mixing(offsets, indices, lengths, deciles, window),
         imbalance: rank_imbalance(&costs, world),
         synchronous: synchronous(&costs, world, accumulation),
         end_to_end,

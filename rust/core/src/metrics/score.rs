@@ -5,8 +5,8 @@
 use crate::error::{ErrorKind, Result};
 use crate::lengths::to_usize;
 use crate::metrics::{
-    batch_costs, churn, end_to_end, rank_imbalance, synchronous, window_tv, Deciles, Imbalance,
-    Synchronous,
+    batch_costs, churn, end_to_end, mixing, rank_imbalance, synchronous, Deciles, Imbalance,
+    Mixing, Synchronous,
 };
 use crate::plan::config::{Batching, Config, CostModel};
 
@@ -74,14 +74,23 @@ pub fn score_efficiency(
 
 /// [`window_tv`] of any batching, against the token deciles of `lengths`.
 pub fn score_window_tv(
-    (offsets, indices): (&[u32], &[u32]),
+    csr: (&[u32], &[u32]),
     lengths: &[u32],
     window: usize,
 ) -> Result<Option<f64>> {
+    Ok(score_mixing(csr, lengths, window)?.map(|m| m.window_tv))
+}
+
+/// [`mixing`] of any batching, against the token deciles of `lengths`.
+pub fn score_mixing(
+    (offsets, indices): (&[u32], &[u32]),
+    lengths: &[u32],
+    window: usize,
+) -> Result<Option<Mixing>> {
     check_csr(offsets, indices, lengths.len())?;
     at_least_one("window", window as u64, "≥ 1 batch")?;
     let deciles = Deciles::new(lengths);
-    Ok(window_tv(offsets, indices, lengths, &deciles, window))
+    Ok(mixing(offsets, indices, lengths, &deciles, window))
 }
 
 /// [`rank_imbalance`] of any batching in padded tokens: a batch costs its rows × its longest length

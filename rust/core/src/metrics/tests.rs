@@ -155,3 +155,40 @@ fn synchronous_efficiency_counts_the_wait_for_the_slowest_rank() {
     assert!((three.per_optimizer_step - 20.0 / (2.0 * (5.0 + 5.0))).abs() < 1e-12);
     assert_eq!(synchronous(&batch_costs(&[0], &[], cost), 2, 1), None);
 }
+
+#[test]
+fn the_tail_and_length_gap_are_exact_on_small_plans() {
+    // Ten windows of one batch: nine mirror the epoch (lengths 1..=10 each), the last holds only
+    // tens. The epoch's mean length is (9·5.5 + 10) / 10 = 5.95.
+    let mut lengths: Vec<u32> = Vec::new();
+    for _ in 0..9 {
+        lengths.extend(1..=10);
+    }
+    lengths.extend([10; 10]);
+    let indices: Vec<u32> = (0..100).collect();
+    let offsets: Vec<u32> = (0..=10).map(|b| b * 10).collect();
+    let deciles = Deciles::new(&lengths);
+    let got = mixing(&offsets, &indices, &lengths, &deciles, 1).unwrap();
+    let epoch = 5.95;
+    let (even, last) = ((5.5f64 / epoch - 1.0).abs(), (10.0f64 / epoch - 1.0).abs());
+    assert!(
+        (got.length_gap - (9.0 * even + last) / 10.0).abs() < 1e-12,
+        "{got:?}"
+    );
+    // The last tenth of ten windows is the last window alone.
+    assert!((got.length_gap_tail - last).abs() < 1e-12);
+    assert!(got.window_tv_tail > got.window_tv, "{got:?}");
+    assert_eq!(
+        Some(got.window_tv),
+        window_tv(&offsets, &indices, &lengths, &deciles, 1)
+    );
+    // Two windows of five batches: means 5.5 and (4·55 + 100) / 50 = 6.4; the tail is the second.
+    let halves = mixing(&offsets, &indices, &lengths, &deciles, 5).unwrap();
+    assert!(
+        (halves.length_gap_tail - (6.4 / epoch - 1.0)).abs() < 1e-12,
+        "{halves:?}"
+    );
+    let both = ((5.5 / epoch - 1.0f64).abs() + (6.4 / epoch - 1.0)) / 2.0;
+    assert!((halves.length_gap - both).abs() < 1e-12);
+    assert!(mixing(&offsets, &indices, &lengths, &deciles, 11).is_none());
+}
