@@ -84,13 +84,7 @@ def micro_batches(strategy: str, lengths: np.ndarray, budget: int, max_len: int,
         plan = sampler.plan(epoch)
         order, offsets = np.asarray(plan.indices), np.asarray(plan.offsets)
     elif strategy == "hf_length_grouped":
-        import torch
-        from transformers.trainer_pt_utils import LengthGroupedSampler
-
-        rows = max(1, round(budget / float(lengths.mean())))  # its batch size: the budget's rows on average
-        generator = torch.Generator().manual_seed(seed * 1000 + epoch)
-        peer = LengthGroupedSampler(rows, lengths=[int(n) for n in lengths], generator=generator)
-        order, offsets = baselines.cut(lengths, np.fromiter(iter(peer), dtype=np.int64), max_tokens=budget)
+        order, offsets = length_grouped(lengths, budget, seed * 1000 + epoch)
     elif strategy == "hf_rebalance":
         got = baselines.batch_rebalance(
             lengths, world_size=1, accumulation=ACCUMULATION, max_tokens=budget, seed=seed * 1000 + epoch
@@ -103,6 +97,17 @@ def micro_batches(strategy: str, lengths: np.ndarray, budget: int, max_len: int,
     offsets = np.asarray(offsets, dtype=np.int64)
     packed = strategy == "dflash_packed"
     return [(np.asarray(order[a:b], dtype=np.int64), packed) for a, b in itertools.pairwise(offsets)]
+
+
+def length_grouped(lengths: np.ndarray, budget: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """HF transformers' ``LengthGroupedSampler`` order (its batch size: the budget's rows on average), cut
+    into batches under the padded-token ``budget``."""
+    import torch
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    rows = max(1, round(budget / float(lengths.mean())))
+    peer = LengthGroupedSampler(rows, lengths=lengths.tolist(), generator=torch.Generator().manual_seed(seed))
+    return baselines.cut(lengths, np.fromiter(iter(peer), dtype=np.int64), max_tokens=budget)
 
 
 def group_steps(tokens, target: float) -> list[int]:

@@ -29,7 +29,7 @@ import dflash_batch as db
 import numpy as np
 from _corpus import build, write_store
 from _gradients import centered_gram, doc_gradients, errors, ratio, step_error
-from convergence import SIZES, inputs_of, model_for
+from convergence import SIZES, inputs_of, length_grouped, model_for
 from dflash_batch.tools import baselines
 
 SHAPES = ((1, 4), (1, 16), (8, 4))
@@ -71,12 +71,7 @@ def micro_batches(
         edges = (0, *sorted(set(edges[1:-1])), int(lengths.max()))
         order, offsets = baselines.seed_bucketed(lengths, edges=edges, max_tokens=budget, seed=epoch)
     elif strategy == "hf_length_grouped":
-        import torch
-        from transformers.trainer_pt_utils import LengthGroupedSampler
-
-        rows = max(1, round(budget / float(lengths.mean())))  # its batch size: the budget's rows on average
-        peer = LengthGroupedSampler(rows, lengths=lengths.tolist(), generator=torch.Generator().manual_seed(epoch))
-        order, offsets = baselines.cut(lengths, np.fromiter(iter(peer), dtype=np.int64), max_tokens=budget)
+        order, offsets = length_grouped(lengths, budget, epoch)
     elif strategy == "hf_rebalance":
         got = baselines.batch_rebalance(
             lengths, world_size=ranks, accumulation=accumulation, max_tokens=budget, seed=epoch
