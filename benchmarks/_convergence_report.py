@@ -18,6 +18,16 @@ NAMES = {
     "hf_rebalance": "HF BatchRebalanceSampler",
     "hf_length_grouped": "HF LengthGroupedSampler",
 }
+
+
+def name_of(strategy: str) -> str:
+    """A strategy's name in the tables; one recorded at a target (``dflash_padded_at_093``) says it."""
+    base, at, digits = strategy.partition("_at_")
+    if not at or base not in NAMES:
+        return NAMES.get(strategy, strategy)
+    return f"{NAMES[base]}, target_efficiency={float(digits[0] + '.' + digits[1:]):g}"
+
+
 VIEWS = {"tokens": "equal real tokens per step", "steps": "equal steps (4 micro-batches)"}
 
 
@@ -80,7 +90,7 @@ def equivalence_table(summary: dict, margin: float, seeds: int) -> str:
             e = f.get("equivalence")
             if e is not None:
                 lines.append(
-                    f"| {VIEWS.get(view, view)} | {NAMES.get(strategy, strategy)} | {e['mean']:+.3f} | "
+                    f"| {VIEWS.get(view, view)} | {name_of(strategy)} | {e['mean']:+.3f} | "
                     f"[{e['low']:+.3f}, {e['high']:+.3f}] | {e['verdict']} |"
                 )
     return "\n".join(lines) + "\n"
@@ -119,7 +129,7 @@ def table(summary: dict, seeds: int) -> str:
         for strategy, f in rows.items():
             h = f["held_out"]
             cells = [
-                f"{NAMES.get(strategy, strategy)}",
+                f"{name_of(strategy)}",
                 f"{h['mean']:.3f} [{h['min']:.3f}, {h['max']:.3f}]",
                 f.get("verdict", "—"),
                 f"{f['at_equal_time']['mean']:.3f}",
@@ -151,7 +161,7 @@ def plot(runs, path: pathlib.Path) -> bool:
             for ax, key, label in ((row[0], "tokens", "real tokens seen"), (row[1], "time", "projected time")):
                 xs = np.mean([[p[key] for p in r.curve] for r in group], axis=0)
                 ys = np.array([[p["all"] for p in r.curve] for r in group])
-                (line,) = ax.plot(xs, ys.mean(axis=0), label=NAMES.get(strategy, strategy))
+                (line,) = ax.plot(xs, ys.mean(axis=0), label=name_of(strategy))
                 ax.fill_between(xs, ys.min(axis=0), ys.max(axis=0), color=line.get_color(), alpha=0.2)
                 ax.set_xlabel(label)
                 ax.set_ylabel("held-out loss")
@@ -176,7 +186,7 @@ def report(runs, corpus, out: pathlib.Path, meta: dict) -> tuple[dict, str]:
         text += "\n" + equivalence_table(summary, meta["margin"], seeds)
     curves = [
         {"strategy": r.strategy, "seed": r.seed, "view": r.view, "curve": r.curve, "step_loss": r.step_loss,
-         "seconds": r.seconds}
+         "seconds": r.seconds, "plan": r.plan}
         for r in runs
     ]  # fmt: skip
     record = {**meta, "documents": len(corpus.train), "kinds": corpus.kinds, "bands": corpus.bands}

@@ -32,11 +32,12 @@ import itertools
 import pathlib
 import sys
 import time
-from dataclasses import dataclass, field
 
+import _at_target
 import dflash_batch as db
 import numpy as np
 from _corpus import Corpus, build, write_store
+from _runs import Run, digest, reused
 from dflash_batch.tools import baselines
 
 STRATEGIES = (
@@ -54,22 +55,10 @@ SIZES = {
 }
 
 
-@dataclass
-class Run:
-    """One strategy, one seed, one view: what it trained on and what it measured."""
-
-    strategy: str
-    seed: int
-    view: str
-    steps: list[list[tuple[np.ndarray, bool]]] = field(default_factory=list)
-    curve: list[dict] = field(default_factory=list)
-    step_loss: list[float] = field(default_factory=list)
-    trained: list[np.ndarray] = field(default_factory=list)
-    seconds: float = 0.0
-
-
 def micro_batches(strategy: str, lengths: np.ndarray, budget: int, max_len: int, seed: int, epoch: int):
-    """One epoch of ``strategy``'s micro-batches: ``(indices, packed)`` in training order."""
+    """One epoch of ``strategy``'s micro-batches: ``(indices, packed)`` in training order (a dflash_batch
+    strategy written ``name@t`` plans at ``target_efficiency=t``)."""
+    strategy, target = _at_target.split(strategy)
     rng = np.random.default_rng([seed, epoch])
     if strategy == "sorted":
         order, offsets = baselines.cut(lengths, np.argsort(lengths, kind="stable"), max_tokens=budget)
@@ -80,7 +69,10 @@ def micro_batches(strategy: str, lengths: np.ndarray, budget: int, max_len: int,
         order, offsets = baselines.seed_bucketed(lengths, edges=edges, max_tokens=budget, seed=seed * 1000 + epoch)
     elif strategy in ("dflash_padded", "dflash_packed"):
         mode = "packed" if strategy == "dflash_packed" else "padded"
-        sampler = db.BucketSampler(lengths, max_tokens=budget, seed=seed, accumulation=ACCUMULATION, mode=mode)
+        options = {} if target is None else {"target_efficiency": target}
+        sampler = db.BucketSampler(
+            lengths, max_tokens=budget, seed=seed, accumulation=ACCUMULATION, mode=mode, **options
+        )
         plan = sampler.plan(epoch)
         order, offsets = np.asarray(plan.indices), np.asarray(plan.offsets)
     elif strategy == "hf_length_grouped":
@@ -131,6 +123,19 @@ def group_steps(tokens, target: float) -> list[int]:
     if open_step:
         ends.append(len(tokens))
     return ends
+
+
+def step_tokens(lengths: np.ndarray, budget: int) -> float:
+    """The real tokens of every strategy's optimizer step: what dflash_batch's padded micro-batches held on
+    average at ``target_efficiency=0.98`` (the planner's default when the benchmark was set up), × the
+    accumulation. Pinned to that setting so that a change of the planner's default changes dflash_batch's
+    runs only, not every strategy's step size (and with it every recorded run)."""
+    sampler = db.BucketSampler(
+        lengths, max_tokens=budget, seed=0, accumulation=ACCUMULATION, mode="padded", target_efficiency=0.98
+    )
+    plan = sampler.plan(0)
+    order, offsets = np.asarray(plan.indices), np.asarray(plan.offsets, dtype=np.int64)
+    return ACCUMULATION * float(np.mean([lengths[order[a:b]].sum() for a, b in itertools.pairwise(offsets)]))
 
 
 def plan_steps(strategy, view, lengths, budget, max_len, seed, target, steps):
@@ -267,26 +272,6 @@ def held_out_batches(corpus: Corpus, budget: int, per_band: int, directory: path
     return held
 
 
-def reused(path: pathlib.Path | None, setup: dict) -> dict[tuple[str, int, str], Run]:
-    """The runs a former ``convergence.json`` recorded for the same setup (model size, step target, steps,
-    device), by ``(strategy, seed, view)``: training is deterministic for a seed, so they are what training
-    again would give. A file of another setup is refused."""
-    if path is None:
-        return {}
-    import json
-
-    record = json.loads(path.read_text())
-    differs = {k: (record.get(k), v) for k, v in setup.items() if record.get(k) != v}
-    if differs:
-        raise SystemExit(f"--reuse {path}: recorded for another setup ({differs}): rerun without it")
-    out = {}
-    for r in record["runs"]:
-        run = Run(r["strategy"], r["seed"], r["view"], curve=r["curve"], step_loss=r["step_loss"])
-        run.seconds = r["seconds"]
-        out[(run.strategy, run.seed, run.view)] = run
-    return out
-
-
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a tiny model on a 3,000-document subset (CPU)")
@@ -302,7 +287,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("convergence-out"), help="output folder")
     parser.add_argument("--cache", type=pathlib.Path, default=pathlib.Path(".convergence-cache"))
     parser.add_argument("--json", metavar="FILE", help="record the summary under --section of FILE")
-    parser.add_argument("--reuse", type=pathlib.Path, help="a convergence.json whose runs of the same setup to keep")
+    parser.add_argument(
+        "--reuse", type=pathlib.Path, nargs="+", default=[], metavar="FILE",
+        help="convergence.json files whose runs of the same setup and plan to keep",
+    )  # fmt: skip
     parser.add_argument("--section", default="convergence", help="the section of --json (default convergence)")
     return parser.parse_args(argv)
 
@@ -321,9 +309,7 @@ def run_all(args: argparse.Namespace) -> tuple[list[Run], dict, str]:
     key = f"{max_len}-{vocab}-{samples}-{args.files}"
     store = write_store(corpus.train, args.cache / f"train-{key}.arrow")
     held = held_out_batches(corpus, budget, 48 if args.quick else 256, args.cache / f"held-{key}")
-    # The common target: what dflash_batch's padded micro-batches hold on average, × the accumulation.
-    reference = micro_batches("dflash_padded", lengths, budget, max_len, 0, 0)
-    target = ACCUMULATION * float(np.mean([lengths[i].sum() for i, _ in reference]))
+    target = step_tokens(lengths, budget)
     epochs = args.epochs or (1 if args.quick else 3)
     steps = args.steps or int(np.ceil(epochs * lengths.sum() / target))
     print(
@@ -335,17 +321,20 @@ def run_all(args: argparse.Namespace) -> tuple[list[Run], dict, str]:
     for view in args.views.split(","):
         for strategy in args.strategies.split(","):
             for seed in range(args.seeds):
-                run, again = Run(strategy, seed, view), (strategy, seed, view) in done
-                if again:
-                    run = done[(strategy, seed, view)]
+                run = Run(_at_target.key(strategy), seed, view)
+                run.steps = plan_steps(strategy, view, lengths, budget, max_len, seed, target, steps)
+                run.plan = digest(run.steps)
+                former = done.get((run.strategy, seed, view))
+                if former is not None and former.plan == run.plan:
+                    run, how = former, " (reused)"
                 else:
-                    run.steps = plan_steps(strategy, view, lengths, budget, max_len, seed, target, steps)
                     train(run, corpus, store, held, size, device, args.evals)
+                    how = "" if former is None else " (trained again: its plan changed)"
                 runs.append(run)
                 last = run.curve[-1]
                 print(
-                    f"  {view:<6} {strategy:<14} seed {seed}: held-out {last['all']:.4f} after "
-                    f"{last['tokens']:,} tokens, {run.seconds:.0f} s{' (reused)' if again else ''}",
+                    f"  {view:<6} {run.strategy:<14} seed {seed}: held-out {last['all']:.4f} after "
+                    f"{last['tokens']:,} tokens, {run.seconds:.0f} s{how}",
                     flush=True,
                 )
     meta = {
@@ -363,7 +352,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("--device cuda: no CUDA device here (run on a GPU machine, or --device cpu)", file=sys.stderr)
         return 2
-    unknown = set(args.strategies.split(",")) - set(STRATEGIES) or set(args.views.split(",")) - {"tokens", "steps"}
+    try:
+        names = {_at_target.split(s)[0] for s in args.strategies.split(",")}
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    unknown = names - set(STRATEGIES) or set(args.views.split(",")) - {"tokens", "steps"}
     if unknown:
         print(f"unknown strategy or view {sorted(unknown)}: see --help", file=sys.stderr)
         return 2

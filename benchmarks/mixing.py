@@ -4,7 +4,7 @@
     python benchmarks/mixing.py --samples 50000 --repeats 3   # a quick look
     python benchmarks/mixing.py --json docs/figures.json      # also records the figures the docs quote
 
-Part 1 scores the default sampler against the issue's targets (efficiency ≥ 0.98, window_tv ≤ 0.075,
+Part 1 scores the default sampler against the issue's targets (efficiency ≥ 0.97, window_tv ≤ 0.075,
 churn ≤ 0.002, planning ≤ 15 ms per epoch, p99 rank imbalance ≤ 1.10), next to HF-style mega-batch
 sorting and the seed's 6 buckets measured in the same run. Part 2 prints the frontier that
 ``balance_tolerance`` walks: window_tv against p99 rank imbalance and synchronous efficiency, with planning
@@ -32,6 +32,9 @@ from dflash_batch.tools import baselines, metrics
 MAX_TOKENS = 16384
 WORLD = 8
 ACCUMULATION = 4
+#: The padding efficiency the default padded plan must reach: its target since padded batches aim for 0.97
+#: (wider buckets, for optimizer steps nearer a shuffle's: docs/convergence.md); 0.98 before.
+EFFICIENCY = 0.97
 TOLERANCES = (None, 0.6, 0.4, 0.3, 0.2, 0.15, 0.1, 0.05)
 #: An attention-aware price per row, a·L + b·L² with b = 1/(6 · 5120): a 27B-class width.
 ATTENTION = (1.0, 1.0 / (6 * 5120))
@@ -155,7 +158,7 @@ def collect(samples: int, repeats: int, peers: bool = True) -> dict:
     ok = lambda met: "MET" if met else "MISSED"  # noqa: E731
     d = default
     print("\ntargets at the defaults (one run; planning median, best in brackets)")
-    print(f"  efficiency ≥ 0.98:          {d['efficiency']:.4f}  {ok(d['efficiency'] >= 0.98)}")
+    print(f"  efficiency ≥ {EFFICIENCY}:          {d['efficiency']:.4f}  {ok(d['efficiency'] >= EFFICIENCY)}")
     print(f"  window_tv ≤ 0.075:          {d['window_tv']:.4f}  {ok(d['window_tv'] <= 0.075)}")
     print(f"  churn ≤ 0.002:              {d['churn']:.4f}  {ok(d['churn'] <= 0.002)}")
     print(f"  planning ≤ 15 ms per epoch: {d['median_ms']:.1f} ms [{d['best_ms']:.1f}]  {ok(d['median_ms'] <= 15)}")
@@ -242,13 +245,14 @@ def synchronous(lengths: np.ndarray) -> dict:
     trim = {"trim_steps": True}
     row("a4", f"accumulation {a}, padded tokens", accumulation=a)
     row("a4+trim", "  + trim_steps=True", accumulation=a, **trim)
+    row("a4at98", "  target_efficiency=0.98 (the default before 0.97)", accumulation=a, target_efficiency=0.98)
     row("a1", "accumulation 1, padded tokens", accumulation=1)
     row("a1+trim", "  + trim_steps=True", accumulation=1, **trim)
     row("attention", f"accumulation {a}, priced a·L+b·L², cost='tokens'", ATTENTION, accumulation=a)
     row("matched", f"accumulation {a}, priced a·L+b·L², cost=(a, b)", accumulation=a, cost=ATTENTION)
     row("matched+trim", "  + trim_steps=True", accumulation=a, cost=ATTENTION, **trim)
     # The default aims at 0.982 under this price (more buckets: padding caps the figure per step); 0.98
-    # is the target of every other cost model, and was this one's before.
+    # was this one's before. Padded batches under other prices aimed for 0.98 too until they aimed for 0.97.
     row("matched98", "  target_efficiency=0.98 instead", accumulation=a, cost=ATTENTION, target_efficiency=0.98)
     row("packed", f"packed rows, accumulation {a}, cost=(a, b)", accumulation=a, mode="packed", cost=ATTENTION)
     row("packed1", "packed rows, accumulation 1, cost=(a, b)", accumulation=1, mode="packed", cost=ATTENTION)
@@ -273,7 +277,7 @@ def synchronous(lengths: np.ndarray) -> dict:
         ("packed rows ≥ 0.985 (per micro-batch)", "packed", 2, 0.985),
     ]
     print(
-        "\ntargets, at padding efficiency ≥ 0.98 and (accumulation > 1) window_tv ≤ 0.075: the default, and"
+        f"\ntargets, at padding efficiency ≥ {EFFICIENCY} and (accumulation > 1) window_tv ≤ 0.075: the default, and"
         " with trim_steps=True where it applies"
     )
     for name, key, column, target in targets:
@@ -390,12 +394,12 @@ def packed_sync(lengths: np.ndarray, order: np.ndarray, offsets: np.ndarray) -> 
 
 
 def verdict(row: tuple, column: int, target: float, windows: bool) -> str:
-    """``value MET`` when it reaches ``target`` at padding efficiency ≥ 0.98 (and, with ``windows`` of
+    """``value MET`` when it reaches ``target`` at padding efficiency ≥ ``EFFICIENCY`` (and, with ``windows`` of
     several micro-batches, window_tv ≤ 0.075); else what fell short."""
     efficiency, tv, value = row[0], row[1], row[column]
     if value < target:
         return f"{value:.4f} MISSED"
-    if efficiency < 0.98:
+    if efficiency < EFFICIENCY:
         return f"{value:.4f} MISSED (efficiency {efficiency:.4f})"
     return f"{value:.4f} MET" + (f", but window_tv {tv:.4f} > 0.075" if windows and tv > 0.075 else "")
 

@@ -2,6 +2,7 @@
 
     python benchmarks/step_gradients.py --out docs/step_gradients --json docs/figures.json   # ≤ 10 min, 2 cores
     python benchmarks/step_gradients.py --quick --out /tmp/sg                                # a smoke run
+    python benchmarks/step_gradients.py --strategies dflash_padded@0.98,dflash_padded@0.97   # at targets
 
 The small Llama and the corpus of the convergence benchmark (``_corpus.py``: documents whose kind tracks
 their length) are trained with shuffled batches to two checkpoints (a tenth of an epoch, one epoch); at each,
@@ -13,7 +14,9 @@ shuffle's quality; above 1, steps of alike documents (the cost of near-sorted ba
 representative than chance. Intervals: 95% bootstrap over epochs. ``R (runs of 4)`` scores the union of 4
 consecutive steps (the order of steps within an epoch). The figure is checked against a direct computation
 of a few steps' gradients. Also reported: how well each per-step composition figure predicts a step's
-error (Spearman's rank correlation with its error over a random step's), ``window_tv`` among them.
+error (Spearman's rank correlation with its error over a random step's), ``window_tv`` among them. A
+dflash_batch strategy followed by ``@t`` plans at ``target_efficiency=t``; every row also gives the padding
+efficiency (packed: the rows' fill) of its micro-batches, so quality is read beside what it costs.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import pathlib
 import sys
 import time
 
+import _at_target
 import dflash_batch as db
 import numpy as np
 from _corpus import build, write_store
@@ -54,12 +58,32 @@ RUN = 4  # consecutive steps in a run
 CHECKPOINTS = {"tenth": "a tenth of an epoch", "epoch": "one epoch"}
 
 
-def micro_batches(
-    strategy: str, lengths: np.ndarray, budget: int, width: int, shape, epoch: int, target: float | None = None
-) -> list[np.ndarray]:
+def spec(strategy: str) -> tuple[str, float | None]:
+    """``(name, target_efficiency)`` of a strategy as written: ``dflash_padded@0.97`` plans at that target."""
+    name, target = _at_target.split(strategy)
+    if name not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)} (dflash_…@target)")
+    return name, target
+
+
+def title(strategy: str) -> str:
+    name, target = spec(strategy)
+    return NAMES[name] + _at_target.words(target)
+
+
+def efficiency(batches: list[np.ndarray], lengths: np.ndarray, budget: int, packed: bool) -> float:
+    """Real tokens over the tokens the micro-batches occupy: rows × their longest (padded), or the rows'
+    capacity (packed)."""
+    real = sum(int(lengths[b].sum()) for b in batches)
+    held = len(batches) * budget if packed else sum(len(b) * int(lengths[b].max()) for b in batches if len(b))
+    return real / held
+
+
+def micro_batches(strategy: str, lengths: np.ndarray, budget: int, width: int, shape, epoch: int) -> list[np.ndarray]:
     """One epoch of ``strategy``'s micro-batches in training order, for ``ranks × accumulation`` steps:
     step ``k`` is micro-batches ``[k·r·a, (k+1)·r·a)`` (dflash_batch's plan layout; one stream cut in order
     for the others)."""
+    strategy, target = spec(strategy)
     ranks, accumulation = shape
     rng = np.random.default_rng([7, epoch])
     if strategy == "sorted":
@@ -177,14 +201,15 @@ def direct_check(model, store, steps: list[np.ndarray], gram, tokens, full, batc
     return worst
 
 
-def score(
-    strategy: str, shape, gram, tokens, lengths, budget: int, width: int, epochs: int, seed: int, target=None
-) -> dict:
-    """R and R over runs of consecutive steps, with intervals, and the per-step figures of one strategy."""
-    rng = np.random.default_rng([seed, STRATEGIES.index(strategy), *shape])
-    steps, blocks, runs, run_blocks = [], [], [], []
+def score(strategy: str, shape, gram, tokens, lengths, budget: int, width: int, epochs: int, seed: int) -> dict:
+    """R and R over runs of consecutive steps, with intervals, the micro-batches' efficiency, and the per-step
+    figures of one strategy."""
+    rng = np.random.default_rng([seed, STRATEGIES.index(spec(strategy)[0]), *shape])
+    steps, blocks, runs, run_blocks, held = [], [], [], [], []
     for epoch in range(epochs):
-        own = steps_of(micro_batches(strategy, lengths, budget, width, shape, epoch, target), shape)
+        batches = micro_batches(strategy, lengths, budget, width, shape, epoch)
+        held.append(efficiency(batches, lengths, budget, "packed" in strategy))
+        own = steps_of(batches, shape)
         steps += own
         blocks += [epoch] * len(own)
         if shape[0] * shape[1] <= 16:  # runs of the larger steps cost more than they show
@@ -194,7 +219,10 @@ def score(
     own_error, iid_error = errors(gram, tokens, steps, rng)
     value, interval = ratio(own_error, iid_error, np.asarray(blocks), rng)
     mean_tokens = float(np.mean([tokens[s].sum() for s in steps]))
-    out = {"R": value, "interval": interval, "steps": len(steps), "tokens": mean_tokens}
+    out = {
+        "title": title(strategy), "R": value, "interval": interval, "steps": len(steps), "tokens": mean_tokens,
+        "efficiency": np.mean(held),
+    }  # fmt: skip
     if runs:
         run_own, run_iid = errors(gram, tokens, runs, rng, draws=4)
         out["R_runs"], out["runs_interval"] = ratio(run_own, run_iid, np.asarray(run_blocks), rng)
@@ -209,12 +237,13 @@ def table(results: dict, shapes) -> str:
             f"**{CHECKPOINTS[checkpoint]}** — R = mean ‖g − G‖² ÷ that of random steps of the same real tokens "
             "(95% interval over epochs; 1 = a shuffle's quality, lower is better)",
             "",
-            "| strategy | " + " | ".join(f"R {r}×{a}" for r, a in shapes)
+            "| strategy | efficiency | " + " | ".join(f"R {r}×{a}" for r, a in shapes)
             + " | " + " | ".join(f"R runs of {RUN}, {r}×{a}" for r, a in shapes if r * a <= 16) + " |",
-            "|---" * (1 + len(shapes) + sum(r * a <= 16 for r, a in shapes)) + "|",
+            "|---" * (2 + len(shapes) + sum(r * a <= 16 for r, a in shapes)) + "|",
         ]  # fmt: skip
-        for strategy, by_shape in rows.items():
-            cells = [NAMES[strategy]]
+        for by_shape in rows.values():
+            first = next(iter(by_shape.values()))
+            cells = [first["title"], f"{first['efficiency']:.3f}"]
             cells += [f"{f['R']:.3f} [{f['interval'][0]:.3f}, {f['interval'][1]:.3f}]" for f in by_shape.values()]
             cells += [
                 f"{f['R_runs']:.3f} [{f['runs_interval'][0]:.3f}, {f['runs_interval'][1]:.3f}]"
@@ -229,11 +258,11 @@ def table(results: dict, shapes) -> str:
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: 80 source files, 2 epochs a figure")
-    parser.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated subset")
-    parser.add_argument("--steps", type=int, default=240, help="steps a figure draws on, at least (default 240)")
     parser.add_argument(
-        "--target-efficiency", type=float, help="dflash_batch's target_efficiency (default: its own default)"
-    )
+        "--strategies", default=",".join(STRATEGIES),
+        help="comma-separated subset; a dflash_batch one followed by @t plans at target_efficiency=t",
+    )  # fmt: skip
+    parser.add_argument("--steps", type=int, default=240, help="steps a figure draws on, at least (default 240)")
     parser.add_argument("--seed", type=int, default=0, help="model init and random steps (default 0)")
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("step-gradients-out"))
     parser.add_argument("--cache", type=pathlib.Path, default=pathlib.Path(".convergence-cache"))
@@ -248,9 +277,10 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.manual_seed(args.seed)
     strategies = args.strategies.split(",")
-    unknown = set(strategies) - set(STRATEGIES)
-    if unknown:
-        print(f"unknown strategies {sorted(unknown)}: choose from {', '.join(STRATEGIES)}", file=sys.stderr)
+    try:
+        [spec(s) for s in strategies]
+    except ValueError as e:
+        print(e, file=sys.stderr)
         return 2
     max_len, vocab, width, *_, budget, samples, lr = SIZES["quick"]
     files = 80 if args.quick else None
@@ -287,14 +317,12 @@ def main(argv: list[str] | None = None) -> int:
             for shape in SHAPES:
                 spe = max(1, len(micro_batches(strategy, lengths, budget, width, shape, 0)) // (shape[0] * shape[1]))
                 epochs = 2 if args.quick else int(np.clip(np.ceil(args.steps / spe), 8, 40))
-                f = score(
-                    strategy, shape, gram, tokens, lengths, budget, width, epochs, args.seed, args.target_efficiency
-                )
+                f = score(strategy, shape, gram, tokens, lengths, budget, width, epochs, args.seed)
                 for key, values in f.pop("per_step").items():
                     pooled[shape].setdefault(key, []).append(values)
-                rows.setdefault(strategy, {})[f"{shape[0]}x{shape[1]}"] = f
-            print(f"  {CHECKPOINTS[name]}, {NAMES[strategy]}: " + ", ".join(
-                f"R {k} {v['R']:.3f}" for k, v in rows[strategy].items()
+                rows.setdefault(_at_target.key(strategy), {})[f"{shape[0]}x{shape[1]}"] = f
+            print(f"  {CHECKPOINTS[name]}, {title(strategy)}: " + ", ".join(
+                f"R {k} {v['R']:.3f}" for k, v in rows[_at_target.key(strategy)].items()
             ) + f"  ({time.perf_counter() - start:.0f} s)", flush=True)  # fmt: skip
         results[name] = rows
         correlations[name] = {
@@ -305,14 +333,15 @@ def main(argv: list[str] | None = None) -> int:
             }
             for r, a in SHAPES
         }
-    text = table(results, SHAPES)
-    text += "\nSpearman's correlation of a step's error (over a random step's) with each composition figure:\n\n"
+    ratios = table(results, SHAPES)
+    text = "\nSpearman's correlation of a step's error (over a random step's) with each composition figure:\n\n"
     text += "| checkpoint | shape | " + " | ".join(next(iter(next(iter(correlations.values())).values()))) + " |\n"
     text += "|---|---|" + "---|" * len(next(iter(next(iter(correlations.values())).values()))) + "\n"
     for name, by_shape in correlations.items():
         for shape, figures in by_shape.items():
             text += f"| {CHECKPOINTS[name]} | {shape} | " + " | ".join(f"{v:+.2f}" for v in figures.values()) + " |\n"
     text += f"\nDirect check (largest relative difference, 3 steps): {max(checks.values()):.1e}\n"
+    text, correlated = ratios + text, text
     seconds = time.perf_counter() - start
     summary = {
         "documents": len(lengths), "parameters": parameters, "checkpoints": checkpoints, "results": results,
@@ -327,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         from _figures import command_of, write
 
         command = command_of("step_gradients.py", argv if argv is not None else sys.argv[1:])
-        write(args.json, args.section, {**summary, "table": "\n\n" + text.strip() + "\n\n"}, command)
+        tables = {"table": "\n\n" + ratios.strip() + "\n\n", "correlation_table": "\n\n" + correlated.strip() + "\n\n"}
+        write(args.json, args.section, {**summary, **tables}, command)
     return 0
 
 

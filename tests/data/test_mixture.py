@@ -111,8 +111,10 @@ def test_a_down_sampled_source_repeats_no_row_in_an_epoch_and_cycles_through_its
     seen: list[np.ndarray] = []
     for epoch in range(cycle):
         plan = sampler.plan(epoch)
-        # Formed again (if at all) over its own selection: the first 8 attempts keep it.
-        assert plan.stats()["reformed"] <= 8
+        # Formed again (if at all) over its own selection — by other forming draws, or, where its rows form
+        # more batches under every draw (epoch 2 here), by merging its own batches (`reformed` 17) — so
+        # every epoch has the same batches and the cycle holds.
+        assert plan.stats()["batches"] == sampler.plan(0).stats()["batches"]
         rows = plan.indices
         mine = rows[(rows >= lo) & (rows < hi)]
         assert len(mine) == 2000 and len(np.unique(mine)) == 2000, "once per epoch"

@@ -187,22 +187,27 @@ def test_the_default_target_efficiency_follows_the_price():
     at_098 = db.BucketSampler(lengths, max_tokens=16384, cost=ATTENTION, target_efficiency=0.98)
     assert at_098.schedule.fingerprint != priced.schedule.fingerprint
     assert len(priced.schedule.edges) > len(at_098.schedule.edges)
-    # Only padded batches under a token budget priced with attention aim higher.
-    for kwargs in ({}, {"cost": (2.0, 0.0)}, {"cost": ATTENTION, "mode": "packed", "bucketed": True}):
+    # Only padded batches under a token budget priced with attention aim higher; other padded batches aim
+    # for 0.97 (wider buckets: steps nearer a shuffle's, docs/convergence.md), packed rows for 0.98.
+    for kwargs in ({}, {"cost": (2.0, 0.0)}):
         sampler = db.BucketSampler(lengths, max_tokens=16384, **kwargs)  # type: ignore[arg-type]
-        assert sampler.state_dict()["settings"]["target_efficiency"] == 0.98, kwargs
+        assert sampler.state_dict()["settings"]["target_efficiency"] == 0.97, kwargs
     rows = db.BucketSampler(lengths, batch_size=8, cost=ATTENTION)
-    assert rows.state_dict()["settings"]["target_efficiency"] == 0.98
+    assert rows.state_dict()["settings"]["target_efficiency"] == 0.97
+    for kwargs in ({"cost": ATTENTION, "bucketed": True}, {"bucketed": False}):
+        packed = db.BucketSampler(lengths, max_tokens=16384, mode="packed", **kwargs)  # type: ignore[arg-type]
+        assert packed.state_dict()["settings"]["target_efficiency"] == 0.98, kwargs
 
 
 def test_a_default_target_is_chosen_again_for_a_replaced_price_and_a_pickle():
     config = _core.Config(max_tokens=16384, cost=ATTENTION)
     assert config.get("target_efficiency") is None and config.settings()["target_efficiency"] == 0.982
-    assert config.replace(cost="tokens").settings()["target_efficiency"] == 0.98
+    assert config.replace(cost="tokens").settings()["target_efficiency"] == 0.97
+    assert config.replace(mode="packed").settings()["target_efficiency"] == 0.98
     assert pickle.loads(pickle.dumps(config)).settings()["target_efficiency"] == 0.982
     pinned = _core.Config(max_tokens=16384, cost=ATTENTION, target_efficiency=0.98)
     assert pinned.replace(cost="tokens").settings()["target_efficiency"] == 0.98
-    assert _core.Config(max_tokens=16384, target_efficiency=None).settings()["target_efficiency"] == 0.98
+    assert _core.Config(max_tokens=16384, target_efficiency=None).settings()["target_efficiency"] == 0.97
 
 
 def test_a_run_planned_at_the_old_default_resumes_only_when_told_its_target():
@@ -218,3 +223,18 @@ def test_a_run_planned_at_the_old_default_resumes_only_when_told_its_target():
     told.load_state_dict(state)
     assert [list(b) for b in told] == [list(b) for b in batches]
     assert len(trained) == 5
+
+
+def test_a_padded_run_planned_before_the_default_became_0_97_resumes_only_when_told_its_target():
+    lengths = db.seed_workload(20_000, seed=0)
+    old = db.BucketSampler(lengths, max_tokens=16384, target_efficiency=0.98, accumulation=4, world_size=2, rank=1)
+    batches = iter(old)
+    [next(batches) for _ in range(7)]
+    state = old.state_dict()
+    upgraded = db.BucketSampler(lengths, max_tokens=16384, accumulation=4, world_size=2, rank=1)
+    assert len(upgraded.schedule.edges) < len(old.schedule.edges)  # wider buckets
+    with pytest.raises(db.PlanError, match=r"target_efficiency 0\.98 vs 0\.97 .*pass target_efficiency=0\.98"):
+        upgraded.load_state_dict(state)
+    told = db.BucketSampler(lengths, max_tokens=16384, target_efficiency=0.98, accumulation=4, world_size=2, rank=1)
+    told.load_state_dict(state)
+    assert [list(b) for b in told] == [list(b) for b in batches]

@@ -135,9 +135,38 @@ def test_reused_runs_are_what_training_again_gives_and_another_setup_is_refused(
         convergence.parse([*common, "--steps", "2", "--seeds", "1", "--out", str(tmp_path / "c")])
     )
     assert fresh[0].curve == first[0].curve, "training is deterministic for a seed, so reusing a run is exact"
+    # A run recorded with another plan (the library's planner changed since) is trained again, not reused,
+    # and so is a run recorded without a digest.
+    changed = json.loads(record.read_text())
+    changed["runs"][0]["plan"] = "another plan"
+    (tmp_path / "changed.json").write_text(json.dumps(changed))
+    del changed["runs"][0]["plan"]
+    (tmp_path / "undigested.json").write_text(json.dumps(changed))
+    for name in ("changed.json", "undigested.json"):
+        retrained, _, _ = convergence.run_all(
+            convergence.parse([*common, "--steps", "2", "--seeds", "1", "--reuse", str(tmp_path / name),
+                               "--out", str(tmp_path / f"e-{name}")])
+        )  # fmt: skip
+        assert retrained[0].trained and retrained[0].plan == first[0].plan
+        assert retrained[0].curve == first[0].curve
     with pytest.raises(SystemExit, match="recorded for another setup"):
         convergence.run_all(
             convergence.parse(
                 [*common, "--steps", "3", "--seeds", "1", "--reuse", str(record), "--out", str(tmp_path / "d")]
             )
         )
+
+
+def test_a_dflash_strategy_at_a_target_plans_at_it_and_is_recorded_without_a_dot(tmp_path):
+    import _at_target
+    import _convergence_report
+    import dflash_batch as db
+
+    lengths = np.array([5, 9, 30, 31, 33, 60, 64, 64, 120, 7] * 30)
+    got = convergence.micro_batches("dflash_padded@0.9", lengths, 256, 128, 3, 1)
+    sampler = db.BucketSampler(lengths, max_tokens=256, seed=3, accumulation=4, target_efficiency=0.9)
+    assert [b.tolist() for b, packed in got] == [b.tolist() for b in sampler.plan(1)]
+    assert _at_target.key("dflash_padded@0.9") == "dflash_padded_at_09"
+    assert _convergence_report.name_of("dflash_padded_at_09") == "dflash_batch padded, target_efficiency=0.9"
+    for bad in ("shuffle@0.9", "dflash_padded@2", "dflash_padded@x"):
+        assert convergence.main(["--quick", "--strategies", bad, "--out", str(tmp_path)]) == 2

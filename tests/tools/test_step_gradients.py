@@ -8,12 +8,14 @@ import json
 import sys
 from pathlib import Path
 
+import dflash_batch as db
 import numpy as np
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
+import _at_target  # noqa: E402
 import _equivalence  # noqa: E402
 import _gradients  # noqa: E402
 
@@ -150,3 +152,30 @@ def test_unknown_strategies_exit_2(tmp_path):
     import step_gradients
 
     assert step_gradients.main(["--strategies", "shuffle,bogus", "--out", str(tmp_path)]) == 2
+
+
+def test_a_strategy_at_a_target_plans_at_it_and_bad_specs_are_refused(tmp_path):
+    import step_gradients
+
+    assert step_gradients.spec("dflash_padded@0.97") == ("dflash_padded", 0.97)
+    assert step_gradients.spec("shuffle") == ("shuffle", None)
+    assert step_gradients.title("dflash_padded@0.98") == "dflash_batch padded, target_efficiency=0.98"
+    lengths = np.array([5, 9, 30, 31, 33, 60, 64, 64, 120, 7] * 30)
+    at = step_gradients.micro_batches("dflash_padded@0.9", lengths, 256, 64, (1, 4), 0)
+    sampler = db.BucketSampler(lengths, batching=db.Padded(max_tokens=256), target_efficiency=0.9, accumulation=4)
+    assert [b.tolist() for b in at] == [b.tolist() for b in sampler.plan(0)]
+    for bad in ("shuffle@0.97", "dflash_padded@high", "dflash_padded@1.5", "dflash_padded@", "bogus@0.9", "bogus"):
+        with pytest.raises(ValueError, match=r"target|unknown strategy"):
+            step_gradients.spec(bad)
+        assert step_gradients.main(["--strategies", bad, "--out", str(tmp_path)]) == 2
+
+
+def test_efficiency_is_real_tokens_over_what_the_batches_hold():
+    import step_gradients
+
+    lengths = np.array([10, 6, 4, 8])
+    batches = [np.array([0, 1]), np.array([2, 3])]
+    assert step_gradients.efficiency(batches, lengths, 32, packed=False) == 28 / (2 * 10 + 2 * 8)
+    assert step_gradients.efficiency(batches, lengths, 32, packed=True) == 28 / 64
+    assert _at_target.key("dflash_padded@0.98") == "dflash_padded_at_098"
+    assert _at_target.key("dflash_packed") == "dflash_packed"

@@ -175,7 +175,9 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         range: "(0, 1], or None",
         doc: "the padding efficiency `boundaries=\"auto\"` aims for. `None`: 0.982 for padded batches \
               under a token budget priced with an attention term (`cost=(a, b)`, b > 0: there padding \
-              caps the end-to-end figure per step), else 0.98.",
+              caps the end-to-end figure per step), 0.97 for other padded batches (narrower \
+              buckets make an optimizer step noisier than a shuffle's: `docs/convergence.md`), 0.98 \
+              for packed rows.",
         group: Group::Own,
         recorded: Recorded::Always,
         apply: |d, given, v| {

@@ -127,9 +127,9 @@ fn the_default_target_is_higher_only_for_padded_token_budgets_priced_with_attent
     let default =
         |mode, batching, cost| Config::default_target_efficiency_ppm(mode, batching, cost);
     assert_eq!(default(Mode::Padded, tokens, attention), 982_000);
-    assert_eq!(default(Mode::Padded, tokens, CostModel::TOKENS), 980_000);
-    assert_eq!(default(Mode::Padded, tokens, linear), 980_000);
-    assert_eq!(default(Mode::Padded, Batching::Rows(8), attention), 980_000);
+    assert_eq!(default(Mode::Padded, tokens, CostModel::TOKENS), 970_000);
+    assert_eq!(default(Mode::Padded, tokens, linear), 970_000);
+    assert_eq!(default(Mode::Padded, Batching::Rows(8), attention), 970_000);
     for bucketed in [false, true] {
         assert_eq!(
             default(Mode::Packed { bucketed }, tokens, attention),
@@ -138,6 +138,6 @@ fn the_default_target_is_higher_only_for_padded_token_budgets_priced_with_attent
     }
     assert_eq!(
         Config::new(tokens).target_efficiency_ppm,
-        DEFAULT_TARGET_EFFICIENCY_PPM
+        PADDED_TARGET_EFFICIENCY_PPM
     );
 }
