@@ -12,9 +12,11 @@ milliseconds, reproducible from ``(seed, epoch)``, with equal step counts on eve
 
 from ._core import DataError, Error, Plan, PlanError, __version__
 from .adapters import clients as _clients  # noqa: F401  (registers what clients publish: base/clients.py)
+from .data.measured import measure_lengths
 from .data.mixture import Mixture
 from .data.reading import TokenStore, read_documents, read_lengths
 from .data.workload import SEED_SAMPLES, seed_mixture, seed_workload
+from .loading.checked import checked
 from .loading.collate import Collator, collate, collate_packed
 from .loading.context_parallel import context_parallel_shard, shard_index
 from .loading.loader import Loader
@@ -44,10 +46,12 @@ __all__ = [
     "TokenStore",
     "World",
     "__version__",
+    "checked",
     "collate",
     "collate_packed",
     "context_parallel_shard",
     "measure_cost",
+    "measure_lengths",
     "read_documents",
     "read_lengths",
     "seed_mixture",

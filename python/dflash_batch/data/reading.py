@@ -102,7 +102,7 @@ def missing_column(error: Exception, column: str) -> bool:
 def _read_column(resolved: Source, column: str, progress: bool | None) -> np.ndarray:
     if resolved.table is not None:
         return _core.read_table_lengths(resolved.table, column, resolved.rows)
-    with _Progress(len(resolved.paths), "reading lengths", progress) as bar:
+    with Progress(len(resolved.paths), "reading lengths", progress) as bar:
         return _core.read_lengths(list(resolved.paths), column, resolved.rows, bar.callback)
 
 
@@ -294,7 +294,7 @@ def _mapped(source: Source, column: str, progress: bool | None, *, mask: bool = 
     """The Rust store of ``column``; ``mask``: a loss-mask column (integers or bools, in memory as in files)."""
     if source.table is not None:
         return _core.TokenStore.from_table(source.table, column, source.rows, mask=mask)
-    with _Progress(len(source.paths), "mapping tokens", progress) as bar:
+    with Progress(len(source.paths), "mapping tokens", progress) as bar:
         return _core.TokenStore(list(source.paths), column, source.rows, bar.callback, mask=mask)
 
 
@@ -311,23 +311,24 @@ def index_array(indices: Any) -> np.ndarray:
     return array.astype(np.uint64 if array.dtype.kind == "u" else np.int64)
 
 
-class _Progress:
-    """A tqdm bar over files, fed by the Rust reader's callback; silent when off."""
+class Progress:
+    """A tqdm bar over ``total`` files (or other ``unit``), fed the count done so far (the Rust reader's
+    callback); silent when off. On by default when stderr is a terminal and ``total`` exceeds ``least``."""
 
-    def __init__(self, total: int, what: str, enabled: bool | None) -> None:
+    def __init__(self, total: int, what: str, enabled: bool | None, unit: str = "file", least: int = 1) -> None:
         if enabled is None:
-            enabled = total > 1 and sys.stderr.isatty()
+            enabled = total > least and sys.stderr.isatty()
         self._bar = None
         if enabled:
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=total, desc=what, unit="file")
+            self._bar = tqdm(total=total, desc=what, unit=unit)
 
     def callback(self, done: int) -> None:
         if self._bar is not None:
             self._bar.update(done - self._bar.n)
 
-    def __enter__(self) -> _Progress:
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc: Any) -> None:
