@@ -106,6 +106,7 @@ bench:
 	$(BIN)/python benchmarks/loader.py
 	$(BIN)/python benchmarks/mask.py
 	$(BIN)/python benchmarks/shared.py
+	$(BIN)/python benchmarks/windows.py
 
 # The convergence benchmark's quick run (≤ 10 min on 2 cores), recorded into docs/convergence/ and
 # docs/figures.json, then written into the docs (docs/convergence.md).
@@ -149,6 +150,8 @@ figures:
 	$(BIN)/python benchmarks/read.py --rows 100000 --json docs/figures.json
 	$(BIN)/python benchmarks/loader.py --rows 100000 --json docs/figures.json
 	$(BIN)/python benchmarks/mask.py --json docs/figures.json
+	$(BIN)/python benchmarks/windows.py --json docs/figures.json
+	$(BIN)/python benchmarks/lengths_pass.py --json docs/figures.json
 	$(BIN)/python benchmarks/_figures.py
 
 # An abi3 wheel (one for every CPython >= 3.10, tagged manylinux when maturin's audit passes) and a

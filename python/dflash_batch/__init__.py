@@ -22,6 +22,7 @@ from .loading.context_parallel import context_parallel_shard, shard_index
 from .loading.loader import Loader
 from .planning.groups import Balance, Packed, Padded, World
 from .planning.sampler import BucketSampler
+from .planning.windows import Windows
 from .pricing.calibration import Calibration, StepTimer
 from .pricing.cost import CostFit, measure_cost
 from .pricing.per_source import SourceLosses
@@ -44,6 +45,7 @@ __all__ = [
     "SourceLosses",
     "StepTimer",
     "TokenStore",
+    "Windows",
     "World",
     "__version__",
     "checked",

@@ -187,6 +187,7 @@ class Config:
         trim_steps: bool = False,
         context_parallel: int = 1,
         rank_cost: tuple[float, float] | None = None,
+        whole_steps: bool = False,
         # </settings>
     ) -> None:
         """Checks each setting's type (and the ranges a Python value can exceed). Raises TypeError for a
@@ -434,6 +435,10 @@ def seed_sources(n: int, seed: int) -> tuple[npt.NDArray[np.uint32], tuple[int, 
     profiles, 40/30/20/10 of the samples): the lengths grouped by source, and each source's count. Raises
     OverflowError for a negative ``n`` or ``seed`` (``dflash_batch.seed_mixture`` checks them first),
     MemoryError when they cannot be allocated."""
+
+def window_seed(seed: int, window: int) -> int:
+    """The seed window ``window`` of a stream is planned with, for a run seeded ``seed``
+    (``dflash_batch.Windows``). Raises OverflowError for a negative or too large argument."""
 
 def seed_lengths(n: int, seed: int) -> npt.NDArray[np.uint32]:
     """``n`` lengths of the seed workload (bins and shares of shared/CONTEXT.md), reproducible from

@@ -19,6 +19,7 @@ PAGES = [
             "usage",
             "trainers",
             "reading",
+            "raw_data",
             "packing",
             "ranks",
             "mixtures",
@@ -48,6 +49,9 @@ EXPECTED = {
     "reading": lambda out: out == "[1 2 3] 300",
     "megatron": lambda out: out == "[3 1 2] [5 6 7] [0 2 3]",
     "Loader": lambda out: out == "torch.int64 True",
+    "raw chat": lambda out: out == "True 2000",
+    "parquet windows": lambda out: out == "True 20000",
+    "streamed windows": lambda out: out == "True",
     "packing": lambda out: 0.97 < float(out) <= 1.0,
     "cost": lambda out: 0.5 < float(out) <= 1.0,
     "mixture Loader": lambda out: out == "['chat', 'code']",
@@ -72,7 +76,7 @@ def test_every_block_is_checked():
 def test_readme_block_runs(index, name, capsys, tmp_path, monkeypatch):
     if name not in ("reading", "packing"):
         pytest.importorskip("torch")
-    if name in ("Trainer", "TRL", "packed HF", "cost", "mixture Trainer", "mixture TRL"):
+    if name in ("Trainer", "TRL", "packed HF", "cost", "mixture Trainer", "mixture TRL", "raw chat"):
         pytest.importorskip("transformers")
     if name in ("TRL", "mixture TRL"):
         pytest.importorskip("trl")
@@ -80,6 +84,8 @@ def test_readme_block_runs(index, name, capsys, tmp_path, monkeypatch):
         pytest.importorskip("accelerate")
     if name == "Lightning":
         pytest.importorskip("lightning")
+    if name == "streamed windows":
+        pytest.importorskip("datasets")
     monkeypatch.chdir(tmp_path)
     page, block = SOURCES[index]
     exec(compile(block, f"{page}:{name}", "exec"), {"__name__": "readme"})

@@ -130,11 +130,16 @@ class World:
         drop_last: drop the last ``batches mod world_size`` batches (counted in ``plan.stats()["dropped"]``)
             instead of splitting batches so that every rank gets the same number of steps. Default ``False``;
             accepts a bool.
+        whole_steps: round the steps of a plan up to whole optimizer steps (a multiple of ``accumulation`` on
+            every rank) by splitting batches, as for ranks, so a plan never ends inside an optimizer step.
+            ``db.Windows`` sets it: each window of a stream then starts a step of its own. Default ``False``;
+            accepts a bool.
     """
 
     _: KW_ONLY
     size: int | None = None
     drop_last: bool = False
+    whole_steps: bool = False
 
 
 # </settings>

@@ -102,6 +102,7 @@ class BucketSampler:
         trim_steps: bool = False,
         context_parallel: int = 1,
         rank_cost: tuple[float, float] | None = None,
+        whole_steps: bool = False,
         # </settings>
         rank: int | None = None,
         column: str | None = None,

@@ -79,6 +79,7 @@ pub use plan::output::{largest_padded, Plan, Stats};
 pub use plan::planner::Planner;
 pub use plan::resume::Resumed;
 pub use plan::revision::PLAN_REVISION;
+pub use plan::window::window_seed;
 pub use read::dataset::{read_documents, read_lengths};
 pub use read::table::table_lengths;
 pub use read::tokens::{Gathered, Mask, MaskKind, TokenStore, Tokens};

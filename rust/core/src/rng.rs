@@ -31,6 +31,8 @@ pub enum Stream {
     Balance(u32),
     /// The Fisher–Yates of bucket `b`'s rows (`by_bucket.rs`).
     Bucket(u32),
+    /// The seeds of a stream's windows (`plan/window.rs`).
+    Window,
 }
 
 impl Stream {
@@ -43,6 +45,7 @@ impl Stream {
             Stream::Order(g) => (1 << 63) | (3 << 32) | u64::from(g),
             Stream::Balance(b) => (1 << 63) | (4 << 32) | u64::from(b),
             Stream::Bucket(b) => (1 << 63) | (5 << 32) | u64::from(b),
+            Stream::Window => (1 << 63) | (6 << 32),
         }
     }
 }

@@ -32,7 +32,8 @@ impl Settings {
         boundaries='auto', seed=0, shuffle=True, world_size=None, drop_last=False, \
         oversize='error', pad_to_multiple_of=1, threads=None, accumulation=None, \
         target_efficiency=None, order='stratified', cost='tokens', balance_tolerance=None, \
-        mode='padded', bucketed=False, trim_steps=False, context_parallel=1, rank_cost=None)")]
+        mode='padded', bucketed=False, trim_steps=False, context_parallel=1, rank_cost=None, \
+        whole_steps=False)")]
     // </settings>
     fn new(py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
         let empty = PyDict::new(py);

@@ -34,6 +34,12 @@ pub(crate) fn physical_memory() -> Option<u64> {
     dflash_batch_core::memory::physical()
 }
 
+/// The seed window `window` of a stream is planned with (the core's `window_seed`).
+#[pyfunction]
+pub(crate) fn window_seed(seed: u64, window: u64) -> u64 {
+    dflash_batch_core::window_seed(seed, window)
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<config::Settings>()?;
@@ -48,6 +54,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reading::read_table_lengths, m)?)?;
     m.add_function(wrap_pyfunction!(collating::collate_into, m)?)?;
     m.add_function(wrap_pyfunction!(physical_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(window_seed, m)?)?;
     m.add_function(wrap_pyfunction!(workload::seed_lengths, m)?)?;
     m.add_function(wrap_pyfunction!(workload::seed_sources, m)?)?;
     m.add(

@@ -165,6 +165,10 @@ pub struct Config {
     /// Trim every step's batches to a common cost and re-form the rows trimmed into extra steps
     /// spread through the epoch (`form/trim.rs`): ranks wait less, at more steps and some mixing.
     pub trim_steps: bool,
+    /// Round the batch count up to a multiple of `world_size × accumulation` (splitting batches, as for
+    /// ranks), so a plan ends on a whole optimizer step: what a stream's windows need, whose plans are
+    /// trained one after another (`window.rs`).
+    pub whole_steps: bool,
 }
 
 impl Config {
@@ -195,6 +199,7 @@ impl Config {
             rank_cost: None,
             balance_tolerance_ppm: None,
             trim_steps: false,
+            whole_steps: false,
             mode: Mode::Padded,
         }
     }

@@ -44,6 +44,7 @@ pub fn fingerprint<L: Length>(lengths: &[L], config: &Config) -> u64 {
         mode,
         balance_tolerance_ppm,
         trim_steps,
+        whole_steps,
     } = config;
     let (kind, size) = match *batching {
         Batching::Rows(n) => (1, u64::from(n)),
@@ -97,6 +98,9 @@ pub fn fingerprint<L: Length>(lengths: &[L], config: &Config) -> u64 {
     }
     if *context_parallel != 1 {
         h = fold(h, [8, u64::from(*context_parallel)]);
+    }
+    if *whole_steps {
+        h = fold(h, [9]);
     }
     match boundaries {
         Boundaries::Auto => fold(h, [3, u64::from(*target_efficiency_ppm)]),

@@ -25,3 +25,4 @@ pub(crate) mod rules;
 pub(crate) mod split;
 pub(crate) mod steps;
 pub mod truncate;
+pub mod window;

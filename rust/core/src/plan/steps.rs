@@ -33,7 +33,7 @@ use crate::plan::merge::merge_to;
 
 /// The batches of every epoch from the counts the reference and calibration draws formed: above the
 /// largest by their standard deviation (about two standard deviations above the mean), a multiple of
-/// the ranks, split up to it; under `drop_last` below the smallest by as much, the rest dropped.
+/// the ranks (of ranks × accumulation with `whole_steps`), split up to it; under `drop_last` below the smallest by as much, the rest dropped.
 /// Without calibration draws (huge epochs), `√batches / 20` stands in for the deviation (~0.02·√batches
 /// was measured on the seed workload with narrow buckets).
 /// The target never asks for more batches than `samples` can fill (one row each) when the reference
@@ -41,7 +41,13 @@ use crate::plan::merge::merge_to;
 /// refused for want of splits though a plan of fewer steps exists; an epoch that forms more than
 /// the capped target is formed again, down to the reference draws, as above.
 pub(crate) fn steps_target(counts: &[usize], config: &Config, samples: u64) -> usize {
-    let world = config.world_size as usize;
+    // A step of every rank, or with `whole_steps` an optimizer step of every rank: what the count rounds to.
+    let world = config.world_size as usize
+        * if config.whole_steps {
+            config.accumulation as usize
+        } else {
+            1
+        };
     let (lo, hi) = (
         counts.iter().min().copied().unwrap_or(0),
         counts.iter().max().copied().unwrap_or(0),
@@ -221,5 +227,25 @@ mod tests {
         assert_eq!(steps_target(&[4, 5, 6], &config, 1000), 10);
         // The reference draws must fit: 6 batches cannot become 5.
         assert_eq!(steps_target(&[6, 5, 4], &config, 8), 10);
+    }
+
+    #[test]
+    fn whole_steps_round_to_optimizer_steps_of_every_rank() {
+        let config = Config {
+            world_size: 5,
+            accumulation: 4,
+            ..Config::new(Batching::Tokens(700))
+        };
+        assert_eq!(steps_target(&[41, 42, 43], &config, 1000), 45);
+        let whole = Config {
+            whole_steps: true,
+            ..config.clone()
+        };
+        assert_eq!(steps_target(&[41, 42, 43], &whole, 1000), 60);
+        let dropping = Config {
+            drop_last: true,
+            ..whole
+        };
+        assert_eq!(steps_target(&[41, 42, 43], &dropping, 1000), 40);
     }
 }

@@ -10,7 +10,7 @@ use crate::errors::to_py;
 use crate::extract::{boundaries_of, count, flag, number, optional_count, seed_of, threads_of};
 
 /// The settings in the order `settings()`, checkpoints and the signature list them.
-pub(crate) const SETTINGS: [Setting; 20] = [
+pub(crate) const SETTINGS: [Setting; 21] = [
     Setting {
         name: "batch_size",
         kind: "int | None",
@@ -317,6 +317,21 @@ pub(crate) const SETTINGS: [Setting; 20] = [
         recorded: Recorded::WhenSet,
         apply: |d, given, v| {
             d.core.rank_cost = rank_cost_of(given, v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        name: "whole_steps",
+        kind: "bool",
+        default: "False",
+        range: "a bool",
+        doc: "round the steps of a plan up to whole optimizer steps (a multiple of `accumulation` on every \
+              rank) by splitting batches, as for ranks, so a plan never ends inside an optimizer step. \
+              `db.Windows` sets it: each window of a stream then starts a step of its own.",
+        group: Group::World("whole_steps"),
+        recorded: Recorded::UnlessDefault,
+        apply: |d, given, v| {
+            d.core.whole_steps = flag(given, "whole_steps", v, false)?;
             Ok(())
         },
     },

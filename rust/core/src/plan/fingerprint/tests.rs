@@ -219,6 +219,7 @@ fn variants() -> Vec<(&'static str, Config)> {
                 balance_tolerance_ppm: Some(5),
                 trim_steps: true,
                 rank_cost: None,
+                whole_steps: false,
             },
         ),
         (
@@ -239,6 +240,14 @@ fn variants() -> Vec<(&'static str, Config)> {
                 ..base.clone()
             },
         ),
+        (
+            "whole_steps",
+            Config {
+                accumulation: 4,
+                whole_steps: true,
+                ..base.clone()
+            },
+        ),
     ]
 }
 
@@ -255,7 +264,7 @@ fn as_pinned(config: Config) -> Config {
 /// the configuration: checkpoints written then must still be accepted.
 #[test]
 fn every_stored_fingerprint_still_matches() {
-    let stored: [(&str, u64); 21] = [
+    let stored: [(&str, u64); 22] = [
         ("default", 17006243726596172758),
         ("rows", 12743090375431498487),
         ("seed", 13791511467730541533),
@@ -277,6 +286,7 @@ fn every_stored_fingerprint_still_matches() {
         ("everything", 6587937152557447243),
         ("rank_cost", 16443094584649076445),
         ("context_parallel", 5139030390029307374),
+        ("whole_steps", 4697649505516186125),
     ];
     let variants = variants();
     assert_eq!(variants.len(), stored.len());

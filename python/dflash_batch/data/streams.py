@@ -1,0 +1,109 @@
+"""Streams of examples that can be read again from any example: what :class:`~dflash_batch.Windows` plans.
+
+A stream here is read from its start every pass, and from example ``n`` on a resume, so it must give the same
+examples in the same order every time it is opened: a list of Parquet files (skipped a row group at a time,
+by its metadata, without decoding), a ``datasets.IterableDataset`` without shuffling, any re-iterable
+collection, or a function returning a fresh iterator. A one-shot iterator or generator is refused: it could
+not be read again on the next pass or after a restart.
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from .._core import DataError
+
+
+class Stream:
+    """A source of examples, opened at any example."""
+
+    def __init__(self, source: Any) -> None:
+        self._files: list[str] | None = None
+        self._open: Callable[[], Iterable[Any]] | None = None
+        if isinstance(source, (str, os.PathLike)) or (
+            isinstance(source, (list, tuple)) and source and all(isinstance(s, (str, os.PathLike)) for s in source)
+        ):
+            self._files = _parquet_files(source)
+        elif isinstance(source, (bytes, Mapping)):
+            raise TypeError(
+                f"source must be a stream of examples, got a {type(source).__name__}: for a dict of splits, "
+                "pick one (ds['train'])"
+            )
+        elif callable(source) and not hasattr(source, "__iter__"):
+            self._open = source
+        elif isinstance(source, Iterator) or not hasattr(source, "__iter__"):
+            raise TypeError(
+                f"source must be readable again (every pass, and after a restart), got a one-shot "
+                f"{type(source).__name__}: pass a list of Parquet files, a datasets.IterableDataset, a list, "
+                "or a function returning a fresh iterator (lambda: my_generator())"
+            )
+        else:
+            self._open = lambda: source
+
+    def describe(self) -> str:
+        return f"{len(self._files)} Parquet file(s)" if self._files is not None else "a stream"
+
+    def examples(self, start: int) -> Iterator[Any]:
+        """The examples from example ``start`` on."""
+        if self._files is not None:
+            return _parquet_examples(self._files, start)
+        assert self._open is not None
+        opened = self._open()
+        if isinstance(opened, (str, bytes, Mapping)) or not hasattr(opened, "__iter__"):
+            raise TypeError(f"the source function must return an iterator of examples, got {type(opened).__name__}")
+        return itertools.islice(iter(opened), start, None)
+
+
+def _parquet_files(source: Any) -> list[str]:
+    names = [os.fspath(source)] if isinstance(source, (str, os.PathLike)) else [os.fspath(s) for s in source]
+    files: list[str] = []
+    for name in names:
+        if glob.has_magic(name):
+            matched = sorted(glob.glob(name))
+            if not matched:
+                raise FileNotFoundError(f"no file matches {name!r}")
+            files.extend(matched)
+        elif os.path.isdir(name):
+            found = sorted(glob.glob(os.path.join(name, "*.parquet")))
+            if not found:
+                raise FileNotFoundError(f"{name!r} holds no .parquet file")
+            files.extend(found)
+        elif not os.path.exists(name):
+            raise FileNotFoundError(
+                f"{name!r} does not exist: check the path (a list of Parquet files, a glob, a directory)"
+            )
+        else:
+            files.append(name)
+    return files
+
+
+def _parquet_examples(files: list[str], start: int) -> Iterator[dict[str, Any]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    skip = start
+    for path in files:
+        try:
+            reader = pq.ParquetFile(path)
+        except (pa.ArrowInvalid, OSError) as error:
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"{path!r} is gone: the stream's files changed while it was read") from None
+            raise DataError(
+                f"{path!r} is not a readable Parquet file ({error}): a truncated or corrupt shard"
+            ) from None
+        groups = reader.metadata.num_row_groups
+        for group in range(groups):
+            rows = reader.metadata.row_group(group).num_rows
+            if skip >= rows:  # before the start: skipped by its metadata, never decoded
+                skip -= rows
+                continue
+            try:
+                table = reader.read_row_group(group)
+            except (pa.ArrowInvalid, OSError) as error:
+                raise DataError(f"{path!r}, row group {group}: cannot be read ({error}): a corrupt shard") from None
+            yield from table.slice(skip).to_pylist()
+            skip = 0
