@@ -280,3 +280,52 @@ def test_whole_steps_end_a_plan_on_an_optimizer_step_and_keep_every_sample_once(
     plain = db.BucketSampler(lengths, **kwargs)
     assert plain.plan(0).steps <= plan.steps
     assert "whole_steps" not in plain.state_dict()["settings"]  # a default, not recorded: old checkpoints resume
+
+
+@settings(max_examples=200, deadline=None)
+@given(total=st.integers(0, 400), size=st.integers(1, 60))
+def test_parquet_windows_are_cut_where_a_stream_of_examples_is(total, size):
+    from dflash_batch.planning.windows import bounds
+
+    w = db.Windows([], column="seq_len", window=size, world_size=1, rank=0, max_tokens=100)
+    cut, at = [], 0
+    for held in w.cut(iter(range(total))):
+        cut.append((at, at + len(held)))
+        at += len(held)
+    assert list(bounds(total, size)) == cut
+    for k, (lo, _) in enumerate(cut):
+        assert list(bounds(total, size, lo)) == cut[k:]
+    assert list(bounds(total, size, total)) == []  # past the end: a finished pass resumes to nothing
+
+
+def test_parquet_with_a_length_column_makes_python_examples_of_this_ranks_rows_only(tmp_path, monkeypatch):
+    from dflash_batch.data import streams
+
+    data = examples(4000)
+    paths = write_shards(tmp_path, data)
+    taken = []
+    original = streams.Shards.take
+    monkeypatch.setattr(streams.Shards, "take", lambda self, rows: taken.append(len(rows)) or original(self, rows))
+    whole = [run(w) for w in ranks_of(data, 4, window=1000, max_tokens=16384)]
+    for rank in range(4):
+        taken.clear()
+        got = run(db.Windows(paths, column="seq_len", window=1000, max_tokens=16384, world_size=4, rank=rank))
+        assert got == whole[rank]
+        assert sum(taken) == sum(len(b) for b in got) < 4000 / 2  # its own rows, about a quarter
+    tokens = [{"id": e["id"], "input_ids": [1] * e["seq_len"]} for e in data[:1500]]
+    path = tmp_path / "tokens.parquet"
+    pq.write_table(pa.Table.from_pylist(tokens), path, row_group_size=200)
+    by_list = db.Windows(str(path), column="input_ids", window=500, max_tokens=16384, world_size=1, rank=0)
+    by_len = db.Windows(data[:1500], column="seq_len", window=500, max_tokens=16384, world_size=1, rank=0)
+    assert run(by_list) == run(by_len)
+
+
+def test_a_parquet_length_column_that_is_null_text_or_missing_is_named(tmp_path):
+    path = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"seq_len": pa.array([5, None, 7], pa.int64()), "text": ["a", "b", "c"]}), path)
+    with pytest.raises(db.DataError, match="example 1: its 'seq_len' is null"):
+        run(db.Windows(str(path), column="seq_len", world_size=1, rank=0, max_tokens=100))
+    with pytest.raises(TypeError, match="column 'text' holds string"):
+        run(db.Windows(str(path), column="text", world_size=1, rank=0, max_tokens=100))
+    with pytest.raises(TypeError, match="no column"):
+        run(db.Windows(str(path), column="n_tokens", world_size=1, rank=0, max_tokens=100))

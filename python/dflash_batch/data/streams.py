@@ -15,6 +15,8 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+import numpy as np
+
 from .._core import DataError
 
 
@@ -46,6 +48,11 @@ class Stream:
 
     def describe(self) -> str:
         return f"{len(self._files)} Parquet file(s)" if self._files is not None else "a stream"
+
+    def shards(self) -> Shards | None:
+        """Parquet files as row groups that can be read a column or a few rows at a time; None for other
+        streams."""
+        return None if self._files is None else Shards(self._files)
 
     def examples(self, start: int) -> Iterator[Any]:
         """The examples from example ``start`` on."""
@@ -87,14 +94,7 @@ def _parquet_examples(files: list[str], start: int) -> Iterator[dict[str, Any]]:
 
     skip = start
     for path in files:
-        try:
-            reader = pq.ParquetFile(path)
-        except (pa.ArrowInvalid, OSError) as error:
-            if not os.path.exists(path):
-                raise FileNotFoundError(f"{path!r} is gone: the stream's files changed while it was read") from None
-            raise DataError(
-                f"{path!r} is not a readable Parquet file ({error}): a truncated or corrupt shard"
-            ) from None
+        reader = _open_parquet(pq, path)
         groups = reader.metadata.num_row_groups
         for group in range(groups):
             rows = reader.metadata.row_group(group).num_rows
@@ -107,3 +107,83 @@ def _parquet_examples(files: list[str], start: int) -> Iterator[dict[str, Any]]:
                 raise DataError(f"{path!r}, row group {group}: cannot be read ({error}): a corrupt shard") from None
             yield from table.slice(skip).to_pylist()
             skip = 0
+
+
+class Shards:
+    """Parquet files indexed by row group (their metadata, read when a pass begins): a column of any rows,
+    and whole rows of a few, converted to Python only for the rows asked for."""
+
+    def __init__(self, files: list[str]) -> None:
+        import pyarrow.parquet as pq
+
+        self._readers: list[Any] = []
+        self._groups: list[tuple[int, int, int]] = []  # (file, row group, its first row)
+        first = 0
+        for f, path in enumerate(files):
+            reader = _open_parquet(pq, path)
+            self._readers.append(reader)
+            for group in range(reader.metadata.num_row_groups):
+                self._groups.append((f, group, first))
+                first += reader.metadata.row_group(group).num_rows
+        self.rows = first
+        self._files = files
+        self._starts = np.asarray([g[2] for g in self._groups], dtype=np.int64)
+
+    def column(self, name: str, start: int, stop: int) -> Any:
+        """Column ``name`` of rows ``start`` to ``stop`` (an Arrow chunked array), reading that column only."""
+        import pyarrow as pa
+
+        parts = []
+        for table in self._tables(start, stop, [name]):
+            if name not in table.column_names:
+                raise TypeError(
+                    f"the Parquet files have no column {name!r} (they hold {self._schema_names()}); pass column= "
+                    "naming the length field"
+                )
+            parts.append(table.column(name))
+        return pa.chunked_array([c for part in parts for c in part.chunks], type=parts[0].type)
+
+    def take(self, rows: np.ndarray) -> list[dict[str, Any]]:
+        """The examples at ``rows`` (ascending), as dicts: each row group they fall in is read, and only those
+        rows are converted to Python."""
+        out: list[dict[str, Any]] = []
+        groups = np.searchsorted(self._starts, rows, side="right") - 1
+        for g in np.unique(groups):
+            wanted = rows[groups == g] - self._starts[g]
+            out.extend(self._read(int(g), None).take(wanted).to_pylist())
+        return out
+
+    def _schema_names(self) -> list[str]:
+        return list(self._readers[0].schema_arrow.names) if self._readers else []
+
+    def _tables(self, start: int, stop: int, columns: list[str] | None) -> Iterator[Any]:
+        first = max(0, int(np.searchsorted(self._starts, start, side="right")) - 1)
+        for g in range(first, len(self._groups)):
+            lo = int(self._starts[g])
+            if lo >= stop:
+                break
+            table = self._read(g, columns)
+            yield table.slice(max(0, start - lo), min(stop, lo + table.num_rows) - max(start, lo))
+
+    def _read(self, g: int, columns: list[str] | None) -> Any:
+        import pyarrow as pa
+
+        f, group, _ = self._groups[g]
+        path = self._files[f]
+        try:
+            return self._readers[f].read_row_group(group, columns=columns)
+        except (pa.ArrowInvalid, OSError) as error:
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"{path!r} is gone: the stream's files changed while it was read") from None
+            raise DataError(f"{path!r}, row group {group}: cannot be read ({error}): a corrupt shard") from None
+
+
+def _open_parquet(pq: Any, path: str) -> Any:
+    import pyarrow as pa
+
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as error:
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path!r} is gone: the stream's files changed while it was read") from None
+        raise DataError(f"{path!r} is not a readable Parquet file ({error}): a truncated or corrupt shard") from None

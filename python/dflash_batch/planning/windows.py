@@ -6,8 +6,10 @@ is planned by the same planner as a whole dataset — its lengths measured as it
 (``_core.window_seed``), so a window's batches are a pure function of ``(seed, pass, window index, the
 window's examples, settings)``. Every rank reads the same windows and plans them alike, and takes the
 window's batches of its rank: every rank takes the same number of steps in every window, and no rank waits
-on another for data. A window's size is the trade between memory (its examples are held while it trains) and
-mixing (a batch mixes examples of one window); ``docs/raw_data.md`` has the table.
+on another for data. From Parquet shards with a length column, a window is planned from that column alone and
+each rank makes Python examples of its own rows only. A window's size is the trade between memory (its
+examples are held while it trains) and mixing (a batch mixes examples of one window); ``docs/raw_data.md`` has
+the table.
 
 Window ``k`` holds examples ``k * window`` to ``(k + 1) * window - 1``; the last one also takes a tail shorter than
 half a window, so no window is a sliver. A checkpoint is the pass, the window and the steps of it taken: a
@@ -17,6 +19,7 @@ metadata), plans that window again, and goes on after the steps taken — no exa
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 from collections.abc import Callable, Iterator
@@ -26,11 +29,11 @@ import numpy as np
 
 import dflash_batch._core as _core
 
-from .._core import PLAN_REVISION, PlanError
+from .._core import PLAN_REVISION, DataError, PlanError
 from ..base.arguments import _bool, _check_context_parallel_ranks, _check_rank, _default_ranks, _epoch
 from ..base.ranks import check_ranks_agree, process_group_size
 from ..data.measured import _measure_of, _validated
-from ..data.streams import Stream
+from ..data.streams import Shards, Stream
 
 FORMAT = "dflash_batch.Windows"
 
@@ -209,22 +212,39 @@ class Windows:
         return self._batches(token, epoch, window, skip, start)
 
     def _batches(self, token: int, epoch: int, window: int, skip: int, start: int) -> Iterator[list[Any]]:
-        for examples in self.cut(self._stream.examples(start)):
-            plan = self.plan_window(examples, window, epoch)
+        for lengths, fetch in self._windows_from(start):
+            plan = self.plan_lengths(lengths, window, epoch)
             with self._lock:
                 self._check(token)
-                self._seen.append((window, self._handed - skip, plan.steps, start, len(examples)))
-            for step in range(skip, plan.steps):
-                batch = plan[step * plan.world_size + self._rank]
+                self._seen.append((window, self._handed - skip, plan.steps, start, len(lengths)))
+            mine = [plan[step * plan.world_size + self._rank] for step in range(skip, plan.steps)]
+            rows = np.unique(np.concatenate(mine)) if mine else np.zeros(0, np.uint32)
+            examples = dict(zip(rows.tolist(), fetch(rows), strict=True))  # this rank's examples only
+            for step, batch in enumerate(mine, start=skip):
                 with self._lock:
                     self._check(token)
                     self._handed += 1
                     self._at = (window, step + 1, start)
-                yield [examples[i] for i in batch]
-            skip, window, start = 0, window + 1, start + len(examples)
+                yield [examples[i] for i in batch.tolist()]
+            skip, window, start = 0, window + 1, start + len(lengths)
         with self._lock:
             if token == self._live:
                 self._resume = False
+
+    def _windows_from(self, start: int) -> Iterator[tuple[np.ndarray, Callable[[np.ndarray], list[Any]]]]:
+        """Every window from example ``start`` on: its lengths, and a function giving its examples at some rows.
+        Parquet shards with a length column are planned from that column alone, and only this rank's rows
+        are made Python examples; other streams are read whole, a window at a time."""
+        shards = self._stream.shards() if self._column is not None else None
+        if shards is None:
+            for examples in self.cut(self._stream.examples(start)):
+                yield self.lengths_of(examples, start), functools.partial(_held, examples)
+                start += len(examples)
+            return
+        assert self._column is not None
+        for lo, hi in bounds(shards.rows, self._window, start):
+            lengths = _column_lengths(shards.column(self._column, lo, hi), self._column, lo)
+            yield lengths, functools.partial(_taken, shards, lo)
 
     def _check(self, token: int) -> None:
         if token != self._live:
@@ -257,8 +277,12 @@ class Windows:
     def plan_window(self, examples: list[Any], window: int, epoch: int | None = None) -> _core.Plan:
         """The plan of window ``window`` of pass ``epoch`` (default: the current pass), holding ``examples``
         (its batches index them)."""
+        return self.plan_lengths(self.lengths_of(examples, window * self._window), window, epoch)
+
+    def plan_lengths(self, lengths: np.ndarray, window: int, epoch: int | None = None) -> _core.Plan:
+        """The plan of window ``window`` of pass ``epoch`` (default: the current pass), whose examples have
+        ``lengths`` (``uint32``)."""
         epoch = self._pass if epoch is None else _epoch(epoch)
-        lengths = self.lengths_of(examples, window * self._window)
         config = self._config.replace(seed=_core.window_seed(self._config.seed, window))
         if self._check_ranks and process_group_size() == self.world_size:
             check_ranks_agree(
@@ -280,6 +304,41 @@ class Windows:
                 f"counted from there): {error}{hint}",
             )
             raise
+
+
+def _held(examples: list[Any], rows: np.ndarray) -> list[Any]:
+    return [examples[i] for i in rows.tolist()]
+
+
+def _taken(shards: Shards, first: int, rows: np.ndarray) -> list[Any]:
+    return shards.take(rows.astype(np.int64) + first)
+
+
+def bounds(total: int, size: int, start: int = 0) -> Iterator[tuple[int, int]]:
+    """The windows of a stream of ``total`` examples as :meth:`Windows.cut` makes them, from example ``start``
+    (a window's first example) on."""
+    lo = 0
+    while total - lo >= size + size // 2:
+        if lo >= start:
+            yield lo, lo + size
+        lo += size
+    if total > lo >= start:
+        yield lo, total
+
+
+def _column_lengths(values: Any, column: str, start: int) -> np.ndarray:
+    """A window's length column (integers, or lists whose lengths count) as ``uint32``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_list(values.type) or pa.types.is_large_list(values.type):
+        values = pc.list_value_length(values)
+    elif not pa.types.is_integer(values.type):
+        raise TypeError(f"column {column!r} holds {values.type}: pass column= naming an integer or a list column")
+    if values.null_count:
+        first = int(np.flatnonzero(pc.is_null(values).to_numpy(zero_copy_only=False))[0])
+        raise DataError(f"example {start + first}: its {column!r} is null; every example needs a length")
+    return _validated(values.to_numpy(), start).astype(np.uint32)
 
 
 def _length_in(example: Any, column: str) -> Any:
