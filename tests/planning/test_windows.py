@@ -329,3 +329,28 @@ def test_a_parquet_length_column_that_is_null_text_or_missing_is_named(tmp_path)
         run(db.Windows(str(path), column="text", world_size=1, rank=0, max_tokens=100))
     with pytest.raises(TypeError, match="no column"):
         run(db.Windows(str(path), column="n_tokens", world_size=1, rank=0, max_tokens=100))
+
+
+DROP = object()  # the key left out of the state
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    key=st.sampled_from(["format", "revision", "epoch", "window", "step", "start", "window_size", "settings"]),
+    value=st.one_of(st.none(), st.just("x"), st.integers(-5, -1), st.just([]), st.just(DROP)),
+)
+def test_a_damaged_state_is_refused_as_a_plan_error_and_changes_nothing(key, value):
+    data = examples(1500)
+    w = db.Windows(data, column="seq_len", window=500, max_tokens=16384, world_size=1, rank=0)
+    it = iter(w)
+    for _ in range(30):
+        next(it)
+    state = w.state_dict()
+    before = w.state_dict()
+    damaged = {k: v for k, v in state.items() if not (k == key and value is DROP)}
+    if value is not DROP:
+        damaged[key] = value
+    fresh = db.Windows(data, column="seq_len", window=500, max_tokens=16384, world_size=1, rank=0)
+    with pytest.raises(db.PlanError):
+        fresh.load_state_dict(damaged)
+    assert fresh.state_dict() == {**before, "window": 0, "step": 0, "start": 0}

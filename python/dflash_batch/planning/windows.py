@@ -164,10 +164,18 @@ class Windows:
                 f"the state was written by plan revision {state.get('revision')!r}, this is {PLAN_REVISION}: "
                 "its windows would be planned differently; finish the pass on the version that wrote it"
             )
+        try:
+            recorded = dict(state["settings"])
+            where = (int(state["window"]), int(state["step"]), int(state["start"]))
+            epoch = _epoch(state["epoch"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise PlanError(f"this Windows state is damaged ({type(error).__name__}: {error})") from None
+        if min(where) < 0 or where[2] < where[0] * self._window:
+            raise PlanError(f"the state's position {where} (window, step, first example) is not one a stream has")
         differs = [
-            f"{key}: {state['settings'].get(key)!r} there, {value!r} here"
+            f"{key}: {recorded.get(key)!r} there, {value!r} here"
             for key, value in self._config.settings().items()
-            if state["settings"].get(key) != value
+            if recorded.get(key) != value
         ]
         if state.get("window_size") != self._window:
             differs.insert(0, f"window: {state.get('window_size')!r} there, {self._window!r} here")
@@ -177,10 +185,7 @@ class Windows:
                 "with the settings that wrote it"
             )
         with self._lock:
-            where = (int(state["window"]), int(state["step"]), int(state["start"]))
-            if min(where) < 0 or where[2] < where[0] * self._window:
-                raise PlanError(f"the state's position {where} (window, step, first example) is not one a stream has")
-            self._pass, self._at, self._resume = int(state["epoch"]), where, True
+            self._pass, self._at, self._resume = epoch, where, True
             self._seen, self._handed = [], 0
             self._live += 1
 
