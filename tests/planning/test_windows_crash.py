@@ -49,7 +49,8 @@ with open(log, "a") as out:
         if mode == "first" and step == save_at + 3:  # three steps past it, then wait to be killed
             print("ready", flush=True)
             sys.stdin.readline()
-dist.destroy_process_group()
+dist.barrier()
+os._exit(0)  # no gloo teardown at exit: it has aborted (SIGABRT) after all work was recorded
 """
 
 
@@ -116,7 +117,7 @@ def test_two_ranks_killed_after_a_checkpoint_resume_to_exactly_the_uninterrupted
 
 
 DISAGREE = r"""
-import json, sys
+import json, os, sys
 import torch.distributed as dist
 import dflash_batch as db
 
@@ -127,7 +128,9 @@ windows = db.Windows(paths if rank == 0 else paths[::-1], column="seq_len", rank
 try:
     next(iter(windows))
 except db.PlanError as error:
-    print("refused:", error)
+    print("refused:", error, flush=True)
+dist.barrier()
+os._exit(0)  # no gloo teardown at exit: it has aborted (SIGABRT) after all work was recorded
 """
 
 
