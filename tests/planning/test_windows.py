@@ -354,3 +354,15 @@ def test_a_damaged_state_is_refused_as_a_plan_error_and_changes_nothing(key, val
     with pytest.raises(db.PlanError):
         fresh.load_state_dict(damaged)
     assert fresh.state_dict() == {**before, "window": 0, "step": 0, "start": 0}
+
+
+def test_packed_windows_fill_rows_within_capacity_and_cover_the_stream_once():
+    data = examples(3000)
+    got = [
+        [[ex["id"] for ex in row] for row in w]
+        for w in ranks_of(data, 2, window=1000, mode="packed", max_tokens=16384, accumulation=2)
+    ]
+    assert len(got[0]) == len(got[1]) and len(got[0]) % 2 == 0  # whole optimizer steps in every window
+    assert sorted(i for g in got for row in g for i in row) == list(range(3000))
+    lengths = {e["id"]: e["seq_len"] for e in data}
+    assert all(sum(lengths[i] for i in row) <= 16384 for g in got for row in g)
