@@ -22,6 +22,7 @@ from .loading.context_parallel import context_parallel_shard, shard_index
 from .loading.loader import Loader
 from .planning.groups import Balance, Packed, Padded, World
 from .planning.sampler import BucketSampler
+from .planning.step_split import StepSplit, split_step
 from .planning.windows import Windows
 from .pricing.calibration import Calibration, StepTimer
 from .pricing.cost import CostFit, measure_cost
@@ -43,6 +44,7 @@ __all__ = [
     "Plan",
     "PlanError",
     "SourceLosses",
+    "StepSplit",
     "StepTimer",
     "TokenStore",
     "Windows",
@@ -59,4 +61,5 @@ __all__ = [
     "seed_mixture",
     "seed_workload",
     "shard_index",
+    "split_step",
 ]

@@ -436,6 +436,19 @@ def seed_sources(n: int, seed: int) -> tuple[npt.NDArray[np.uint32], tuple[int, 
     OverflowError for a negative ``n`` or ``seed`` (``dflash_batch.seed_mixture`` checks them first),
     MemoryError when they cannot be allocated."""
 
+def split_step(
+    lengths: Any,
+    *,
+    world_size: int,
+    max_tokens: int,
+    mode: str = "padded",
+    cost: str | tuple[float, float] | None = None,
+    seed: int | None = None,
+) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32], int, list[float]]:
+    """One step's sequences split into every rank's micro-batches (``dflash_batch.split_step``):
+    ``(offsets, indices, micro_batches, loads)``, micro-step ``j`` of rank ``r`` being batch
+    ``j * world_size + r``. Raises PlanError for bad lengths or settings, TypeError for a wrong type."""
+
 def window_seed(seed: int, window: int) -> int:
     """The seed window ``window`` of a stream is planned with, for a run seeded ``seed``
     (``dflash_batch.Windows``). Raises OverflowError for a negative or too large argument."""

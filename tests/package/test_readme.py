@@ -54,6 +54,7 @@ EXPECTED = {
     "streamed windows": lambda out: out == "True",
     "packing": lambda out: 0.97 < float(out) <= 1.0,
     "cost": lambda out: 0.5 < float(out) <= 1.0,
+    "RL step": lambda out: out.split()[0] == "True" and int(out.split()[1]) > 0 and out.split()[2] == "True",
     "mixture Loader": lambda out: out == "['chat', 'code']",
     "mixture Trainer": lambda out: out == "['loss/chat', 'loss/code']",
     "mixture TRL": lambda out: out == "completion_mask True",

@@ -62,6 +62,7 @@ pub mod error;
 pub mod lengths;
 pub mod memory;
 pub mod metrics;
+pub mod online;
 pub mod plan;
 pub mod pool;
 pub mod read;
@@ -72,6 +73,7 @@ pub mod workload;
 
 pub use error::read::ReadProblem;
 pub use error::{Error, ErrorKind, Result, SharedProblem};
+pub use online::{split_step, StepSpec, StepSplit};
 pub use plan::buckets::Buckets;
 pub use plan::config::{Batching, Boundaries, Config, CostModel, Mode, Order, Oversize};
 pub use plan::mixture::{Mixture, Source, Unit};

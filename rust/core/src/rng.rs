@@ -33,6 +33,8 @@ pub enum Stream {
     Bucket(u32),
     /// The seeds of a stream's windows (`plan/window.rs`).
     Window,
+    /// The order of equal lengths in one step's split (`online.rs`).
+    Step,
 }
 
 impl Stream {
@@ -46,6 +48,7 @@ impl Stream {
             Stream::Balance(b) => (1 << 63) | (4 << 32) | u64::from(b),
             Stream::Bucket(b) => (1 << 63) | (5 << 32) | u64::from(b),
             Stream::Window => (1 << 63) | (6 << 32),
+            Stream::Step => (1 << 63) | (7 << 32),
         }
     }
 }

@@ -17,6 +17,7 @@ mod collating;
 mod config;
 mod metrics;
 mod mixture;
+mod online;
 mod plan;
 mod planning;
 mod settings;
@@ -55,6 +56,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(collating::collate_into, m)?)?;
     m.add_function(wrap_pyfunction!(physical_memory, m)?)?;
     m.add_function(wrap_pyfunction!(window_seed, m)?)?;
+    m.add_function(wrap_pyfunction!(online::split_step, m)?)?;
     m.add_function(wrap_pyfunction!(workload::seed_lengths, m)?)?;
     m.add_function(wrap_pyfunction!(workload::seed_sources, m)?)?;
     m.add(

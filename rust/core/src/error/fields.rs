@@ -93,6 +93,7 @@ kinds! {
     EdgesDoNotCover => "edges_do_not_cover", Plan, false;
     MaxTokensBelowShortest => "max_tokens_below_shortest", Plan, false;
     Oversize => "oversize", Plan, false;
+    SequenceOverBudget => "sequence_over_budget", Plan, false;
     OutOfMemory => "out_of_memory", Memory, false;
     TooFewSamplesForRanks => "too_few_samples_for_ranks", Plan, false;
     ResumeStepOutOfRange => "resume_step_out_of_range", Plan, false;
@@ -123,7 +124,8 @@ impl ErrorKind {
             | Self::LengthTooLarge { row, .. }
             | Self::EdgesDoNotCover { row, .. }
             | Self::MaxTokensBelowShortest { row, .. }
-            | Self::Oversize { row, .. } => i128::try_from(*row).ok(),
+            | Self::Oversize { row, .. }
+            | Self::SequenceOverBudget { row, .. } => i128::try_from(*row).ok(),
             Self::MaskLength { row, .. } | Self::MaskValue { row, .. } => row.map(i128::from),
             Self::RowOutOfRange { row, .. } => Some(*row),
             _ => None,

@@ -192,6 +192,15 @@ impl fmt::Display for Error {
                 "length {length} at row {row} exceeds max_tokens {max_tokens} (the longest row that \
                  fits is {longest} tokens); raise max_tokens or pass oversize='skip'"
             ),
+            K::SequenceOverBudget {
+                row,
+                length,
+                max_tokens,
+            } => write!(
+                f,
+                "sequence {row} has {length} tokens, more than max_tokens {max_tokens}: a sequence is never \
+                 split across micro-batches; raise max_tokens to at least {length}, or truncate it first"
+            ),
             K::TooFewSamplesForRanks {
                 samples,
                 world_size,

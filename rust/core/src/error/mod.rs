@@ -183,6 +183,15 @@ pub enum ErrorKind {
         /// The longest length whose row fits the budget (under the cost model and padding).
         longest: u32,
     },
+    /// A sequence of one step (`split_step`) holds more tokens than a micro-batch may: it is never split.
+    SequenceOverBudget {
+        /// Row of the sequence.
+        row: usize,
+        /// Its length.
+        length: u32,
+        /// The budget.
+        max_tokens: u64,
+    },
     /// The memory an operation needs could not be reserved up front.
     OutOfMemory {
         /// What needed it, in words.

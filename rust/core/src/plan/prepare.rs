@@ -136,7 +136,8 @@ pub(crate) fn admitted_max<L: Length>(lengths: &[L], config: &Config) -> Result<
     admission(lengths, config)
 }
 
-fn check_lengths<L: Length>(lengths: &[L]) -> Result<()> {
+/// No lengths, more than `u32` rows address, or a zero length: refused (the planner's and `split_step`'s).
+pub(crate) fn check_lengths<L: Length>(lengths: &[L]) -> Result<()> {
     if lengths.is_empty() {
         return Err(ErrorKind::EmptyLengths.into());
     }
