@@ -366,3 +366,13 @@ def test_packed_windows_fill_rows_within_capacity_and_cover_the_stream_once():
     assert sorted(i for g in got for row in g for i in row) == list(range(3000))
     lengths = {e["id"]: e["seq_len"] for e in data}
     assert all(sum(lengths[i] for i in row) <= 16384 for g in got for row in g)
+
+
+def test_a_copy_for_another_process_is_refused_naming_what_to_do():
+    import copy
+    import pickle
+
+    w = db.Windows(examples(100), column="seq_len", max_tokens=16384, world_size=1, rank=0)
+    for make in (pickle.dumps, copy.copy, copy.deepcopy):
+        with pytest.raises(TypeError, match="iterate it in the loop"):
+            make(w)

@@ -114,6 +114,15 @@ class Windows:
         self._seen: list[tuple[int, int, int, int, int]] = []
         self._handed = 0  # steps handed out since the iteration began
 
+    def __reduce__(self) -> Any:
+        # Copies would each read the stream and hold a position of their own, while checkpoints are taken
+        # from this one: refused, rather than a worker training windows the checkpoint never sees.
+        raise TypeError(
+            "a Windows is iterated in the training process and is not copied (a DataLoader worker's copy would "
+            "read the stream on its own, and checkpoints would miss what it trained): iterate it in the loop, "
+            "and collate each batch there (for examples in windows: batch = collate(examples))"
+        )
+
     # -- the position ---------------------------------------------------------------------------------
 
     @property
