@@ -376,3 +376,21 @@ def test_a_copy_for_another_process_is_refused_naming_what_to_do():
     for make in (pickle.dumps, copy.copy, copy.deepcopy):
         with pytest.raises(TypeError, match="iterate it in the loop"):
             make(w)
+
+
+def test_whole_steps_survive_an_elastic_resume_every_sample_once():
+    lengths = db.seed_workload(20_000, seed=3)
+    kwargs = {"max_tokens": 16384, "accumulation": 4, "whole_steps": True}
+    first = [db.BucketSampler(lengths, world_size=4, rank=r, **kwargs) for r in range(4)]
+    trained = []
+    for sampler in first:
+        it = iter(sampler)
+        trained += [i for _ in range(37) for i in next(it).tolist()]
+    state = first[0].state_dict()
+    assert state["settings"]["whole_steps"] is True  # recorded when set
+    rest = [db.BucketSampler(lengths, world_size=2, rank=r, **kwargs) for r in range(2)]
+    for sampler in rest:
+        sampler.load_state_dict(state)
+        trained += [i for batch in sampler for i in batch.tolist()]
+    assert sorted(trained) == list(range(20_000))
+    assert rest[0].plan(0).steps % 4 == 0  # the rest, on 2 ranks, ends on a whole optimizer step too
