@@ -62,7 +62,8 @@ def split_step(
 
     Raises:
         PlanError: no sequences, a zero length or one above ``max_tokens`` (kind ``sequence_over_budget``,
-            ``row`` naming it), fewer sequences than the ranks need micro-batches, a bad setting.
+            ``row`` naming it), sequences that cannot give every rank as many micro-batches within the budget
+            (kind ``step_too_small``), a bad setting.
         TypeError: a non-integer argument.
     """
     chunks = _length_chunks(lengths)

@@ -58,7 +58,7 @@ pub struct StepSpec {
 /// # Errors
 /// `EmptyLengths`, `NonPositiveLength` (a zero length), `InvalidSetting` (`world_size` or `max_tokens`
 /// zero), `InvalidCost`, `TooManySamples`, `SequenceOverBudget` (a sequence longer than the budget: it is
-/// never split), `TooFewSamplesForRanks` (fewer sequences than the ranks need micro-batches).
+/// never split), `StepTooSmall` (the sequences cannot give every rank as many micro-batches).
 pub fn split_step(lengths: &[u32], spec: &StepSpec) -> Result<StepSplit> {
     check(lengths, spec)?;
     let order = longest_first(lengths, spec.seed);
@@ -103,11 +103,10 @@ pub fn split_step(lengths: &[u32], spec: &StepSpec) -> Result<StepSplit> {
             .max_by_key(|&(i, rows)| (rows, std::cmp::Reverse(i)))
             .unwrap_or((0, 0));
         if rows < 2 {
-            return Err(ErrorKind::TooFewSamplesForRanks {
-                samples: lengths.len(),
+            return Err(ErrorKind::StepTooSmall {
+                sequences: lengths.len(),
                 world_size: spec.world_size,
-                drop_last: false,
-                batches: batches.len(),
+                formed: batches.len(),
                 needed: target,
             }
             .into());

@@ -94,6 +94,7 @@ kinds! {
     MaxTokensBelowShortest => "max_tokens_below_shortest", Plan, false;
     Oversize => "oversize", Plan, false;
     SequenceOverBudget => "sequence_over_budget", Plan, false;
+    StepTooSmall => "step_too_small", Plan, false;
     OutOfMemory => "out_of_memory", Memory, false;
     TooFewSamplesForRanks => "too_few_samples_for_ranks", Plan, false;
     ResumeStepOutOfRange => "resume_step_out_of_range", Plan, false;

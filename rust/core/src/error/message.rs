@@ -192,6 +192,18 @@ impl fmt::Display for Error {
                 "length {length} at row {row} exceeds max_tokens {max_tokens} (the longest row that \
                  fits is {longest} tokens); raise max_tokens or pass oversize='skip'"
             ),
+            K::StepTooSmall {
+                sequences,
+                world_size,
+                formed,
+                needed,
+            } => write!(
+                f,
+                "{sequences} sequence(s) cannot give each of {world_size} ranks the same number of \
+                 micro-batches within max_tokens: they form {formed}, equal counts need {needed}, and a \
+                 micro-batch holds at least one sequence; use fewer ranks, a larger max_tokens, or \
+                 mode='packed'"
+            ),
             K::SequenceOverBudget {
                 row,
                 length,

@@ -192,6 +192,18 @@ pub enum ErrorKind {
         /// The budget.
         max_tokens: u64,
     },
+    /// One step's sequences (`split_step`) cannot give every rank the same number of micro-batches within
+    /// the budget.
+    StepTooSmall {
+        /// Sequences of the step.
+        sequences: usize,
+        /// Ranks.
+        world_size: u32,
+        /// Micro-batches they form, each sequence alone where the budget allows no more.
+        formed: usize,
+        /// Micro-batches equal counts need (a multiple of `world_size`).
+        needed: usize,
+    },
     /// The memory an operation needs could not be reserved up front.
     OutOfMemory {
         /// What needed it, in words.

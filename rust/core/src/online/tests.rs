@@ -48,10 +48,14 @@ fn each_error_is_its_kind() {
     assert_eq!(kind(&[3, 11], spec(1, 10, false)), "sequence_over_budget");
     assert_eq!(kind(&[3], spec(0, 10, false)), "invalid_setting");
     assert_eq!(kind(&[3], spec(1, 0, false)), "invalid_setting");
+    assert_eq!(kind(&[3, 3], spec(4, 10, false)), "step_too_small");
+    // Three sequences on two ranks: 4 micro-batches cannot be filled, and 2 would put 2049 + 1 in one
+    // padded batch of 2 × 2049 > 4096. Packed, 2049 + 1 fits.
     assert_eq!(
-        kind(&[3, 3], spec(4, 10, false)),
-        "too_few_samples_for_ranks"
+        kind(&[1, 2049, 2049], spec(2, 4096, false)),
+        "step_too_small"
     );
+    assert!(split_step(&[1, 2049, 2049], &spec(2, 4096, true)).is_ok());
     let bad_cost = StepSpec {
         cost: CostModel {
             linear: -1.0,
@@ -98,10 +102,13 @@ proptest! {
         quadratic in prop::sample::select(vec![0.0, 1e-3]),
     ) {
         let s = StepSpec { cost: CostModel { linear: 1.0, quadratic }, seed, ..spec(world, budget, packed) };
-        let Ok(split) = split_step(&lengths, &s) else {
-            // Only when the sequences cannot give every rank a micro-batch.
-            prop_assert!(lengths.len() < world as usize);
-            return Ok(());
+        let split = match split_step(&lengths, &s) {
+            Ok(split) => split,
+            Err(error) => {
+                // Only when the sequences cannot give every rank as many micro-batches within the budget.
+                prop_assert_eq!(error.kind().name(), "step_too_small");
+                return Ok(());
+            }
         };
         let batches = split.offsets.len() - 1;
         prop_assert_eq!(batches, split.micro_batches as usize * world as usize);
