@@ -10,6 +10,8 @@ mod fields;
 pub use fields::{Family, Kind, KINDS};
 mod message;
 pub mod read;
+mod shared;
+pub use shared::SharedProblem;
 
 /// What went wrong, with the values needed to say so precisely.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -370,26 +372,6 @@ pub enum ErrorKind {
         row: i128,
         /// Rows in the dataset.
         rows: u64,
-    },
-}
-
-/// Why a node's shared plan file cannot be used (`shared/`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SharedProblem {
-    /// The operating system refused.
-    Io {
-        /// What was being done.
-        action: &'static str,
-        /// The `std::io` kind, so a binding can raise the matching exception.
-        kind: std::io::ErrorKind,
-        /// The operating system's message.
-        message: String,
-    },
-    /// A file at the plan's name that is not the plan asked for.
-    Refused {
-        /// What it is instead.
-        why: String,
     },
 }
 
