@@ -57,7 +57,7 @@ class Stream:
     def examples(self, start: int) -> Iterator[Any]:
         """The examples from example ``start`` on."""
         if self._files is not None:
-            return _parquet_examples(self._files, start)
+            return Shards(self._files).examples(start)
         assert self._open is not None
         opened = self._open()
         if isinstance(opened, (str, bytes, Mapping)) or not hasattr(opened, "__iter__"):
@@ -88,27 +88,6 @@ def _parquet_files(source: Any) -> list[str]:
     return files
 
 
-def _parquet_examples(files: list[str], start: int) -> Iterator[dict[str, Any]]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    skip = start
-    for path in files:
-        reader = _open_parquet(pq, path)
-        groups = reader.metadata.num_row_groups
-        for group in range(groups):
-            rows = reader.metadata.row_group(group).num_rows
-            if skip >= rows:  # before the start: skipped by its metadata, never decoded
-                skip -= rows
-                continue
-            try:
-                table = reader.read_row_group(group)
-            except (pa.ArrowInvalid, OSError) as error:
-                raise DataError(f"{path!r}, row group {group}: cannot be read ({error}): a corrupt shard") from None
-            yield from table.slice(skip).to_pylist()
-            skip = 0
-
-
 class Shards:
     """Parquet files indexed by row group (their metadata, read when a pass begins): a column of any rows,
     and whole rows of a few, converted to Python only for the rows asked for."""
@@ -128,6 +107,11 @@ class Shards:
         self.rows = first
         self._files = files
         self._starts = np.asarray([g[2] for g in self._groups], dtype=np.int64)
+
+    def examples(self, start: int) -> Iterator[dict[str, Any]]:
+        """Every example from row ``start`` on, as dicts; row groups before it are skipped by their metadata."""
+        for table in self._tables(start, self.rows, None):
+            yield from table.to_pylist()
 
     def column(self, name: str, start: int, stop: int) -> Any:
         """Column ``name`` of rows ``start`` to ``stop`` (an Arrow chunked array), reading that column only."""
