@@ -345,7 +345,12 @@ def peer_table(lengths: np.ndarray) -> dict:
     for key, name, settings in (
         ("padded", "dflash_batch padded, cost='tokens'", {}),
         ("padded_cost", "dflash_batch padded, cost=(a, b)", {"cost": ATTENTION}),
-        ("packed", "dflash_batch packed rows, cost='tokens' (best fit)", {"mode": "packed"}),
+        (
+            "packed_best_fit",
+            "dflash_batch packed rows, best fit (1 bucket)",
+            {"mode": "packed", "bucketed": True, "boundaries": 1},
+        ),
+        ("packed", "dflash_batch packed rows, cost='tokens'", {"mode": "packed"}),
         ("packed_cost", "dflash_batch packed rows, cost=(a, b)", {"cost": ATTENTION, "mode": "packed"}),
     ):
         sampler = db.BucketSampler(

@@ -86,8 +86,8 @@ def test_packing_figures_are_what_the_planner_computes(capsys):
     import packing
 
     lengths = db.seed_workload(db.SEED_SAMPLES, seed=0)
-    for bucketed, key in ((False, "plain"), (True, "bucketed")):
-        same(FIGURES["packing"][key], packing.scored(lengths, bucketed, 1), f"packing.{key}")
+    for key in ("plain", "best_fit", "bucketed"):
+        same(FIGURES["packing"][key], packing.scored(lengths, key, 1), f"packing.{key}")
 
 
 @pytest.mark.slow  # a wall-clock figure: never in the fast lane, whose workers share the cores

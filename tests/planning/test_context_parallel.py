@@ -97,13 +97,13 @@ def test_padded_pieces_fit_rows_each_sample_once_and_stats_match_numpy(lengths, 
 
 
 def test_an_exact_small_plan_and_what_padding_costs():
-    # cp=2: 5-token samples take 8 of a 16-token row, so 4 need two rows where one held 3 unpadded.
-    plain = db.BucketSampler([5] * 4, max_tokens=16, mode="packed", world_size=1, rank=0).plan(0)
-    cp = db.BucketSampler([5] * 4, max_tokens=16, mode="packed", context_parallel=2, world_size=1, rank=0).plan(0)
-    assert [len(r) for r in rows_of(plain)] == [3, 1]
-    assert [len(r) for r in rows_of(cp)] == [2, 2]
+    # cp=2: 5-token samples take 8 of a 16-token row, so 6 need three rows where two held 3 unpadded.
+    plain = db.BucketSampler([5] * 6, max_tokens=16, mode="packed", world_size=1, rank=0).plan(0)
+    cp = db.BucketSampler([5] * 6, max_tokens=16, mode="packed", context_parallel=2, world_size=1, rank=0).plan(0)
+    assert [len(r) for r in rows_of(plain)] == [3, 3]
+    assert [len(r) for r in rows_of(cp)] == [2, 2, 2]
     stats = cp.stats()
-    assert (stats["real_tokens"], stats["padded_tokens"], stats["piece_padding_tokens"]) == (20, 32, 12)
+    assert (stats["real_tokens"], stats["padded_tokens"], stats["piece_padding_tokens"]) == (30, 48, 18)
     assert "cp_spread_zigzag" not in plain.stats() and "piece_padding_tokens" not in plain.stats()
 
 

@@ -1,13 +1,17 @@
 """Checkpoints planned under other planning rules (issue 31 changed how a window's ranks are evened out on
 several ranks with accumulation — rules 1 — and how packed rows under an attention price are composed —
-rules 2, and their closing fits, rules 3): a state names the rules it was planned under, and a configuration whose
+rules 2, and their closing fits, rules 3; issue 63 composed the default packed rows, priced by tokens, that
+way too, rules 4): a state names the rules it was planned under, and a configuration whose
 plans changed since refuses to resume it mid-epoch — replaying a different plan would train some samples
 twice and skip others without a word — while the next epoch, and configurations whose plans did not change,
 resume as before."""
 
 from __future__ import annotations
 
+import hashlib
+
 import dflash_batch as db
+import numpy as np
 import pytest
 from dflash_batch import _core
 
@@ -27,7 +31,7 @@ def trained(s: db.BucketSampler, steps: int) -> dict:
 
 def test_a_state_records_the_rules_and_resumes_under_them():
     state = trained(sampler(accumulation=4), 5)
-    assert state["revision"] == _core.PLAN_REVISION == 3
+    assert state["revision"] == _core.PLAN_REVISION == 4
     s = sampler(accumulation=4)
     s.load_state_dict(state)
     assert [b.tolist() for b in s] == [s.plan(0)[i * 8].tolist() for i in range(5, s.plan(0).steps)]
@@ -89,10 +93,15 @@ def test_an_older_state_of_packed_rows_under_attention_is_refused_mid_epoch(worl
 
 @pytest.mark.parametrize(
     "settings",
-    [{"mode": "packed"}, {"mode": "packed", "bucketed": True, "cost": (1.0, 1 / 30720)}, {"cost": (1.0, 1 / 30720)}],
+    [
+        {"mode": "packed", "bucketed": True},
+        {"mode": "packed", "bucketed": True, "cost": (1.0, 1 / 30720)},
+        {"cost": (1.0, 1 / 30720)},
+        {"mode": "packed", "shuffle": False},
+    ],
 )
-@pytest.mark.parametrize("revision", [1, 2])
-def test_an_older_state_resumes_where_rules_2_and_3_changed_nothing(settings, revision):
+@pytest.mark.parametrize("revision", [1, 2, 3])
+def test_an_older_state_resumes_where_rules_2_to_4_changed_nothing(settings, revision):
     make = lambda: db.BucketSampler(LENGTHS, max_tokens=16384, world_size=8, rank=0, seed=1, **settings)  # noqa: E731
     state = trained(make(), 3)
     s = make()
@@ -100,11 +109,48 @@ def test_an_older_state_resumes_where_rules_2_and_3_changed_nothing(settings, re
     assert s.position.step == 3
 
 
+@pytest.mark.parametrize("revision", [0, 1, 2, 3])
+@pytest.mark.parametrize("world", [1, 8])
+def test_an_older_state_of_default_packed_rows_is_refused_mid_epoch(world, revision):
+    """Default packed rows (cost "tokens") were packed best fit until rules 4: a state of rules 3 mid-epoch would
+    replay rows composed another way."""
+    make = lambda: db.BucketSampler(LENGTHS, max_tokens=16384, world_size=world, rank=0, seed=1, mode="packed")  # noqa: E731
+    state = trained(make(), 3)
+    s = make()
+    message = rf"planning rules {revision}, and this dflash_batch \(rules 4\).*mode 'packed'"
+    message += rf".*PLAN_REVISION is {revision}\)"
+    with pytest.raises(db.PlanError, match=message):
+        s.load_state_dict({**state, "revision": revision})
+    assert s.position.epoch == 0 and s.position.step == 0
+    s.load_state_dict({**state, "revision": revision, "epoch": 1, "step": 0})
+    assert s.epoch == 1 and len(list(s)) == s.plan(1).steps
+
+
 def test_a_state_from_newer_rules_is_refused_mid_epoch_and_accepted_at_an_epoch_start():
     state = trained(sampler(), 3)
     newer = {**state, "revision": _core.PLAN_REVISION + 1}
-    with pytest.raises(db.PlanError, match=r"newer than this dflash_batch's \(3\).*Upgrade"):
+    with pytest.raises(db.PlanError, match=r"newer than this dflash_batch's \(4\).*Upgrade"):
         sampler().load_state_dict(newer)
     s = sampler()
     s.load_state_dict({**newer, "epoch": 1, "step": 0})
     assert s.epoch == 1 and s.position.step == 0
+
+
+@pytest.mark.parametrize(
+    ("settings", "world", "digest"),
+    [
+        ({"mode": "packed"}, 1, "c0ad3691be0f1c5a"),
+        ({"mode": "packed"}, 8, "ea6463c607d18112"),
+        ({"mode": "packed", "context_parallel": 2}, 8, "2ce6a7112291e6eb"),
+        ({"mode": "packed", "cost": (1.0, 1 / 30720)}, 8, "8d0ed449d4cbb306"),
+        ({"mode": "packed", "bucketed": True, "boundaries": 1}, 8, "4baa758b07eeece5"),
+    ],
+)
+def test_packed_plans_are_pinned_to_the_rules(settings, world, digest):
+    """A plan is a pure function of its settings and the rules: a change here without a new PLAN_REVISION (and
+    `plans_changed_since` naming these settings) would resume old checkpoints into another plan, silently. The
+    default packed rows are composed (rules 4): their rows are the attention price's, balanced by tokens."""
+    plan = db.BucketSampler(LENGTHS, max_tokens=16384, world_size=world, rank=0, seed=1, accumulation=4, **settings)
+    got = plan.plan(3)
+    data = np.asarray(got.indices, dtype="<u4").tobytes() + np.asarray(got.offsets, dtype="<u4").tobytes()
+    assert hashlib.sha256(data).hexdigest()[:16] == digest

@@ -39,7 +39,8 @@ def test_mixing_benchmark():
 
 def test_packing_benchmark():
     out = run("packing.py", "--samples", "5000", "--repeats", "2", "--grain-samples", "400")
-    assert "Python first-fit (random order)" in out and "utilization ≥ 0.99" in out
+    assert "Python first-fit (random order)" in out and "window_tv no worse:" in out
+    assert "best fit (bucketed, 1 bucket)" in out and "× best fit's" in out
     assert "grain BestFitPackIterDataset, 512 bins" in out and "plan + collate every row" in out
     assert "lower bound: ⌈Σ L / 16384⌉" in out and "dflash_batch packed, cost=(a, b)" in out
     assert "fill ≥ 0.999:" in out and "end to end ≥ 0.99:" in out

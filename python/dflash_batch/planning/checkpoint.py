@@ -221,7 +221,8 @@ def _check_revision(schedule: Schedule, state: dict[str, Any]) -> None:
             f"{PLAN_REVISION}) plans its epoch differently for these settings (mode {schedule.mode!r}, "
             f"{changed[0]} ranks, accumulation {schedule.accumulation}): resuming mid-epoch would train some "
             "samples twice and skip others. Finish the epoch with the dflash_batch release that wrote the "
-            f"checkpoint, or resume at the next epoch: {resume_next}"
+            f"checkpoint (one whose dflash_batch._core.PLAN_REVISION is {revision}), or resume at the next epoch: "
+            f"{resume_next}"
         )
 
 

@@ -246,9 +246,7 @@ impl Planner {
     /// Whether plans of this configuration on `world_size` ranks changed since planning rules
     /// `revision` (a checkpoint written under it cannot resume: see `PLAN_REVISION`).
     fn plans_changed_since(&self, revision: u32, world_size: u32) -> bool {
-        self.inner
-            .config()
-            .plans_changed_since(revision, world_size)
+        self.inner.plans_changed_since(revision, world_size)
     }
 
     /// Rows of the dataset (the planned entries less the later pieces of split samples).

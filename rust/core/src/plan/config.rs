@@ -172,12 +172,16 @@ pub struct Config {
 }
 
 impl Config {
-    /// Whether shuffled epochs compose their rows by cost (`form/compose.rs`): unbucketed packed
-    /// rows under a token capacity, priced with an attention term.
-    pub(crate) fn composes_rows_by_cost(&self) -> bool {
+    /// Whether shuffled epochs compose their rows (`form/compose.rs`): unbucketed packed rows under
+    /// a token capacity, priced with an attention term, or priced by tokens in epochs small enough to
+    /// be `arranged` (`form/mod.rs`). Rows are composed the same under either price (only rank balance
+    /// reads it). Past that size, rows priced by tokens are packed best fit as they stream
+    /// (`form/pack.rs`): composing 100M samples took 4.0 against 1.5 s an epoch and 1.16 against
+    /// 0.90 GiB (2 threads, measured), where best fit keeps the 1 GiB and 2 s a 100M epoch promises.
+    pub(crate) fn composes_rows(&self, arranged: bool) -> bool {
         matches!(self.mode, Mode::Packed { bucketed: false })
             && matches!(self.batching, Batching::Tokens(_))
-            && self.cost.quadratic > 0.0
+            && (self.cost.quadratic > 0.0 || arranged)
     }
 
     /// A training configuration with the library defaults around `batching`.

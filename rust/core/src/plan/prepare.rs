@@ -5,6 +5,7 @@ use crate::error::{ErrorKind, Result};
 use crate::lengths::Length;
 use crate::plan::buckets::Buckets;
 use crate::plan::config::{Batching, Boundaries, Config, CostModel, Mode, Oversize};
+use crate::plan::form::ARRANGE_MAX_SAMPLES;
 use crate::plan::optimize::{auto_edges, optimal_edges, predicted_efficiency, Histogram};
 use crate::plan::rules::Rules;
 
@@ -76,7 +77,7 @@ pub(crate) fn prepare_with<L: Length>(
     let batch_bound = batch_bound(
         config,
         (&bucket_rows, &bucket_least),
-        (admitted, admitted_tokens, long),
+        (lengths.len(), (admitted, admitted_tokens, long)),
     );
     Ok(Prepared {
         buckets,
@@ -100,15 +101,22 @@ pub(crate) fn prepare_with<L: Length>(
 /// closed to make room had less room than the sample that found none (to within a room class, a
 /// few tokens), and a row closed full less than the shortest; so a row at most a quarter full was
 /// closed by, or holds, a sample longer than a quarter of a row: rows ≤ 4 · tokens / max_tokens +
-/// 2 · (samples over a quarter row) + what the ends flush. Rows composed by cost (`compose.rs`):
-/// one a sample. (A mixture's epochs repeat rows: its planner does not use this.)
-fn batch_bound(config: &Config, (rows, least): (&[u64], &[u32]), counts: (u64, u64, u64)) -> u64 {
+/// 2 · (samples over a quarter row) + what the ends flush. Rows composed (`compose.rs`): one a
+/// sample. (A mixture's epochs repeat rows: its planner does not use this.)
+fn batch_bound(
+    config: &Config,
+    (rows, least): (&[u64], &[u32]),
+    (samples, counts): (usize, (u64, u64, u64)),
+) -> u64 {
     let (admitted, tokens, long) = counts;
     // Every stream's end: the groups' (`form/mod.rs`), the packed epoch's last, a bucket's own.
     let streams = crate::plan::form::MAX_GROUPS as u64 + 2;
     let buckets = rows.len() as u64;
     let bound = match (config.mode, config.batching) {
-        (Mode::Packed { .. }, _) if config.composes_rows_by_cost() => admitted,
+        // Arranged unless a test lowered the limit, and then the bound is only larger.
+        (Mode::Packed { .. }, _) if config.composes_rows(samples <= ARRANGE_MAX_SAMPLES) => {
+            admitted
+        }
         (Mode::Packed { bucketed }, Batching::Tokens(t)) => {
             let window = crate::plan::form::WINDOW as u64;
             let open = if bucketed { window * buckets } else { window };

@@ -12,18 +12,24 @@
 //!   composed by cost, and windows drawn from strata (`form/compose.rs`).
 //! * Revision 3: those composed rows take a sample that fills one to within a few tokens before the
 //!   least attention (`form/compose.rs`, closing fits).
+//! * Revision 4: shuffled unbucketed packed rows are composed that way under every cost model, the
+//!   default `cost="tokens"` included (they were packed best fit over a window, `form/pack.rs`).
 
 use crate::plan::config::Config;
 
 /// The revision of the planning rules this crate implements.
-pub const PLAN_REVISION: u32 = 3;
+pub const PLAN_REVISION: u32 = 4;
 
 impl Config {
     /// Whether this configuration's plans on `world_size` ranks differ between rules `revision` and
-    /// [`PLAN_REVISION`] (a checkpoint written under `revision` cannot resume here).
-    pub fn plans_changed_since(&self, revision: u32, world_size: u32) -> bool {
+    /// [`PLAN_REVISION`] (a checkpoint written under `revision` cannot resume here), for epochs
+    /// small enough to be `arranged` or not (`Planner::plans_changed_since` knows which).
+    pub fn plans_changed_since(&self, revision: u32, world_size: u32, arranged: bool) -> bool {
         let swaps = revision < 1 && world_size >= 2 && self.accumulation >= 2;
-        let composed = revision < 3 && self.shuffle && self.composes_rows_by_cost();
+        let priced = self.cost.quadratic > 0.0;
+        let composed = self.shuffle
+            && self.composes_rows(arranged)
+            && (revision < 3 || (!priced && revision < 4));
         swaps || composed
     }
 }
@@ -38,14 +44,14 @@ mod tests {
             accumulation,
             ..Config::new(Batching::Tokens(64))
         };
-        assert!(config(4).plans_changed_since(0, 8));
-        assert!(!config(1).plans_changed_since(0, 8));
-        assert!(!config(4).plans_changed_since(0, 1));
-        assert!(!config(4).plans_changed_since(1, 8));
+        assert!(config(4).plans_changed_since(0, 8, true));
+        assert!(!config(1).plans_changed_since(0, 8, true));
+        assert!(!config(4).plans_changed_since(0, 1, true));
+        assert!(!config(4).plans_changed_since(1, 8, true));
     }
 
     #[test]
-    fn only_shuffled_unbucketed_packed_rows_under_attention_changed_in_revisions_2_and_3() {
+    fn only_shuffled_unbucketed_packed_rows_changed_in_revisions_2_to_4() {
         let attention = CostModel {
             linear: 1.0,
             quadratic: 1e-4,
@@ -56,17 +62,26 @@ mod tests {
             shuffle,
             ..Config::new(Batching::Tokens(64))
         };
-        assert!(packed(false, attention, true).plans_changed_since(1, 1));
-        assert!(packed(false, attention, true).plans_changed_since(0, 1));
-        assert!(packed(false, attention, true).plans_changed_since(2, 8));
-        assert!(!packed(false, attention, true).plans_changed_since(3, 8));
-        assert!(!packed(true, attention, true).plans_changed_since(1, 8));
-        assert!(!packed(false, CostModel::TOKENS, true).plans_changed_since(1, 8));
-        assert!(!packed(false, attention, false).plans_changed_since(1, 8));
+        assert!(packed(false, attention, true).plans_changed_since(1, 1, true));
+        assert!(packed(false, attention, true).plans_changed_since(0, 1, true));
+        assert!(packed(false, attention, true).plans_changed_since(2, 8, true));
+        assert!(!packed(false, attention, true).plans_changed_since(3, 8, true));
+        assert!(!packed(true, attention, true).plans_changed_since(1, 8, true));
+        // Rows priced by tokens alone were packed best fit until revision 4.
+        assert!(packed(false, CostModel::TOKENS, true).plans_changed_since(3, 8, true));
+        assert!(packed(false, CostModel::TOKENS, true).plans_changed_since(1, 1, true));
+        assert!(!packed(false, CostModel::TOKENS, true).plans_changed_since(4, 8, true));
+        assert!(!packed(true, CostModel::TOKENS, true).plans_changed_since(3, 8, true));
+        assert!(!packed(false, CostModel::TOKENS, false).plans_changed_since(3, 8, true));
+        assert!(!packed(false, attention, true).plans_changed_since(4, 8, true));
+        // Epochs too large to arrange keep rows priced by tokens best fit; priced ones compose.
+        assert!(!packed(false, CostModel::TOKENS, true).plans_changed_since(3, 8, false));
+        assert!(packed(false, attention, true).plans_changed_since(2, 8, false));
+        assert!(!packed(false, attention, false).plans_changed_since(1, 8, true));
         let padded = Config {
             cost: attention,
             ..Config::new(Batching::Tokens(64))
         };
-        assert!(!padded.plans_changed_since(1, 8));
+        assert!(!padded.plans_changed_since(1, 8, true));
     }
 }

@@ -276,11 +276,11 @@ impl<L: Length> Former<'_, L> {
         complete
     }
 
-    /// The row capacity of epochs whose groups are composed by attention cost (`compose.rs`):
-    /// unbucketed packed rows under a cost model with an attention term.
+    /// The row capacity of epochs whose groups are composed by attention (`compose.rs`): see
+    /// `Config::composes_rows`.
     fn composed_capacity(&self) -> Option<u32> {
         match self.config.batching {
-            Batching::Tokens(t) if self.config.composes_rows_by_cost() => {
+            Batching::Tokens(t) if self.config.composes_rows(self.arranged) => {
                 Some(u32::try_from(t).unwrap_or(u32::MAX))
             }
             _ => None,
