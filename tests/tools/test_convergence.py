@@ -5,19 +5,13 @@ planned for it."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
+import _corpus
+import convergence
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import _corpus  # noqa: E402
-import convergence  # noqa: E402
 
 
 @settings(max_examples=300, deadline=None)

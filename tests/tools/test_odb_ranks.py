@@ -5,17 +5,13 @@ recorded."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("odb")
 pytest.importorskip("torch")
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
 
-import odb_ranks  # noqa: E402
+import odb_ranks
 
 pytestmark = pytest.mark.multiprocess  # a gloo group of two ranks: make test-all
 

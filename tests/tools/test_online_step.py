@@ -4,15 +4,9 @@ sequence once, within budget: it asserts), the baselines are what they say, and 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import online_step  # noqa: E402
+import online_step
 
 
 def test_a_small_run_records_every_shape_and_way_with_equal_counts_for_split_step(tmp_path):

@@ -5,19 +5,13 @@ verdicts of the convergence benchmark on planted differences, and a smoke run of
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
+import _at_target
+import _equivalence
+import _gradients
 import dflash_batch as db
 import numpy as np
 import pytest
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import _at_target  # noqa: E402
-import _equivalence  # noqa: E402
-import _gradients  # noqa: E402
 
 
 def planted(n: int = 600, width: int = 40, bias: float = 0.0, seed: int = 0):

@@ -4,13 +4,8 @@ asserts every sample once), the joined windows are scored beside the global plan
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import windows  # noqa: E402
+import windows
 
 
 def test_a_small_run_scores_every_window_size_that_fits_beside_the_global_plan(tmp_path):
