@@ -12,6 +12,10 @@ rows. Targets for the default: fill ≥ 0.999, ``window_tv`` no worse than best 
 and ≥ 50× the Python first-fit, p99 rank imbalance ≤ 1.05; under the price: fill ≥ 0.999, window_tv ≤ 0.03,
 end to end ≥ 0.99 at that price. Every plan is checked first (every sample once, no row over C).
 
+A cap on samples per row (``max_docs_per_row`` = 4, 8, 16, and none) on the seed workload and on a workload of
+many short samples (log-normal, median 200 tokens, as chat turns): fill, samples per row and planning time
+against the uncapped rows of the same run. Every capped plan is checked first (no row above the cap).
+
 Context parallelism (``context_parallel=4, 8``, rows of 32,768 tokens, every sample padded to a multiple of
 2·cp): fill with that padding counted as waste, the per-CP-rank attention spread of the zigzag and the
 contiguous layouts, and planning time against plain packed rows of the same capacity in the same run.
@@ -192,6 +196,51 @@ def grain_table(lengths: np.ndarray, samples: int) -> dict:
     return figures
 
 
+def short_workload(n: int, seed: int = 0) -> np.ndarray:
+    """Many short samples: log-normal lengths around 200 tokens (σ 0.8), 16 to 4,096 (chat turns, short
+    instructions): ~80 to a 16K row uncapped."""
+    rng = np.random.default_rng(seed)
+    return np.clip(rng.lognormal(np.log(200), 0.8, n), 16, 4096).astype(np.uint32)
+
+
+def capped_rows(lengths: np.ndarray, cap: int | None, repeats: int) -> dict:
+    """Default packed rows under ``max_docs_per_row=cap``, checked: every sample once, no row over the cap."""
+    sampler = db.BucketSampler(
+        lengths, max_tokens=CAPACITY, mode="packed", world_size=WORLD, rank=0, accumulation=ACCUMULATION,
+        max_docs_per_row=cap,
+    )  # fmt: skip
+    plan = sampler.plan(0)
+    check(lengths, plan)
+    docs = np.diff(np.asarray(plan.offsets))
+    assert cap is None or docs.max() <= cap, "row over the cap"
+    sampler.plan(repeats + 1)  # untimed: the first plans after a new workload run cold (~2×, measured)
+    median, best = timings(lambda i: sampler.plan(i + 1), repeats)
+    stats = plan.stats()
+    return {
+        "cap": cap, "fill": stats["utilization"], "rows": len(plan), "docs_mean": float(docs.mean()),
+        "docs_max": int(docs.max()), "window_tv": stats["window_tv"], "median_ms": median * 1e3, "best_ms": best * 1e3,
+    }  # fmt: skip
+
+
+def docs_cap_table(seed_lengths: np.ndarray, repeats: int) -> dict:
+    """``max_docs_per_row`` at 4, 8, 16 against no cap, on the seed workload and on many short samples."""
+    print(f"\nmax_docs_per_row: rows of {CAPACITY} tokens, {WORLD} ranks × {ACCUMULATION}")
+    head = f"{'workload':<10} {'cap':>5} {'fill':>7} {'rows':>8} {'docs/row':>9} {'max':>5}"
+    print(f"{head} {'median ms':>10} {'× none':>7}")
+    figures: dict = {}
+    for name, lengths in (("seed", seed_lengths), ("short", short_workload(len(seed_lengths)))):
+        runs = [capped_rows(lengths, cap, repeats) for cap in (None, 4, 8, 16)]
+        for r in runs:
+            r["time_ratio"] = r["median_ms"] / runs[0]["median_ms"]
+            cap = "none" if r["cap"] is None else str(r["cap"])
+            print(
+                f"{name:<10} {cap:>5} {r['fill']:>7.4f} {r['rows']:>8,} {r['docs_mean']:>9.2f} {r['docs_max']:>5} "
+                f"{r['median_ms']:>10.1f} {r['time_ratio']:>7.2f}"
+            )
+        figures[name] = {"none" if r["cap"] is None else f"cap{r['cap']}": r for r in runs}
+    return figures
+
+
 CP_CAPACITY = 32768
 
 
@@ -326,6 +375,7 @@ def main() -> None:
         "ratio": ratio, "time_ratio": time_ratio,
         "python": {"utilization": python_util, "seconds": python_s, "rows": len(rows)},
     }  # fmt: skip
+    figures["max_docs"] = docs_cap_table(lengths, args.repeats)
     figures["context_parallel"] = context_parallel_table(lengths, args.repeats)
     if args.grain_samples:
         figures["grain"] = grain_table(lengths, args.grain_samples)

@@ -188,6 +188,7 @@ class Config:
         context_parallel: int = 1,
         rank_cost: tuple[float, float] | None = None,
         whole_steps: bool = False,
+        max_docs_per_row: int | None = None,
         # </settings>
     ) -> None:
         """Checks each setting's type (and the ranges a Python value can exceed). Raises TypeError for a

@@ -86,6 +86,11 @@ class Packed:
             attention spread per layout and ``db.context_parallel_shard`` cuts a batch for one rank
             (``docs/context_parallel.md``). Default ``1``; accepts 1 to 2**32 - 1 (packed; max_tokens a multiple
             of 2·context_parallel).
+        max_docs_per_row: with ``mode="packed"``, the most samples (pieces, under ``oversize="truncate"``) a row
+            holds: attention kernels and per-document bookkeeping (``cu_seqlens`` buffers, position resets) cost
+            per document. A row closes at the cap whatever its room, so fill falls where samples are short
+            (``docs/packing.md``). ``None``: no cap. Default ``None``; accepts None, or 1 to 2**32 - 1 (packed
+            only).
     """
 
     max_tokens: int
@@ -94,6 +99,7 @@ class Packed:
     pad_to_multiple_of: int = 1
     bucketed: bool = False
     context_parallel: int = 1
+    max_docs_per_row: int | None = None
 
 
 @dataclass(frozen=True)

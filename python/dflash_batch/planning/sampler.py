@@ -103,6 +103,7 @@ class BucketSampler:
         context_parallel: int = 1,
         rank_cost: tuple[float, float] | None = None,
         whole_steps: bool = False,
+        max_docs_per_row: int | None = None,
         # </settings>
         rank: int | None = None,
         column: str | None = None,

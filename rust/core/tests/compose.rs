@@ -52,8 +52,16 @@ fn rows(plan: &Plan) -> Vec<Vec<u32>> {
 }
 
 /// Rows composed (`bucketed` false), or filled best fit in one bucket.
-fn plan(lengths: &[u32], capacity: u64, (cost, bucketed): (CostModel, bool), seed: u64) -> Plan {
-    let config = Config {
+fn plan(lengths: &[u32], capacity: u64, how: (CostModel, bool), seed: u64) -> Plan {
+    Planner::new(lengths.to_vec(), config(capacity, how, seed))
+        .unwrap()
+        .plan(1)
+        .unwrap()
+}
+
+/// The settings of [`plan`]: 4 ranks × 2, packed rows priced by `cost`.
+fn config(capacity: u64, (cost, bucketed): (CostModel, bool), seed: u64) -> Config {
+    Config {
         seed,
         world_size: 4,
         accumulation: 2,
@@ -65,11 +73,7 @@ fn plan(lengths: &[u32], capacity: u64, (cost, bucketed): (CostModel, bool), see
         },
         cost,
         ..Config::new(Batching::Tokens(capacity))
-    };
-    Planner::new(lengths.to_vec(), config)
-        .unwrap()
-        .plan(1)
-        .unwrap()
+    }
 }
 
 /// Random mixes of the seed workload's shape at any scale: five length ranges, each twice the one
@@ -135,20 +139,8 @@ fn epochs_too_large_to_arrange_pack_rows_priced_by_tokens_best_fit() {
         let mut runner = proptest::test_runner::TestRunner::deterministic();
         arb_mix().new_tree(&mut runner).unwrap().current()
     };
-    let huge = |cost, bucketed| {
-        let config = Config {
-            seed,
-            world_size: 4,
-            accumulation: 2,
-            mode: Mode::Packed { bucketed },
-            boundaries: if bucketed {
-                Boundaries::Count(1)
-            } else {
-                Boundaries::Auto
-            },
-            cost,
-            ..Config::new(Batching::Tokens(capacity))
-        };
+    let huge = |cost: CostModel, bucketed| {
+        let config = config(capacity, (cost, bucketed), seed);
         let planner = Planner::new(lengths.clone(), config)
             .unwrap()
             .with_arrange_limit(0);

@@ -33,7 +33,7 @@ impl Settings {
         oversize='error', pad_to_multiple_of=1, threads=None, accumulation=None, \
         target_efficiency=None, order='stratified', cost='tokens', balance_tolerance=None, \
         mode='padded', bucketed=False, trim_steps=False, context_parallel=1, rank_cost=None, \
-        whole_steps=False)")]
+        whole_steps=False, max_docs_per_row=None)")]
     // </settings>
     fn new(py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
         let empty = PyDict::new(py);

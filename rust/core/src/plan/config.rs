@@ -4,6 +4,7 @@
 use crate::error::{ErrorKind, Result};
 
 mod cost;
+mod packed;
 mod pieces;
 pub use cost::CostModel;
 pub(crate) use pieces::padded_piece;
@@ -169,21 +170,12 @@ pub struct Config {
     /// ranks), so a plan ends on a whole optimizer step: what a stream's windows need, whose plans are
     /// trained one after another (`window.rs`).
     pub whole_steps: bool,
+    /// Packed rows only: the most samples (pieces, under `Oversize::Truncate`) a row may hold —
+    /// attention kernels and per-document bookkeeping cost per document. `None`: no cap.
+    pub max_docs_per_row: Option<u32>,
 }
 
 impl Config {
-    /// Whether shuffled epochs compose their rows (`form/compose.rs`): unbucketed packed rows under
-    /// a token capacity, priced with an attention term, or priced by tokens in epochs small enough to
-    /// be `arranged` (`form/mod.rs`). Rows are composed the same under either price (only rank balance
-    /// reads it). Past that size, rows priced by tokens are packed best fit as they stream
-    /// (`form/pack.rs`): composing 100M samples took 4.0 against 1.5 s an epoch and 1.16 against
-    /// 0.90 GiB (2 threads, measured), where best fit keeps the 1 GiB and 2 s a 100M epoch promises.
-    pub(crate) fn composes_rows(&self, arranged: bool) -> bool {
-        matches!(self.mode, Mode::Packed { bucketed: false })
-            && matches!(self.batching, Batching::Tokens(_))
-            && (self.cost.quadratic > 0.0 || arranged)
-    }
-
     /// A training configuration with the library defaults around `batching`.
     pub fn new(batching: Batching) -> Self {
         Self {
@@ -204,6 +196,7 @@ impl Config {
             balance_tolerance_ppm: None,
             trim_steps: false,
             whole_steps: false,
+            max_docs_per_row: None,
             mode: Mode::Padded,
         }
     }
@@ -342,35 +335,7 @@ impl Config {
             }
             .into());
         }
-        if let Mode::Packed { .. } = self.mode {
-            if let Batching::Rows(_) = self.batching {
-                return Err(ErrorKind::PackedSetting {
-                    problem: "needs max_tokens (the row capacity), not batch_size",
-                }
-                .into());
-            }
-            // A packed row is one tensor of max_tokens tokens, and the packer counts its room in
-            // u32: a larger capacity was clipped there, so stats disagreed with the rows.
-            if let Batching::Tokens(capacity) = self.batching {
-                if capacity > u64::from(u32::MAX) {
-                    return Err(ErrorKind::InvalidSetting {
-                        name: "max_tokens",
-                        value: i128::from(capacity),
-                        expected: "≤ 4294967295 (2^32 - 1) in packed mode: a row is one tensor of \
-                                   max_tokens tokens",
-                    }
-                    .into());
-                }
-                self.validate_pieces(capacity)?;
-            }
-        } else if self.context_parallel != 1 {
-            return Err(ErrorKind::ContextParallelSetting {
-                problem: "splits packed rows over ranks; pass mode='packed' (with max_tokens a \
-                          multiple of 2·context_parallel), or leave it 1 for padded batches",
-                context_parallel: self.context_parallel,
-            }
-            .into());
-        }
+        self.validate_packed()?;
         match self.batching {
             Batching::Rows(0) => Err(setting("batch_size", 0, "≥ 1")),
             Batching::Tokens(0) => Err(setting("max_tokens", 0, "≥ 1")),

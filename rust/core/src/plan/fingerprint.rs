@@ -45,6 +45,7 @@ pub fn fingerprint<L: Length>(lengths: &[L], config: &Config) -> u64 {
         balance_tolerance_ppm,
         trim_steps,
         whole_steps,
+        max_docs_per_row,
     } = config;
     let (kind, size) = match *batching {
         Batching::Rows(n) => (1, u64::from(n)),
@@ -101,6 +102,9 @@ pub fn fingerprint<L: Length>(lengths: &[L], config: &Config) -> u64 {
     }
     if *whole_steps {
         h = fold(h, [9]);
+    }
+    if let Some(cap) = max_docs_per_row {
+        h = fold(h, [10, u64::from(*cap)]);
     }
     match boundaries {
         Boundaries::Auto => fold(h, [3, u64::from(*target_efficiency_ppm)]),

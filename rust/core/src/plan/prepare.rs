@@ -101,7 +101,8 @@ pub(crate) fn prepare_with<L: Length>(
 /// closed to make room had less room than the sample that found none (to within a room class, a
 /// few tokens), and a row closed full less than the shortest; so a row at most a quarter full was
 /// closed by, or holds, a sample longer than a quarter of a row: rows ≤ 4 · tokens / max_tokens +
-/// 2 · (samples over a quarter row) + what the ends flush. Rows composed (`compose.rs`): one a
+/// 2 · (samples over a quarter row) + what the ends flush (+ the rows `max_docs_per_row` closes
+/// by count: at most one per `max_docs_per_row` samples). Rows composed (`compose.rs`): one a
 /// sample. (A mixture's epochs repeat rows: its planner does not use this.)
 fn batch_bound(
     config: &Config,
@@ -122,7 +123,9 @@ fn batch_bound(
             let open = if bucketed { window * buckets } else { window };
             // Rows hold pieces padded to the multiple: at most `multiple - 1` tokens more each.
             let tokens = tokens + admitted * (config.piece_multiple() - 1);
-            4 * tokens / t.max(1) + 2 * long + streams * open
+            // Rows closed at `max_docs_per_row` samples, whatever their room.
+            let capped = admitted / u64::from(config.docs_per_row());
+            4 * tokens / t.max(1) + 2 * long + streams * open + capped
         }
         _ => {
             let closed: u64 = rows

@@ -10,7 +10,7 @@ use crate::errors::to_py;
 use crate::extract::{boundaries_of, count, flag, number, optional_count, seed_of, threads_of};
 
 /// The settings in the order `settings()`, checkpoints and the signature list them.
-pub(crate) const SETTINGS: [Setting; 21] = [
+pub(crate) const SETTINGS: [Setting; 22] = [
     Setting {
         name: "batch_size",
         kind: "int | None",
@@ -332,6 +332,28 @@ pub(crate) const SETTINGS: [Setting; 21] = [
         recorded: Recorded::UnlessDefault,
         apply: |d, given, v| {
             d.core.whole_steps = flag(given, "whole_steps", v, false)?;
+            Ok(())
+        },
+    },
+    Setting {
+        name: "max_docs_per_row",
+        kind: "int | None",
+        default: "None",
+        range: "None, or 1 to 2**32 - 1 (packed only)",
+        doc: "with `mode=\"packed\"`, the most samples (pieces, under `oversize=\"truncate\"`) a row holds: \
+              attention kernels and per-document bookkeeping (`cu_seqlens` buffers, position resets) cost \
+              per document. A row closes at the cap whatever its room, so fill falls where samples are \
+              short (`docs/packing.md`). `None`: no cap.",
+        group: Group::Packed,
+        recorded: Recorded::UnlessDefault,
+        apply: |d, given, v| {
+            d.core.max_docs_per_row = match v.filter(|o| !o.is_none()) {
+                Some(_) => Some(count(given, "max_docs_per_row", v, None)?),
+                None => {
+                    given.set_item("max_docs_per_row", given.py().None())?;
+                    None
+                }
+            };
             Ok(())
         },
     },

@@ -220,6 +220,7 @@ fn variants() -> Vec<(&'static str, Config)> {
                 trim_steps: true,
                 rank_cost: None,
                 whole_steps: false,
+                max_docs_per_row: None,
             },
         ),
         (
@@ -248,6 +249,14 @@ fn variants() -> Vec<(&'static str, Config)> {
                 ..base.clone()
             },
         ),
+        (
+            "max_docs_per_row",
+            Config {
+                mode: Mode::Packed { bucketed: false },
+                max_docs_per_row: Some(8),
+                ..base.clone()
+            },
+        ),
     ]
 }
 
@@ -264,7 +273,7 @@ fn as_pinned(config: Config) -> Config {
 /// the configuration: checkpoints written then must still be accepted.
 #[test]
 fn every_stored_fingerprint_still_matches() {
-    let stored: [(&str, u64); 22] = [
+    let stored: [(&str, u64); 23] = [
         ("default", 17006243726596172758),
         ("rows", 12743090375431498487),
         ("seed", 13791511467730541533),
@@ -287,6 +296,7 @@ fn every_stored_fingerprint_still_matches() {
         ("rank_cost", 16443094584649076445),
         ("context_parallel", 5139030390029307374),
         ("whole_steps", 4697649505516186125),
+        ("max_docs_per_row", 4458290141919796742),
     ];
     let variants = variants();
     assert_eq!(variants.len(), stored.len());

@@ -117,7 +117,8 @@ pub(crate) fn compose<L: Length>(
         samples: Vec::new(),
         longest: Vec::new(),
     };
-    let row_of = place_all(&sorted, &mut rows, (tokens, shortest.max(1)));
+    let docs = config.docs_per_row();
+    let row_of = place_all(&sorted, &mut rows, (tokens, shortest.max(1), docs));
     let mut rng = Pcg64::new(config.seed, epoch, Stream::Order(group));
     let sequence = match config.order {
         Order::Random => {
@@ -196,8 +197,13 @@ fn longest_first<L: Length>(
 /// The row of each of the `sorted` lengths (longest first), placed as the module docs say: into a
 /// row it fills to within [`close_slack`] if there is one, else into the row with the least
 /// attention so far (to within an attention class) that has room, a new one when none has. `tokens`
-/// is their sum and `shortest` the least of them (a row with less room is full).
-fn place_all(sorted: &[u32], rows: &mut Rows, (tokens, shortest): (u64, u32)) -> Vec<u32> {
+/// is their sum and `shortest` the least of them (a row with less room is full, as is one of `docs`
+/// samples: `max_docs_per_row`).
+fn place_all(
+    sorted: &[u32],
+    rows: &mut Rows,
+    (tokens, shortest, docs): (u64, u32, u32),
+) -> Vec<u32> {
     let capacity = rows.capacity;
     let room_shift = (0..32)
         .find(|&s| ((capacity >> s) as usize) < CLASSES)
@@ -209,7 +215,11 @@ fn place_all(sorted: &[u32], rows: &mut Rows, (tokens, shortest): (u64, u32)) ->
         |length: u32| ((u64::from(length) + (1 << room_shift) - 1) >> room_shift) as usize;
     let room_class = |room: u32| (room >> room_shift) as usize;
     let slack = close_slack(room_shift, capacity);
-    let opened = usize::try_from(tokens.div_ceil(u64::from(capacity.max(1)))).unwrap_or(0);
+    // As many rows as the tokens need, or as the cap on samples a row needs.
+    let by_docs = sorted.len().div_ceil(docs as usize);
+    let opened = usize::try_from(tokens.div_ceil(u64::from(capacity.max(1))))
+        .unwrap_or(0)
+        .max(by_docs);
     // Attention classes of 2^attention_shift cover twice a row's mean attention and the longest
     // sample's (rows above share the last class: they are never the least). Sized by the data,
     // not by capacity²: rows of short samples (Σ l² ~ 10^5 at 4K tokens) would otherwise share a
@@ -276,7 +286,8 @@ fn place_all(sorted: &[u32], rows: &mut Rows, (tokens, shortest): (u64, u32)) ->
         rows.place(row, length);
         *slot = row;
         let room = rows.room[row as usize];
-        if room >= shortest {
+        // A row with less room than the shortest sample, or with `docs` samples, takes no more.
+        if room >= shortest && rows.samples[row as usize] < docs {
             by_attention.push(row, attention_class(rows.attention[row as usize]));
             if room < length.saturating_add(slack) {
                 by_room.push(row, room_class(room));

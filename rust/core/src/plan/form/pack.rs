@@ -39,6 +39,8 @@ pub(crate) struct Packer<'a> {
     shortest: u32,
     /// Pieces are padded to a multiple of this (`Config::piece_multiple`; 1: none).
     multiple: u64,
+    /// A row with this many samples is full (`max_docs_per_row`; `u32::MAX`: no cap).
+    docs: u32,
     /// Each bucket's window, made when its first sample comes (boxed: a window is ~20 KB, and
     /// making one inline put a stack probe of that size into every placement).
     open: Vec<Option<Box<Window>>>,
@@ -60,6 +62,7 @@ impl<'a> Packer<'a> {
             capacity,
             shortest: config.piece(shortest.max(1)),
             multiple: config.piece_multiple(),
+            docs: config.docs_per_row(),
             open: (0..buckets).map(|_| None).collect(),
         }
     }
@@ -86,7 +89,7 @@ impl<'a> Packer<'a> {
                     None => return,
                 }
             };
-            let fit = (self.capacity, self.shortest);
+            let fit = (self.capacity, self.shortest, self.docs);
             // A piece takes its padded length of the row (context parallelism, FP8 multiples).
             let length = padded_piece(length, self.multiple);
             place(fit, self.window(bucket), out, sample, length);
@@ -151,10 +154,10 @@ fn new_window(capacity: u32) -> Box<Window> {
 }
 
 /// Best fit in the window; else a new row in a free slot; else the fullest row closes and a new
-/// one takes its slot.
+/// one takes its slot. A row closes once it has less room than `shortest` or `docs` samples.
 #[inline(always)]
 fn place(
-    (capacity, shortest): (u32, u32),
+    (capacity, shortest, docs): (u32, u32, u32),
     window: &mut Window,
     out: &mut Written<'_>,
     sample: u32,
@@ -179,7 +182,7 @@ fn place(
     row.used += length;
     row.squares += f64::from(length) * f64::from(length);
     let room = capacity - row.used;
-    if room < shortest {
+    if room < shortest || row.samples.len() >= docs as usize {
         emit(capacity, out, row);
         window.free.push(slot);
     } else {

@@ -1,6 +1,9 @@
 use super::*;
 use crate::plan::config::Batching;
 
+/// `max_docs_per_row` unset.
+const NO_CAP: u32 = u32::MAX;
+
 fn rows(capacity: u32) -> Rows {
     Rows {
         capacity,
@@ -17,7 +20,7 @@ fn rows(capacity: u32) -> Rows {
 fn each_length_goes_to_the_least_attention_with_room() {
     let sorted = [8, 8, 4, 4, 2, 2];
     let mut built = rows(10);
-    let row_of = place_all(&sorted, &mut built, (28, 2));
+    let row_of = place_all(&sorted, &mut built, (28, 2, NO_CAP));
     assert_eq!(row_of, [2, 1, 0, 0, 0, 1]);
     assert_eq!(built.room, [0, 0, 2]);
     assert_eq!(built.attention, [36, 68, 64]);
@@ -32,7 +35,7 @@ fn a_closing_fit_comes_before_the_least_attention() {
     assert_eq!(close_slack(0, 1024), 4);
     let sorted = [600, 520, 502, 420, 98];
     let mut built = rows(1024);
-    let row_of = place_all(&sorted, &mut built, (2140, 98));
+    let row_of = place_all(&sorted, &mut built, (2140, 98, NO_CAP));
     assert_eq!(row_of, [2, 1, 1, 0, 0]);
     assert_eq!(built.room, [506, 2, 424]);
     assert_eq!(built.attention, [186_004, 522_404, 360_000]);
@@ -51,6 +54,23 @@ fn the_slack_scales_with_the_room_classes_and_the_row() {
     assert_eq!(close_slack(9, 1 << 20), 2048);
 }
 
+/// A row with `max_docs_per_row` samples takes no more, whatever its room: six samples of 3 tokens
+/// need one row of 100 but open three at a cap of 2, and the 4s of the first case no longer share a
+/// row with a 2.
+#[test]
+fn a_row_at_the_cap_takes_no_more_samples() {
+    let sorted = [3, 3, 3, 3, 3, 3];
+    let mut built = rows(100);
+    place_all(&sorted, &mut built, (18, 3, 2));
+    assert_eq!(built.samples, [2, 2, 2]);
+    let sorted = [8, 8, 4, 4, 2, 2];
+    let mut built = rows(10);
+    let row_of = place_all(&sorted, &mut built, (28, 2, 2));
+    assert_eq!(built.samples, [2, 2, 2]);
+    assert_eq!(row_of[2], row_of[3]);
+    assert_eq!(built.room, [2, 0, 0]);
+}
+
 /// When no row has room a new one opens; a row too full for one length takes a shorter one later.
 #[test]
 fn rows_open_when_none_has_room_and_wait_until_lengths_fit() {
@@ -58,14 +78,14 @@ fn rows_open_when_none_has_room_and_wait_until_lengths_fit() {
     // third; the 3 then goes to the least attention with room: the new row (25).
     let sorted = [6, 6, 5, 3];
     let mut built = rows(10);
-    let row_of = place_all(&sorted, &mut built, (20, 3));
+    let row_of = place_all(&sorted, &mut built, (20, 3, NO_CAP));
     assert_eq!(row_of, [1, 0, 2, 2]);
     assert_eq!(built.room, [4, 4, 2]);
     // The 3s fill row 0 to room 1 with less attention (27) than row 1's 6 (36): the last 3 passes
     // row 0 by, which waits by room and takes the 1 once lengths fall to its room.
     let sorted = [6, 3, 3, 3, 3, 1];
     let mut built = rows(10);
-    let row_of = place_all(&sorted, &mut built, (19, 1));
+    let row_of = place_all(&sorted, &mut built, (19, 1, NO_CAP));
     assert_eq!(row_of, [1, 0, 0, 0, 1, 0]);
     assert_eq!((built.room, built.attention), (vec![0, 1], vec![28, 45]));
 }
