@@ -106,7 +106,7 @@ bench:
 	$(BIN)/python benchmarks/loader.py
 	$(BIN)/python benchmarks/mask.py
 	$(BIN)/python benchmarks/shared.py
-	$(BIN)/python benchmarks/windows.py
+	$(BIN)/python benchmarks/windows.py --samples 3000000
 
 # The convergence benchmark's quick run (≤ 10 min on 2 cores), recorded into docs/convergence/ and
 # docs/figures.json, then written into the docs (docs/convergence.md).
@@ -150,7 +150,7 @@ figures:
 	$(BIN)/python benchmarks/read.py --rows 100000 --json docs/figures.json
 	$(BIN)/python benchmarks/loader.py --rows 100000 --json docs/figures.json
 	$(BIN)/python benchmarks/mask.py --json docs/figures.json
-	$(BIN)/python benchmarks/windows.py --json docs/figures.json
+	$(BIN)/python benchmarks/windows.py --samples 3000000 --json docs/figures.json
 	$(BIN)/python benchmarks/lengths_pass.py --json docs/figures.json
 	$(BIN)/python benchmarks/_figures.py
 

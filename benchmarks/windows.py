@@ -2,6 +2,7 @@
 and rank balance, so a user can pick it from a table.
 
     python benchmarks/windows.py                          # 902,087 seed lengths, max_tokens=16384, 8 ranks × 4
+    python benchmarks/windows.py --samples 3000000        # what the docs quote: 3 windows of 1M too
     python benchmarks/windows.py --samples 100000         # a quick look
     python benchmarks/windows.py --json docs/figures.json # also records the figures the docs quote
 
