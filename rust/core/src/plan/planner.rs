@@ -310,15 +310,8 @@ impl Planner {
         self
     }
 
-    /// Whether this planner's plans on `world_size` ranks differ between rules `revision` and
-    /// [`crate::PLAN_REVISION`] (a checkpoint written under `revision` cannot resume here).
-    pub fn plans_changed_since(&self, revision: u32, world_size: u32) -> bool {
-        self.config
-            .plans_changed_since(revision, world_size, self.arranged())
-    }
-
     /// Whether epochs are small enough to arrange and balance their batches.
-    fn arranged(&self) -> bool {
+    pub(crate) fn arranged(&self) -> bool {
         self.epoch_samples() <= self.arrange_max
     }
 

@@ -16,6 +16,7 @@
 //!   default `cost="tokens"` included (they were packed best fit over a window, `form/pack.rs`).
 
 use crate::plan::config::Config;
+use crate::plan::planner::Planner;
 
 /// The revision of the planning rules this crate implements.
 pub const PLAN_REVISION: u32 = 4;
@@ -31,6 +32,15 @@ impl Config {
             && self.composes_rows(arranged)
             && (revision < 3 || (!priced && revision < 4));
         swaps || composed
+    }
+}
+
+impl Planner {
+    /// Whether this planner's plans on `world_size` ranks differ between rules `revision` and
+    /// [`PLAN_REVISION`]: its configuration's, for epochs of its size.
+    pub fn plans_changed_since(&self, revision: u32, world_size: u32) -> bool {
+        self.config()
+            .plans_changed_since(revision, world_size, self.arranged())
     }
 }
 
