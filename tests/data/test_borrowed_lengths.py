@@ -11,6 +11,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import dflash_batch as db
 import numpy as np
@@ -244,3 +245,41 @@ def test_a_pickle_whose_file_was_replaced_is_refused(tmp_path):
     assert _same(sampler.plan(0), sampler.plan(0))  # the sampler keeps the old file's map
     with pytest.raises(db.DataError, match="changed since this sampler was pickled"):
         pickle.loads(blob)
+
+
+@pytest.mark.parametrize("change", ["deleted", "replaced"])
+def test_a_copy_made_after_the_file_went_carries_the_lengths(tmp_path, change):
+    """A cache cleaned, or a file rewritten by a new preprocessing run, while a sampler maps the old one: the map
+    still holds the lengths it planned from, so a copy made now (a spawned DataLoader worker) carries them, with a
+    warning naming the file, and plans as the original does — never a FileNotFoundError in a worker, nor the new
+    file's lengths."""
+    values = db.seed_workload(5_000, seed=9).astype(np.uint16)
+    path = _saved(tmp_path, values)
+    sampler = db.BucketSampler(np.load(path, mmap_mode="r"), max_tokens=16384, world_size=2, rank=0, seed=3)
+    assert _borrowed(sampler)
+    if change == "deleted":
+        os.remove(path)
+    else:
+        np.save(path + ".new.npy", db.seed_workload(5_000, seed=10).astype(np.uint16))
+        os.replace(path + ".new.npy", path)
+    with pytest.warns(UserWarning, match=r"lengths\.npy was deleted or replaced.*carry its 5,000 lengths"):
+        blob = pickle.dumps(sampler)
+    again = pickle.loads(blob)
+    assert not _borrowed(again) and again.schedule.fingerprint == sampler.schedule.fingerprint
+    assert _same(again.plan(1), sampler.plan(1))
+    assert _same(again.plan(1), db.BucketSampler(values.copy(), max_tokens=16384, world_size=2, seed=3).plan(1))
+    # Changed settings (a StepTimer re-pricing, say) carry them too, and plan as from the values.
+    with pytest.warns(UserWarning, match="deleted or replaced"):
+        changed = sampler.schedule.replace(accumulation=2)
+    assert not changed.lengths_borrowed
+    expected = db.BucketSampler(values.copy(), max_tokens=16384, world_size=2, seed=3, accumulation=2)
+    assert changed.fingerprint == expected.schedule.fingerprint and _same(changed.plan(0), expected.plan(0))
+    assert pickle.loads(pickle.dumps(changed)).fingerprint == changed.fingerprint
+
+
+def test_a_copy_of_an_untouched_map_warns_nothing(tmp_path):
+    path = _saved(tmp_path, db.seed_workload(2_000, seed=11).astype(np.uint16))
+    sampler = db.BucketSampler(np.load(path, mmap_mode="r"), max_tokens=16384, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _borrowed(pickle.loads(pickle.dumps(sampler)))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections.abc import Iterable
 from concurrent.futures import Future
 from typing import Any
@@ -42,8 +43,8 @@ class Schedule:
     """
 
     __slots__ = (
-        "_ahead", "_ahead_lock", "_any_ranks", "_bounds", "_config", "_fingerprint", "_mapped", "_mixture",
-        "_plan_dir", "_planner",
+        "_ahead", "_ahead_lock", "_any_ranks", "_bounds", "_config", "_fingerprint", "_mapped", "_mapped_identity",
+        "_mixture", "_plan_dir", "_planner",
     )  # fmt: skip
     _config: _core.Config
     _planner: _core.Planner
@@ -55,6 +56,7 @@ class Schedule:
     _ahead: dict[int, Future[Plan]]
     _ahead_lock: threading.Lock
     _mapped: np.ndarray | None
+    _mapped_identity: tuple[int, int] | None
 
     def __init__(
         self,
@@ -68,6 +70,10 @@ class Schedule:
         planner = _core.Planner(chunks, config, mixture)
         # The caller's read-only map the planner borrows: changed schedules and copies map it again.
         object.__setattr__(self, "_mapped", chunks[0] if planner.lengths_borrowed else None)
+        # Which file that is (device, inode): a copy maps it again by name only while the name is still it.
+        object.__setattr__(
+            self, "_mapped_identity", _identity(_mapped_file(chunks[0])[0]) if self._mapped is not None else None
+        )
         object.__setattr__(self, "_plan_dir", plan_dir)
         # Plans of later epochs being made in the background (`plan_ahead`): a memo of a pure function.
         object.__setattr__(self, "_ahead", {})
@@ -262,15 +268,34 @@ class Schedule:
             # The file still as mapped (a DataError naming it if not): a new planner would read the map
             # as it is now, and a truncated one with a signal.
             self._planner.check_lengths()
-        lengths = self._mapped if self._mapped is not None else self.dataset_lengths()
+        mapped = self._map_again()
+        lengths = mapped if mapped is not None else self.dataset_lengths()
         return Schedule([lengths], self._config.replace(**changes), self._mixture, self._plan_dir)
+
+    def _map_again(self) -> np.ndarray | None:
+        """The borrowed map, for a changed schedule or a copy to map again by its file's name; ``None`` when
+        there is none, or when the name is no longer that file (deleted or replaced since: this map still holds
+        the lengths planned from, which they then carry, with a warning)."""
+        if self._mapped is None:
+            return None
+        where = _mapped_file(self._mapped)
+        if _identity(where[0]) == self._mapped_identity:
+            return self._mapped
+        warnings.warn(
+            f"{where[0]} was deleted or replaced since this sampler mapped it: copies of the sampler (a "
+            f"DataLoader worker, a pickle) and changed settings carry its {where[3]:,} lengths instead of "
+            "mapping the file",
+            stacklevel=3,
+        )
+        return None
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The configuration and the lengths, never Rust memory: a copy rebuilds its planner. Borrowed
         # lengths travel as where they lie in their file (a spawned worker maps it too, instead of
         # receiving a copy of every length), with the fingerprint the file must still give.
-        if self._mapped is not None:
-            where = _mapped_file(self._mapped)
+        mapped = self._map_again()
+        if mapped is not None:
+            where = _mapped_file(mapped)
             return (_rebuild_mapped, (*where, self.fingerprint, self._config, self._mixture, self._plan_dir))
         return (_rebuild, (self.dataset_lengths(), self._config, self._mixture, self._plan_dir))
 
@@ -285,6 +310,15 @@ def _rebuild(
     lengths: np.ndarray, config: _core.Config, mixture: _core.Mixture | None = None, plan_dir: str | None = None
 ) -> Schedule:
     return Schedule([lengths], config, mixture, plan_dir)
+
+
+def _identity(filename: str) -> tuple[int, int] | None:
+    """``(device, inode)`` of the file at ``filename`` now; ``None`` where there is none."""
+    try:
+        stat = os.stat(filename)
+    except OSError:
+        return None
+    return (stat.st_dev, stat.st_ino)
 
 
 def _mapped_file(array: np.ndarray) -> tuple[str, int, str, int]:
