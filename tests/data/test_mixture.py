@@ -174,6 +174,7 @@ def test_efficiency_and_balance_are_those_of_the_same_lengths_without_sources():
 # Found in a clean-clone run: a tokens-weighted epoch of 4 samples under a shared count of 5 batches.
 @pytest.mark.fuzz
 @example(sizes=[2, 3], raw=[1.0, 0.125, 1.0, 1.0], unit="tokens", cap=2.0, threads=1, epoch=4)
+@example(sizes=[1, 3], raw=[1.0, 1.0, 1.0, 1.0], unit="tokens", cap=2.0, threads=1, epoch=1)
 def test_shares_repeats_and_threads_for_any_weights_sizes_and_caps(sizes, raw, unit, cap, threads, epoch):
     rng = np.random.default_rng(sum(sizes) + epoch)
     weights = [w / sum(raw[: len(sizes)]) for w in raw[: len(sizes)]]
@@ -184,7 +185,15 @@ def test_shares_repeats_and_threads_for_any_weights_sizes_and_caps(sizes, raw, u
     except db.PlanError as error:
         assert error.kind in ("source_too_small", "too_few_samples_for_ranks"), error
         return
-    plan = samplers[0].plan(epoch)
+    try:
+        plan = samplers[0].plan(epoch)
+    except db.PlanError as error:
+        # The documented refusal (docs/mixtures.md) of an epoch whose selection no forming draw or merge fits
+        # into the shared count — hypothesis found one: 4 samples in tokens, sizes [1, 3], cap 2, epoch 1. The
+        # fix it names must work.
+        assert "pass drop_last=True" in str(error), error
+        db.BucketSampler(mix, max_tokens=64, threads=threads, seed=epoch, drop_last=True).plan(epoch)
+        return
     assert np.array_equal(plan.indices, samplers[1].plan(epoch).indices), "thread-count independent"
     lengths = mix.lengths()
     counts = np.bincount(plan.indices, minlength=len(mix))
