@@ -16,15 +16,15 @@ pytest.importorskip("pyarrow")
 SAMPLES = 600
 
 
-def _worker(rank: int, world: int, init_file: str, out_dir: str, bad_seed_rank: int | None) -> None:
+def _worker(rank: int, world: int, init_file: str, out_dir: str, bad_seed_rank: int | None, settings: dict) -> None:
     import dflash_batch as db
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         store = db.TokenStore(str(Path(out_dir) / "tokens.arrow"))
-        seed = 1 if rank == bad_seed_rank else 0
-        sampler = db.BucketSampler(store.lengths(), max_tokens=256, seed=seed)  # world_size/rank from the group
+        given = {"seed": 0, **settings.get("all", {}), **(settings.get("bad", {}) if rank == bad_seed_rank else {})}
+        sampler = db.BucketSampler(store.lengths(), max_tokens=256, **given)  # world_size/rank from the group
         model = torch.nn.parallel.DistributedDataParallel(
             torch.nn.Sequential(torch.nn.Embedding(64, 8), torch.nn.Linear(8, 64))
         )
@@ -61,7 +61,8 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str, bad_seed_rank: 
     os._exit(0)
 
 
-def _run(tmp_path: Path, world: int, bad_seed_rank: int | None = None) -> list[dict]:
+def _run(tmp_path: Path, world: int, bad_seed_rank: int | None = None, settings: dict | None = None) -> list[dict]:
+    """``world`` ranks: ``settings["all"]`` on every one, ``settings["bad"]`` on ``bad_seed_rank`` (seed 1)."""
     import numpy as np
     import pyarrow as pa
 
@@ -71,7 +72,8 @@ def _run(tmp_path: Path, world: int, bad_seed_rank: int | None = None) -> list[d
     with pa.ipc.new_file(str(tmp_path / "tokens.arrow"), table.schema) as writer:
         writer.write_table(table)
     init = tmp_path / "init"
-    mp.spawn(_worker, args=(world, str(init), str(tmp_path), bad_seed_rank), nprocs=world, join=True)
+    settings = settings if settings is not None else {"bad": {"seed": 1}}
+    mp.spawn(_worker, args=(world, str(init), str(tmp_path), bad_seed_rank, settings), nprocs=world, join=True)
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
 
 
@@ -94,6 +96,18 @@ def test_a_rank_with_another_seed_makes_every_rank_raise(tmp_path):
         assert "error" in r, r
         assert "ranks disagree on the plan" in r["error"]
         assert "seed: rank 0 0, rank 1 1" in r["error"]
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built in")
+@pytest.mark.multiprocess  # 2 processes
+def test_a_rank_with_another_cap_on_samples_per_row_makes_every_rank_raise(tmp_path):
+    """``max_docs_per_row`` shapes the plan: it is in the plan's key, so ranks that disagree on it refuse, naming it."""
+    settings = {"all": {"mode": "packed", "max_docs_per_row": 8}, "bad": {"max_docs_per_row": 4}}
+    results = _run(tmp_path, 2, bad_seed_rank=1, settings=settings)
+    for r in results:
+        assert "error" in r, r
+        assert "ranks disagree on the plan" in r["error"]
+        assert "max_docs_per_row: rank 0 8, rank 1 4" in r["error"]
 
 
 def test_no_process_group_no_check():
