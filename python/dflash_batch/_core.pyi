@@ -239,11 +239,15 @@ class Mixture:
         unit: str = "tokens",
         max_repeat: float = 4.0,
         epoch_size: int | None = None,
+        schedule: Sequence[tuple[int, Sequence[float]]] | None = None,
+        interpolation: str = "constant",
     ) -> None:
-        """One entry of ``names``, ``rows`` and ``weights`` per source, in order. Raises PlanError of kind
-        ``invalid_setting`` for weights that do not sum to 1 or are negative or not finite, no sources, a
-        repeated name, ``max_repeat`` < 1, ``epoch_size`` 0 or an unknown ``unit``; of kind
-        ``empty_source`` for a source without rows; ValueError for lists of different lengths."""
+        """One entry of ``names``, ``rows`` and ``weights`` per source, in order; ``schedule``: ``(epoch,
+        weights)`` points from which the weights change (``interpolation`` ``"constant"`` or ``"linear"``).
+        Raises PlanError of kind ``invalid_setting`` for weights that do not sum to 1 or are negative or not
+        finite, no sources, a repeated name, ``max_repeat`` < 1, ``epoch_size`` 0, an unknown ``unit`` or
+        ``interpolation``, or a bad schedule point (setting ``schedule``); of kind ``empty_source`` for a
+        source without rows; ValueError for lists of different lengths."""
     @property
     def names(self) -> list[str]:
         """The sources' names."""
@@ -262,8 +266,17 @@ class Mixture:
     @property
     def epoch_size(self) -> int | None:
         """Samples or tokens of every epoch (``None``: the sources' total)."""
+    @property
+    def schedule(self) -> list[tuple[int, list[float]]] | None:
+        """The schedule's ``(epoch, weights)`` points, or ``None`` for fixed weights."""
+    @property
+    def interpolation(self) -> str:
+        """``"constant"`` or ``"linear"``."""
+    def weights_at(self, epoch: int) -> list[float]:
+        """Every source's weight in ``epoch``."""
     def settings(self) -> dict[str, object]:
-        """``weights`` (by name), ``rows``, ``unit``, ``max_repeat``, ``epoch_size`` as plain values."""
+        """``weights`` (by name), ``rows``, ``unit``, ``max_repeat``, ``epoch_size`` as plain values, and
+        ``schedule`` (``interpolation`` and ``points`` as ``[epoch, {name: weight}]``) when given."""
 
 class Planner:
     """Validated lengths and configuration, from which any epoch's plan is computed."""

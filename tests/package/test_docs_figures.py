@@ -90,6 +90,14 @@ def test_packing_figures_are_what_the_planner_computes(capsys):
         same(FIGURES["packing"][key], packing.scored(lengths, key, 1), f"packing.{key}")
 
 
+@pytest.mark.slow  # seven epochs of four scheduled mixtures at 902K samples, and 14 of the cycle check
+def test_schedule_figures_are_what_the_planner_computes(capsys):
+    import schedules
+
+    assert FIGURES["schedules"]["samples"] == db.SEED_SAMPLES
+    same(FIGURES["schedules"], schedules.collect(db.SEED_SAMPLES, repeats=1), "schedules")
+
+
 @pytest.mark.slow  # a wall-clock figure: never in the fast lane, whose workers share the cores
 def test_the_quoted_planning_time_is_within_noise_of_a_fresh_one():
     """A timing cannot be recomputed exactly; on a shared machine it swings ~2× between runs, so a

@@ -56,6 +56,7 @@ EXPECTED = {
     "cost": lambda out: 0.5 < float(out) <= 1.0,
     "RL step": lambda out: out.split()[0] == "True" and int(out.split()[1]) > 0 and out.split()[2] == "True",
     "mixture Loader": lambda out: out == "['chat', 'code']",
+    "mixture schedule": lambda out: out.startswith("[0.3, ") and out.endswith(", 0.5, 0.5]"),
     "mixture Trainer": lambda out: out == "['loss/chat', 'loss/code']",
     "mixture TRL": lambda out: out == "completion_mask True",
     "StepTimer": lambda out: out == "True 2",

@@ -48,6 +48,12 @@ class Mixture:
         epoch_size: samples or tokens (in ``unit``) of every epoch; default the sources' total, so an
             epoch is as long as the data and each source is up- or down-sampled to its weight. A
             down-sampled source walks through its rows over successive epochs before repeating any.
+        schedule: weights that change during the run, declared up front: ``{epoch: {name: weight}}``,
+            every source's weight from that epoch on (epochs ≥ 1; the sources' own weights are epoch
+            0's). Each epoch's shares are exact for its weights, and a down-sampled source's cycle
+            carries on across a change (no row twice within a cycle). See ``docs/mixtures.md``.
+        interpolation: how the weights move between the schedule's points: ``"constant"`` (default; a
+            point's weights hold until the next) or ``"linear"`` (a straight line, epoch by epoch).
         column: the token column of sources given as datasets.
     """
 
@@ -58,6 +64,8 @@ class Mixture:
         unit: str = DEFAULT_UNIT,
         max_repeat: float = 4.0,
         epoch_size: int | None = None,
+        schedule: Mapping[int, Mapping[str, float]] | None = None,
+        interpolation: str = "constant",
         column: str = "input_ids",
     ) -> None:
         if not isinstance(sources, Mapping):
@@ -79,8 +87,17 @@ class Mixture:
         self._stores: list[TokenStore | None] = [_store(d, column) for d in data]
         self._lengths = [_lengths(name, d, s) for name, d, s in zip(names, data, self._stores, strict=True)]
         rows = [len(lengths) for lengths in self._lengths]
+        if not isinstance(interpolation, str):
+            raise TypeError(f"interpolation must be 'constant' or 'linear', got {type(interpolation).__name__}")
         self._spec = _core.Mixture(
-            names, rows, weights, unit=unit, max_repeat=_max_repeat(max_repeat), epoch_size=_epoch_size(epoch_size)
+            names,
+            rows,
+            weights,
+            unit=unit,
+            max_repeat=_max_repeat(max_repeat),
+            epoch_size=_epoch_size(epoch_size),
+            schedule=_schedule(names, schedule),
+            interpolation=interpolation,
         )
         self._bounds = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
         self._joined: TokenStore | None = None
@@ -99,6 +116,24 @@ class Mixture:
     @property
     def weights(self) -> dict[str, float]:
         return dict(zip(self._spec.names, self._spec.weights, strict=True))
+
+    def weights_at(self, epoch: int) -> dict[str, float]:
+        """Every source's weight in epoch ``epoch``: the schedule's, or the sources' own."""
+        if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral) or not 0 <= epoch < 1 << 64:
+            raise TypeError(f"epoch must be an int ≥ 0, got {type(epoch).__name__} {epoch!r}")
+        return dict(zip(self._spec.names, self._spec.weights_at(int(epoch)), strict=True))
+
+    @property
+    def schedule(self) -> dict[int, dict[str, float]] | None:
+        """The schedule's points, ``{epoch: {name: weight}}``, or ``None`` for fixed weights."""
+        points = self._spec.schedule
+        if points is None:
+            return None
+        return {epoch: dict(zip(self._spec.names, weights, strict=True)) for epoch, weights in points}
+
+    @property
+    def interpolation(self) -> str:
+        return str(self._spec.interpolation)
 
     @property
     def unit(self) -> str:
@@ -160,7 +195,10 @@ class Mixture:
             f"{name!r}: ({rows} rows, {weight:g})"
             for name, rows, weight in zip(self._spec.names, self._spec.rows, self._spec.weights, strict=True)
         )
-        return f"Mixture({{{parts}}}, unit={self.unit!r}, max_repeat={self._spec.max_repeat:g})"
+        schedule = (
+            "" if self.schedule is None else f", schedule={self.schedule!r}, interpolation={self.interpolation!r}"
+        )
+        return f"Mixture({{{parts}}}, unit={self.unit!r}, max_repeat={self._spec.max_repeat:g}{schedule})"
 
 
 def sources_of(bounds: np.ndarray, rows: Any) -> np.ndarray:
@@ -215,6 +253,42 @@ def _epoch_size(value: Any) -> int | None:
     if not 0 < size < 1 << 64:
         raise invalid_setting("epoch_size", f"epoch_size={value!r} is invalid; pass a positive size, or None")
     return size
+
+
+def _schedule(names: list[str], schedule: Any) -> list[tuple[int, list[float]]] | None:
+    """``{epoch: {name: weight}}`` as the planner takes it: ``(epoch, weights)`` in epoch order, each
+    naming every source once."""
+    if schedule is None:
+        return None
+    if not isinstance(schedule, Mapping):
+        raise TypeError(
+            f"schedule must be a dict of epoch -> {{name: weight}}, e.g. {{3: {{'chat': 0.4, 'code': 0.6}}}}; "
+            f"got {type(schedule).__name__}"
+        )
+    points = []
+    for epoch, weights in schedule.items():
+        if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral):
+            raise TypeError(f"schedule epochs must be ints, got {type(epoch).__name__} {epoch!r}")
+        if not 0 <= int(epoch) < 1 << 64:
+            raise invalid_setting("schedule", f"the schedule's epoch {epoch!r} is invalid; give epochs ≥ 1")
+        if not isinstance(weights, Mapping):
+            raise TypeError(
+                f"the schedule's point at epoch {epoch} must be a dict of name -> weight, got {type(weights).__name__}"
+            )
+        unknown = [name for name in weights if name not in names]
+        if unknown:
+            raise invalid_setting(
+                "schedule", f"the point at epoch {epoch} names {unknown[0]!r}, which is not a source (sources: {names})"
+            )
+        missing = [name for name in names if name not in weights]
+        if missing:
+            raise invalid_setting(
+                "schedule",
+                f"the point at epoch {epoch} gives no weight for source {missing[0]!r}; give every source's weight "
+                "(0 leaves it out)",
+            )
+        points.append((int(epoch), [_weight(name, weights[name]) for name in names]))
+    return sorted(points, key=lambda point: point[0])
 
 
 def _store(data: Any, column: str) -> TokenStore | None:

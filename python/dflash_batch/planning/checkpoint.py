@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .._core import PLAN_REVISION, Plan, PlanError
+from .._core import Mixture as CoreMixture
 from ..base.arguments import _epoch, _int, _is_hex, _state_count
 from . import settings as settings_declared
 from .plan_key import Keys, encode_prices, state_prices
@@ -286,6 +287,8 @@ def _difference(key: str, theirs: Any, mine: Any) -> str:
             for field in ("unit", "max_repeat", "epoch_size")
             if theirs.get(field) != mine.get(field)
         ]
+        if theirs.get("schedule") != mine.get("schedule"):
+            parts.append(_schedule_difference(theirs, mine))
         return ", ".join(parts) or f"mixture {theirs!r} vs {mine!r}"
     if key == "target_efficiency":
         # Runs priced with attention before the default followed the price planned at 0.98.
@@ -294,6 +297,54 @@ def _difference(key: str, theirs: Any, mine: Any) -> str:
             f"an attention term, 0.98 otherwise: pass target_efficiency={theirs!r} to resume that run)"
         )
     return f"{key} {theirs!r} vs {mine!r}"
+
+
+def _schedule_difference(theirs: dict[str, Any], mine: dict[str, Any]) -> str:
+    """Where two mixtures' schedules part, in words: the interpolation, or the first epoch whose weights
+    differ (both schedules are straight or flat between their points, so checking every point finds it)."""
+    a, b = theirs.get("schedule"), mine.get("schedule")
+    if a is None or b is None:
+        return (
+            "the checkpoint's weight schedule vs fixed weights here"
+            if b is None
+            else ("fixed weights in the checkpoint vs a weight schedule here")
+        )
+    try:
+        interpolations = (a["interpolation"], b["interpolation"])
+        epochs = sorted({0, *(point[0] for point in a["points"]), *(point[0] for point in b["points"])})
+        spec_a, spec_b = _scheduled(theirs), _scheduled(mine)
+    except (KeyError, TypeError, ValueError, IndexError):
+        return f"weight schedule {a!r} vs {b!r}"
+    if interpolations[0] != interpolations[1]:
+        return f"schedule interpolation {interpolations[0]!r} vs {interpolations[1]!r}"
+    for epoch in epochs:
+        weights_a, weights_b = spec_a.weights_at(epoch), spec_b.weights_at(epoch)
+        if weights_a != weights_b:
+            named = [
+                f"{name!r} {x!r} vs {y!r}"
+                for name, x, y in zip(spec_a.names, weights_a, weights_b, strict=False)
+                if x != y
+            ]
+            return f"weights at epoch {epoch}: " + ", ".join(named)
+    return f"weight schedule {a!r} vs {b!r}"
+
+
+def _scheduled(recorded: dict[str, Any]) -> CoreMixture:
+    """A recorded mixture's sources and schedule, as the core reads them (the weights of any epoch)."""
+    names = list(recorded["weights"])
+    points = [
+        (int(epoch), [float(weights[name]) for name in names]) for epoch, weights in recorded["schedule"]["points"]
+    ]
+    return CoreMixture(
+        names,
+        list(recorded["rows"]),
+        [float(recorded["weights"][name]) for name in names],
+        unit=recorded["unit"],
+        max_repeat=float(recorded["max_repeat"]),
+        epoch_size=recorded["epoch_size"],
+        schedule=points,
+        interpolation=recorded["schedule"]["interpolation"],
+    )
 
 
 def trained_step(value: Any, handed_out: int, epoch: int) -> int:

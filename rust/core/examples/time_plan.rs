@@ -114,7 +114,12 @@ fn main() {
         let tv: Vec<f64> = (1..=4u64)
             .map(|e| {
                 let plan = planner.plan(e).expect("plan");
-                let figures = sources((plan.offsets(), plan.indices()), &lengths, mixture, window);
+                let figures = sources(
+                    (plan.offsets(), plan.indices()),
+                    &lengths,
+                    mixture,
+                    (e, window),
+                );
                 figures.source_tv.unwrap_or(f64::NAN)
             })
             .collect();

@@ -76,7 +76,7 @@ pub use error::{Error, ErrorKind, Result, SharedProblem};
 pub use online::{split_step, StepSpec, StepSplit};
 pub use plan::buckets::Buckets;
 pub use plan::config::{Batching, Boundaries, Config, CostModel, Mode, Order, Oversize};
-pub use plan::mixture::{Mixture, Source, Unit};
+pub use plan::mixture::{Interpolation, Mixture, Point, Schedule, Source, Unit};
 pub use plan::output::{largest_padded, Plan, Stats};
 pub use plan::planner::Planner;
 pub use plan::resume::Resumed;

@@ -204,7 +204,7 @@ fn stats_peak_within_their_reservation() {
         let reserved = Deciles::bytes(planner.lengths()) + plan.offsets().len() as u64 * 24;
         PROBE.store((reserved + memory::SLACK_BYTES) as usize, Ordering::Relaxed);
         let (report, peak) = peak_of(|| {
-            metrics::report(&planner, &deciles, (plan.offsets(), plan.indices()), 8).unwrap()
+            metrics::report(&planner, &deciles, (plan.offsets(), plan.indices()), (0, 8)).unwrap()
         });
         assert!(report.mixing.is_some());
         println!("stats, lengths up to {max}: peak {peak}, reserved {reserved}");

@@ -228,7 +228,7 @@ impl Plan {
         let csr = (offsets.as_slice()?, indices.as_slice()?);
         let (planner, deciles, window) = (&self.planner, &self.deciles, self.window);
         let report = py
-            .detach(|| metrics::report(planner, deciles, csr, window))
+            .detach(|| metrics::report(planner, deciles, csr, (self.epoch, window)))
             .map_err(to_py)?;
         let s = &self.stats;
         let d = PyDict::new(py);
@@ -299,12 +299,14 @@ impl Plan {
         }
         if let (Some(figures), Some(mixture)) = (report.sources, self.planner.mixture()) {
             let sources = PyDict::new(py);
-            for (part, source) in figures.parts.iter().zip(&mixture.sources) {
+            let weights = mixture.weights_at(self.epoch);
+            for ((part, source), weight) in figures.parts.iter().zip(&mixture.sources).zip(weights)
+            {
                 let one = PyDict::new(py);
                 one.set_item("samples", part.samples)?;
                 one.set_item("tokens", part.tokens)?;
                 one.set_item("share", part.share)?;
-                one.set_item("weight", source.weight)?;
+                one.set_item("weight", weight)?;
                 sources.set_item(&source.name, one)?;
             }
             d.set_item("sources", sources)?;

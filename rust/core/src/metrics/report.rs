@@ -53,8 +53,8 @@ pub fn end_to_end(
     })
 }
 
-/// [`mixing`] and [`rank_imbalance`] of a plan made by `planner` (whose lengths `deciles` were built
-/// from), for windows of `window` batches.
+/// [`mixing`] and [`rank_imbalance`] of a plan of epoch `epoch` made by `planner` (whose lengths
+/// `deciles` were built from), for windows of `window` batches.
 /// `deciles` are the lengths' (built here on first use, and kept). [`ErrorKind::OutOfMemory`] when
 /// its working memory (a cost per batch, the deciles' tables) cannot be allocated.
 ///
@@ -63,7 +63,7 @@ pub fn report(
     planner: &crate::plan::planner::Planner,
     deciles: &std::sync::OnceLock<Deciles>,
     (offsets, indices): (&[u32], &[u32]),
-    window: usize,
+    (epoch, window): (u64, usize),
 ) -> crate::error::Result<Report> {
     planner.lengths().check()?;
     // A batch's cost, a step's ratio, and (packed) a batch's time.
@@ -87,7 +87,7 @@ pub fn report(
             None => deciles.get_or_init(|| Deciles::of_lengths(planner.lengths())),
         };
         let mut report = report_with(planner.config(), lengths, deciles, csr, window);
-        report.sources = mixture.map(|m| sources(csr, lengths, m, window));
+        report.sources = mixture.map(|m| sources(csr, lengths, m, (epoch, window)));
         report
     }))
 }

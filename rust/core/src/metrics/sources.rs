@@ -2,8 +2,8 @@
 //! the mixture's unit, and `source_tv` — for each window of `G = accumulation × world_size`
 //! consecutive batches (an optimizer step's micro-batches on every rank; an incomplete last window
 //! is left out), the total-variation distance `½ Σ_s |p_s − w_s|` between the window's share of each
-//! source `p` (in samples or tokens, as the weights count) and the weights `w`; the mean over
-//! windows. 0: every optimizer step sees the sources exactly at their weights.
+//! source `p` (in samples or tokens, as the weights count) and the weights `w` (the plan's epoch's,
+//! under a schedule); the mean over windows. 0: every optimizer step sees the sources exactly at their weights.
 
 use crate::lengths::Length;
 use crate::metrics::{fraction, rows};
@@ -35,7 +35,7 @@ pub fn sources<L: Length>(
     (offsets, indices): (&[u32], &[u32]),
     lengths: &[L],
     mixture: &Mixture,
-    window: usize,
+    (epoch, window): (u64, usize),
 ) -> SourceFigures {
     let bounds = mixture.bounds();
     let count = mixture.sources.len();
@@ -64,7 +64,7 @@ pub fn sources<L: Length>(
             share: fraction(mass[s], total),
         })
         .collect();
-    let weights: Vec<f64> = mixture.sources.iter().map(|s| s.weight).collect();
+    let weights = mixture.weights_at(epoch);
     let sum: f64 = weights.iter().sum();
     let batches = offsets.len().saturating_sub(1);
     let windows = batches.checked_div(window).unwrap_or(0);

@@ -42,6 +42,18 @@ impl<L: Length> Draws<'_, L> {
         (order, formed)
     }
 
+    /// The epochs a mixture's schedule names (where its weights change), or none.
+    pub(crate) fn schedule_epochs(&self) -> Vec<u64> {
+        match self.population {
+            Population::Mixture(mix) => mix
+                .spec
+                .schedule
+                .as_ref()
+                .map_or_else(Vec::new, |s| s.points.iter().map(|p| p.epoch).collect()),
+            _ => Vec::new(),
+        }
+    }
+
     /// Whether the draws select a mixture's rows (whose count varies from one selection to the next).
     pub(crate) fn is_mixture(&self) -> bool {
         matches!(self.population, Population::Mixture(_))

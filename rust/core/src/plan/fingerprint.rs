@@ -7,7 +7,7 @@
 
 use crate::lengths::Length;
 use crate::plan::config::{Batching, Boundaries, Config, Mode, Order, Oversize};
-use crate::plan::mixture::{Mixture, Source, Unit};
+use crate::plan::mixture::{Interpolation, Mixture, Point, Schedule, Source, Unit};
 use crate::rng::mix64;
 
 /// Folds `words` into `state`, order-sensitively.
@@ -124,6 +124,7 @@ pub fn fingerprint_mixture(fingerprint: u64, mixture: &Mixture) -> u64 {
         unit,
         max_repeat,
         epoch_size,
+        schedule,
     } = mixture;
     let mut h = fold(fingerprint, [7, sources.len() as u64]);
     for Source { name, rows, weight } in sources {
@@ -141,14 +142,35 @@ pub fn fingerprint_mixture(fingerprint: u64, mixture: &Mixture) -> u64 {
         Unit::Samples => 1,
         Unit::Tokens => 2,
     };
-    fold(
+    let h = fold(
         h,
         [
             unit,
             max_repeat.to_bits(),
             epoch_size.map_or(0, |e| e.wrapping_add(1)),
         ],
-    )
+    );
+    // Folded only when given, so every fingerprint of fixed weights stands.
+    schedule
+        .as_ref()
+        .map_or(h, |schedule| fold_schedule(h, schedule))
+}
+
+/// A schedule's points (epochs and weights) and interpolation.
+fn fold_schedule(h: u64, schedule: &Schedule) -> u64 {
+    let Schedule {
+        points,
+        interpolation,
+    } = schedule;
+    let interpolation = match interpolation {
+        Interpolation::Constant => 1,
+        Interpolation::Linear => 2,
+    };
+    let h = fold(h, [8, interpolation, points.len() as u64]);
+    points.iter().fold(h, |h, Point { epoch, weights }| {
+        let h = fold(h, [*epoch, weights.len() as u64]);
+        fold(h, weights.iter().map(|w| w.to_bits()))
+    })
 }
 
 #[cfg(test)]

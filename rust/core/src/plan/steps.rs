@@ -207,6 +207,8 @@ pub(crate) fn target_batches<L: Length>(
         if draws.former.arranged {
             counts.extend((1..=CALIBRATION_DRAWS).map(|i| count(calibration_key(i))));
         }
+        // A schedule's epochs select other shares: the count covers the draws of each point's.
+        counts.extend(draws.schedule_epochs().into_iter().map(count));
         steps_target(&counts, config, steps.admitted)
     })
 }

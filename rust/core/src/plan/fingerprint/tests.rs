@@ -348,7 +348,44 @@ fn a_mixture_folds_every_source_and_setting_and_nothing_else() {
         epoch_size: Some(5),
         ..mixture.clone()
     });
-    for changed in &changes {
-        assert_ne!(fingerprint_mixture(base, changed), folded, "{changed:?}");
+    let schedule = |epoch, interpolation| Schedule {
+        points: vec![Point {
+            epoch,
+            weights: vec![0.2, 0.8],
+        }],
+        interpolation,
+    };
+    for (epoch, interpolation) in [
+        (3, Interpolation::Linear),
+        (3, Interpolation::Constant),
+        (4, Interpolation::Linear),
+    ] {
+        changes.push(Mixture {
+            schedule: Some(schedule(epoch, interpolation)),
+            ..mixture.clone()
+        });
     }
+    let mut other = changes[changes.len() - 1].clone();
+    if let Some(s) = other.schedule.as_mut() {
+        s.points[0].weights = vec![0.3, 0.7];
+    }
+    changes.push(other);
+    for (i, changed) in changes.iter().enumerate() {
+        assert_ne!(fingerprint_mixture(base, changed), folded, "{changed:?}");
+        for other in &changes[..i] {
+            assert_ne!(
+                fingerprint_mixture(base, changed),
+                fingerprint_mixture(base, other)
+            );
+        }
+    }
+    // Pinned: the fold of a schedule (fixed weights fold nothing of it, so their prints stand).
+    let scheduled = Mixture {
+        schedule: Some(schedule(3, Interpolation::Linear)),
+        ..mixture
+    };
+    assert_eq!(
+        fingerprint_mixture(base, &scheduled),
+        5_991_793_331_877_524_734
+    );
 }

@@ -9,7 +9,9 @@
 //!    add up exactly — as whole copies of its rows plus a slice of its *cycle*, an order of its rows
 //!    in which every bucket is spread evenly. Successive epochs take successive slices of one
 //!    cycle, so a down-sampled source walks through its rows before repeating any, and no row
-//!    appears twice in an epoch beyond its whole copies. The selection is keyed by the epoch: an
+//!    appears twice in an epoch beyond its whole copies. Weights may change from epoch to epoch
+//!    (`schedule.rs`): each epoch's quotas are its weights', and its slices follow the epoch
+//!    before's through the cycle (`slices.rs`). The selection is keyed by the epoch: an
 //!    epoch formed again to keep the shared step count (`steps.rs`) draws other forming draws over
 //!    the same selection, and only the last resort, the reference draws, selects as epoch 0 did.
 //! 2. **Spread** (`select.rs`, filling each bucket): a bucket's rows are shuffled source by source
@@ -33,7 +35,9 @@
 mod groups;
 mod planning;
 mod quotas;
+mod schedule;
 mod select;
+mod slices;
 mod spread;
 #[cfg(test)]
 mod testing;
@@ -42,6 +46,7 @@ pub(crate) use crate::plan::form::Labels;
 pub(crate) use groups::{Groups, Selection};
 pub(crate) use planning::{form_selection, prepare_mixture};
 pub(crate) use quotas::{Mix, Own};
+pub use schedule::{Interpolation, Point, Schedule, MAX_SCHEDULE_EPOCH, MAX_SCHEDULE_POINTS};
 
 use crate::error::{ErrorKind, Result};
 
@@ -71,7 +76,8 @@ pub struct Source {
     pub name: String,
     /// Rows of the source (its lengths, in order, in the planner's lengths).
     pub rows: u32,
-    /// Its share of every epoch, in [`Mixture::unit`]; the weights sum to 1.
+    /// Its share of every epoch (of epoch 0 and until the schedule's first point, with a
+    /// schedule), in [`Mixture::unit`]; the weights sum to 1.
     pub weight: f64,
 }
 
@@ -88,6 +94,9 @@ pub struct Mixture {
     /// Samples or tokens (in `unit`) of every epoch; `None`: the sources' total, so an epoch is as long
     /// as the data and each source is up- or down-sampled to its weight.
     pub epoch_size: Option<u64>,
+    /// Weights that change from epoch to epoch (`schedule.rs`); `None`: the sources' weights hold
+    /// for every epoch.
+    pub schedule: Option<Schedule>,
 }
 
 impl Mixture {
@@ -101,6 +110,16 @@ impl Mixture {
             unit,
             max_repeat: DEFAULT_MAX_REPEAT,
             epoch_size: None,
+            schedule: None,
+        }
+    }
+
+    /// Every source's weight in epoch `epoch` (the sources' own weights without a schedule).
+    pub fn weights_at(&self, epoch: u64) -> Vec<f64> {
+        let first: Vec<f64> = self.sources.iter().map(|s| s.weight).collect();
+        match &self.schedule {
+            Some(schedule) => schedule.weights_at(&first, epoch),
+            None => first,
         }
     }
 
@@ -153,6 +172,10 @@ impl Mixture {
                 "epoch_size=0 is invalid; pass a positive size, or None for the sources' total"
                     .into(),
             );
+        }
+        if let Some(schedule) = &self.schedule {
+            let names: Vec<&str> = self.sources.iter().map(|s| s.name.as_str()).collect();
+            schedule.validate(&names, WEIGHT_TOLERANCE)?;
         }
         let given: u64 = self.sources.iter().map(|s| u64::from(s.rows)).sum();
         if given != rows as u64 {

@@ -119,7 +119,13 @@ fn reference<L: Length>(
     )?;
     // Counted before a row is listed: an epoch_size past what a u32 index addresses (or memory holds)
     // is an error, not an allocation failure that aborts the process.
-    let samples = mix.select(REFERENCE_KEY).samples;
+    // A schedule's points select other shares (a linear one's epochs between them, shares between).
+    let points = mix.spec.schedule.iter().flat_map(|s| &s.points);
+    let samples = std::iter::once(REFERENCE_KEY)
+        .chain(points.map(|p| p.epoch))
+        .map(|key| mix.select(key).samples)
+        .max()
+        .unwrap_or(0);
     if u32::try_from(samples).is_err() {
         return Err(ErrorKind::TooManySamples { count: samples }.into());
     }

@@ -3,6 +3,7 @@
 
 use crate::error::{ErrorKind, Result};
 use crate::lengths::Length;
+use crate::plan::mixture::slices::Walk;
 use crate::plan::mixture::{Groups, Labels, Mixture, Selection, Unit};
 
 /// A source's admitted rows: all of its range, or a list when the rules leave some out.
@@ -53,7 +54,10 @@ pub(crate) struct Mix {
     /// Each source's admitted total in the unit (samples, or tokens), and its admitted tokens.
     pub(super) totals: Vec<u64>,
     pub(super) tokens: Vec<u64>,
+    /// Epoch 0's quotas (every epoch's without a schedule).
     pub(crate) quotas: Vec<Quota>,
+    /// Where each epoch's slices start in its sources' cycles, with a schedule (`slices.rs`).
+    pub(super) walk: Option<Walk>,
     /// Rows no source admits (`oversize="skip"`).
     pub(crate) skipped: u64,
     /// The admitted rows in groups, what every epoch selects from (`select.rs`).
@@ -94,6 +98,7 @@ impl Mix {
             totals: Vec::with_capacity(sources),
             tokens: Vec::with_capacity(sources),
             quotas: Vec::new(),
+            walk: None,
             skipped: 0,
             groups: Groups::empty(),
             seed,
@@ -110,7 +115,12 @@ impl Mix {
                 Unit::Tokens => tokens,
             });
         }
-        mix.quotas = mix.apportion()?;
+        let first = mix.spec.weights_at(0);
+        mix.quotas = mix.apportion(&first);
+        mix.check(&first, None)?;
+        if mix.spec.schedule.is_some() {
+            mix.walk = Some(Walk::new(&mix)?);
+        }
         let groups = Groups::new(sources, |s| mix.rows_of(s), lengths, seed, pool);
         mix.groups = groups;
         Ok(mix)
@@ -154,17 +164,34 @@ impl Mix {
         self.bounds.len() - 1
     }
 
-    /// Every source's share of an epoch by largest remainder (the shares add up to the epoch's size
-    /// exactly; ties go to the earlier source), checked against the cap.
-    fn apportion(&self) -> Result<Vec<Quota>> {
+    /// Every source's share of an epoch of `weights` by largest remainder (the shares add up to the
+    /// epoch's size exactly; ties go to the earlier source).
+    fn shares(&self, weights: &[f64]) -> Vec<u64> {
         let size = self
             .spec
             .epoch_size
             .unwrap_or_else(|| self.totals.iter().sum());
-        let weights: Vec<f64> = self.spec.sources.iter().map(|s| s.weight).collect();
-        let shares = largest_remainder(size, &weights);
-        let mut quotas = Vec::with_capacity(shares.len());
-        for (s, &share) in shares.iter().enumerate() {
+        largest_remainder(size, weights)
+    }
+
+    /// Every source's quota of an epoch of `weights`: its share as whole copies and a rest.
+    pub(super) fn apportion(&self, weights: &[f64]) -> Vec<Quota> {
+        let shares = self.shares(weights).into_iter().zip(&self.totals);
+        shares
+            .map(|(share, &total)| match share.checked_div(total) {
+                Some(copies) => Quota {
+                    copies,
+                    rest: share % total,
+                },
+                None => Quota { copies: 0, rest: 0 },
+            })
+            .collect()
+    }
+
+    /// Refuses an epoch of `weights` (at `epoch`, with a schedule) where a source's share asks for more
+    /// than the cap, naming it.
+    pub(super) fn check(&self, weights: &[f64], epoch: Option<u64>) -> Result<()> {
+        for (s, share) in self.shares(weights).into_iter().enumerate() {
             let total = self.totals[s];
             // Repeat counts stay far below 2^53; the ratio only decides the refusal and the message.
             #[allow(clippy::cast_precision_loss)]
@@ -174,10 +201,13 @@ impl Mix {
                 share as f64 / total as f64
             };
             if share > 0 && repeats > self.spec.max_repeat {
-                let source = &self.spec.sources[s];
+                let weight = match epoch {
+                    Some(epoch) => format!("{:?} at epoch {epoch}", weights[s]),
+                    None => format!("{:?}", weights[s]),
+                };
                 return Err(ErrorKind::SourceTooSmall {
-                    source: source.name.clone(),
-                    weight: format!("{:?}", source.weight),
+                    source: self.spec.sources[s].name.clone(),
+                    weight,
                     total,
                     share,
                     tokens: self.spec.unit == Unit::Tokens,
@@ -185,15 +215,8 @@ impl Mix {
                 }
                 .into());
             }
-            quotas.push(match share.checked_div(total) {
-                Some(copies) => Quota {
-                    copies,
-                    rest: share % total,
-                },
-                None => Quota { copies: 0, rest: 0 },
-            });
         }
-        Ok(quotas)
+        Ok(())
     }
 }
 

@@ -1,11 +1,12 @@
 //! The select stage: the rows an epoch of a mixture trains, for one forming key.
 //!
 //! Source `s` with quota `copies` whole copies plus `rest` contributes every admitted row `copies`
-//! times, then `rest` (samples, or tokens) from its *cycle*, read as consecutive slices of `rest`,
-//! one slice per key. Key `k` takes slice `k mod m` of cycle `⌊k / m⌋`, `m = ⌊total / rest⌋`
-//! slices fitting a cycle, so keys `0, 1, 2, …` (the epochs) walk through a down-sampled source
-//! without repeating a row until the cycle ends, and a slice never holds a row twice. In tokens, a
-//! slice's ends are the sample boundaries nearest to `j·rest` and `(j + 1)·rest` tokens into the
+//! times, then `rest` (samples, or tokens) from its *cycle*: the epoch's slice, which starts where
+//! the epoch before's ended (`slices.rs`; under fixed weights key `k` takes slice `k mod m` of cycle
+//! `⌊k / m⌋`, `m = ⌊total / rest⌋`), so keys `0, 1, 2, …` (the epochs) walk through a down-sampled
+//! source without repeating a row until the cycle ends, and a slice never holds a row twice. In
+//! tokens, a slice's ends are the sample boundaries nearest to its first and last position (tokens
+//! into the cycle), shared with the slices before and after:
 //! cycle: a source's tokens are within one sample of its share.
 //!
 //! **Cycles.** A source's rows are kept in groups (`groups.rs`: one per bucket, each in a fixed seeded
@@ -38,15 +39,13 @@ impl Groups {
         let mut runs = Vec::new();
         let mut first = Vec::with_capacity(groups + 1);
         let (mut samples, mut tokens) = (0usize, 0u64);
-        for s in 0..mix.len() {
-            let quota = mix.quotas[s];
+        for (s, quota) in mix.slices(key).into_iter().enumerate() {
             let own = s * self.buckets..(s + 1) * self.buckets;
             let slice = (quota.rest > 0).then(|| {
-                let slices = (mix.totals[s] / quota.rest).max(1);
-                let cycle = Cycle::new(self, own.clone(), seed, s, key / slices);
-                let (j, unit) = (key % slices, mix.spec.unit);
-                let from = cycle.boundary(j * quota.rest, unit);
-                let to = cycle.boundary((j + 1) * quota.rest, unit);
+                let cycle = Cycle::new(self, own.clone(), seed, s, quota.cycle);
+                let unit = mix.spec.unit;
+                let from = cycle.boundary(quota.from, unit);
+                let to = cycle.boundary(quota.from + quota.rest, unit);
                 (cycle, from, to)
             });
             for (k, g) in own.enumerate() {
