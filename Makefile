@@ -147,6 +147,7 @@ figures:
 	$(BIN)/python benchmarks/plan.py --json docs/figures.json
 	$(BIN)/python benchmarks/mixing.py --json docs/figures.json
 	$(BIN)/python benchmarks/packing.py --json docs/figures.json
+	$(BIN)/python benchmarks/schedules.py --json docs/figures.json
 	$(BIN)/python benchmarks/read.py --rows 100000 --json docs/figures.json
 	$(BIN)/python benchmarks/loader.py --rows 100000 --json docs/figures.json
 	$(BIN)/python benchmarks/mask.py --json docs/figures.json

@@ -194,6 +194,13 @@ def test_torchrun_ddp_with_a_mixture_resumes_exactly_with_every_rows_source(data
                 assert line["sources"] == mix.source_of(line["rows"]).tolist(), "each row's own source"
         finals = {line["final_steps"] for line in after if "final_steps" in line and line["rank"] == rank}
         assert finals == {EPOCHS * math.ceil(len(sampler) / ACCUMULATION)}
-    # Both sources trained in their shares: 0.3 and 0.7 of every epoch's samples.
-    epoch0 = np.concatenate([line["rows"] for line in trained if line["epoch"] == 0])
-    assert np.bincount(mix.source_of(epoch0)).tolist() == [round(0.3 * len(mix)), len(mix) - round(0.3 * len(mix))]
+    # Both sources trained in their shares: 0.3 and 0.7 of epoch 0's samples, 0.2 and 0.8 of epoch 1's (the
+    # schedule's change, before the kill and the resume); the down-sampled source's cycle carries on.
+    chosen = {}
+    for epoch, weight in ((0, 0.3), (1, 0.2)):
+        rows = np.concatenate([line["rows"] for line in trained if line["epoch"] == epoch])
+        sources = mix.source_of(rows)
+        share = round(weight * len(mix))
+        assert np.bincount(sources).tolist() == [share, len(mix) - share], f"epoch {epoch}'s shares"
+        chosen[epoch] = set(rows[sources == 0].tolist())
+    assert not chosen[0] & chosen[1], "a row of the down-sampled source twice within its cycle, across the change"

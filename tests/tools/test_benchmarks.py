@@ -37,6 +37,13 @@ def test_mixing_benchmark():
     assert "packed rows, fill ≥ 0.999" in out and "the same with target_efficiency=0.98" in out
 
 
+@pytest.mark.slow  # runs a benchmark script
+def test_schedules_benchmark():
+    out = run("schedules.py", "--samples", "20000", "--repeats", "1")
+    assert "padded, linear schedule" in out and "packed, constant schedule" in out
+    assert "rows repeated within a cycle 0;" in out and "target: per-step source TV ≤ 0.03" in out
+
+
 def test_packing_benchmark():
     out = run("packing.py", "--samples", "5000", "--repeats", "2", "--grain-samples", "400")
     assert "Python first-fit (random order)" in out and "window_tv no worse:" in out
