@@ -3,7 +3,7 @@
 
 use crate::error::{ErrorKind, Result};
 use crate::lengths::Length;
-use crate::plan::mixture::slices::Walk;
+use crate::plan::mixture::slices::{fixed_slices, Quota, Slice, Walk};
 use crate::plan::mixture::{Groups, Labels, Mixture, Selection, Unit};
 
 /// A source's admitted rows: all of its range, or a list when the rules leave some out.
@@ -34,14 +34,6 @@ impl Own<'_> {
     }
 }
 
-/// One source's quota of every epoch: whole copies of its admitted rows plus `rest` (samples or
-/// tokens) from its cycle (`select.rs`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Quota {
-    pub(crate) copies: u64,
-    pub(crate) rest: u64,
-}
-
 /// What the planner derives from a mixture once: each source's admitted rows and quota.
 #[derive(Debug)]
 pub(crate) struct Mix {
@@ -57,7 +49,7 @@ pub(crate) struct Mix {
     /// Epoch 0's quotas (every epoch's without a schedule).
     pub(crate) quotas: Vec<Quota>,
     /// Where each epoch's slices start in its sources' cycles, with a schedule (`slices.rs`).
-    pub(super) walk: Option<Walk>,
+    walk: Option<Walk>,
     /// Rows no source admits (`oversize="skip"`).
     pub(crate) skipped: u64,
     /// The admitted rows in groups, what every epoch selects from (`select.rs`).
@@ -118,12 +110,32 @@ impl Mix {
         let first = mix.spec.weights_at(0);
         mix.quotas = mix.apportion(&first);
         mix.check(&first, None)?;
-        if mix.spec.schedule.is_some() {
-            mix.walk = Some(Walk::new(&mix)?);
+        if let Some(schedule) = &mix.spec.schedule {
+            // Each epoch's weights checked once: a constant stretch reuses the quotas before it.
+            let mut last = (first.clone(), mix.quotas.clone());
+            let walk = Walk::new(schedule.span(), &mix.totals, |epoch| {
+                let weights = mix.spec.weights_at(epoch);
+                if weights != last.0 {
+                    mix.check(&weights, Some(epoch))?;
+                    last = (weights.clone(), mix.apportion(&weights));
+                }
+                Ok(last.1.clone())
+            })?;
+            mix.walk = Some(walk);
         }
         let groups = Groups::new(sources, |s| mix.rows_of(s), lengths, seed, pool);
         mix.groups = groups;
         Ok(mix)
+    }
+
+    /// Every source's slice of the epoch keyed `key` (`slices.rs`).
+    pub(crate) fn slices(&self, key: u64) -> Vec<Slice> {
+        match &self.walk {
+            None => fixed_slices(&self.quotas, &self.totals, key),
+            Some(walk) => walk.slices(key, &self.totals, |epoch| {
+                self.apportion(&self.spec.weights_at(epoch))
+            }),
+        }
     }
 
     /// Source `s`'s admitted rows: its whole range, or the listed ones when some are left out.
@@ -157,11 +169,6 @@ impl Mix {
             bounds: self.bounds.clone(),
             tokens,
         }
-    }
-
-    /// Sources in the mixture.
-    pub(crate) fn len(&self) -> usize {
-        self.bounds.len() - 1
     }
 
     /// Every source's share of an epoch of `weights` by largest remainder (the shares add up to the

@@ -16,11 +16,17 @@
 //! the span's place.
 
 use crate::error::Result;
-use crate::plan::mixture::quotas::Quota;
-use crate::plan::mixture::Mix;
 
 /// Epochs between two kept places of the walk.
 const STRIDE: u64 = 256;
+
+/// One source's quota of an epoch: whole copies of its admitted rows plus `rest` (samples or tokens)
+/// from its cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Quota {
+    pub(crate) copies: u64,
+    pub(crate) rest: u64,
+}
 
 /// A source's part of one epoch: whole copies of its rows, and `rest` (samples or tokens) of cycle
 /// `cycle` from position `from`.
@@ -100,29 +106,25 @@ pub(crate) struct Walk {
 }
 
 impl Walk {
-    /// Walks `mix`'s schedule up to its span, refusing the first epoch whose weights ask a source for
-    /// more than the cap.
-    pub(super) fn new(mix: &Mix) -> Result<Self> {
-        let span = mix.spec.schedule.as_ref().map_or(0, |s| s.span());
-        let mut place = vec![Place::default(); mix.len()];
+    /// Walks epochs `0..=span` of sources of `totals` (samples or tokens), `quotas(epoch)` giving each
+    /// epoch's quotas or refusing them.
+    pub(crate) fn new(
+        span: u64,
+        totals: &[u64],
+        mut quotas: impl FnMut(u64) -> Result<Vec<Quota>>,
+    ) -> Result<Self> {
+        let mut place = vec![Place::default(); totals.len()];
         let mut places = Vec::new();
-        let (mut weights, mut quotas) = (mix.spec.weights_at(0), mix.quotas.clone());
         for epoch in 0..span {
             if epoch.is_multiple_of(STRIDE) {
                 places.extend_from_slice(&place);
             }
-            let now = mix.spec.weights_at(epoch);
-            if now != weights {
-                mix.check(&now, Some(epoch))?;
-                quotas = mix.apportion(&now);
-                weights = now;
-            }
-            for (s, p) in place.iter_mut().enumerate() {
-                *p = p.after(quotas[s].rest, mix.totals[s]);
+            let now = quotas(epoch)?;
+            for ((p, quota), &total) in place.iter_mut().zip(&now).zip(totals) {
+                *p = p.after(quota.rest, total);
             }
         }
-        let last_weights = mix.spec.weights_at(span);
-        mix.check(&last_weights, Some(span))?;
+        let last = quotas(span)?;
         if span.is_multiple_of(STRIDE) {
             places.extend_from_slice(&place);
         }
@@ -130,113 +132,62 @@ impl Walk {
             places,
             span,
             at_span: place,
-            last: mix.apportion(&last_weights),
+            last,
         })
+    }
+
+    /// Every source's slice of the epoch keyed `key`, `quotas(epoch)` giving each epoch's quotas.
+    pub(crate) fn slices(
+        &self,
+        key: u64,
+        totals: &[u64],
+        quotas: impl Fn(u64) -> Vec<Quota>,
+    ) -> Vec<Slice> {
+        if key >= self.span {
+            return slices_from(&self.last, &self.at_span, totals, key - self.span);
+        }
+        let sources = totals.len();
+        let kept = key / STRIDE;
+        let from = usize::try_from(kept).unwrap_or(usize::MAX) * sources;
+        let mut place = self.places[from..from + sources].to_vec();
+        for epoch in kept * STRIDE..key {
+            for ((p, quota), &total) in place.iter_mut().zip(quotas(epoch)).zip(totals) {
+                *p = p.after(quota.rest, total);
+            }
+        }
+        slices_from(&quotas(key), &place, totals, 0)
     }
 }
 
-impl Mix {
-    /// Every source's slice of the epoch keyed `key` (see the module docs).
-    pub(crate) fn slices(&self, key: u64) -> Vec<Slice> {
-        let Some(walk) = &self.walk else {
-            return self.slices_from(&self.quotas, &vec![Place::default(); self.len()], key);
-        };
-        if key >= walk.span {
-            return self.slices_from(&walk.last, &walk.at_span, key - walk.span);
-        }
-        let sources = self.len();
-        let kept = key / STRIDE;
-        let from = usize::try_from(kept).unwrap_or(usize::MAX) * sources;
-        let mut place = walk.places[from..from + sources].to_vec();
-        for epoch in kept * STRIDE..key {
-            let quotas = self.apportion(&self.spec.weights_at(epoch));
-            for (s, p) in place.iter_mut().enumerate() {
-                *p = p.after(quotas[s].rest, self.totals[s]);
-            }
-        }
-        self.slices_from(&self.apportion(&self.spec.weights_at(key)), &place, 0)
-    }
+/// Every source's slice of epoch `key` under fixed `quotas`: the walk's closed form from the start.
+pub(crate) fn fixed_slices(quotas: &[Quota], totals: &[u64], key: u64) -> Vec<Slice> {
+    slices_from(quotas, &vec![Place::default(); quotas.len()], totals, key)
+}
 
-    /// The slices of the epoch `n` epochs of `quotas` after every source's `place`.
-    fn slices_from(&self, quotas: &[Quota], place: &[Place], n: u64) -> Vec<Slice> {
-        quotas
-            .iter()
-            .zip(place)
-            .zip(&self.totals)
-            .map(|((quota, place), &total)| {
-                let start = place
-                    .after_many(quota.rest, total, n)
-                    .start(quota.rest, total);
-                Slice {
-                    copies: quota.copies,
-                    rest: quota.rest,
-                    cycle: start.cycle,
-                    from: start.at,
-                }
-            })
-            .collect()
-    }
+/// The slices of the epoch `n` epochs of `quotas` after every source's `place`.
+fn slices_from(quotas: &[Quota], place: &[Place], totals: &[u64], n: u64) -> Vec<Slice> {
+    quotas
+        .iter()
+        .zip(place)
+        .zip(totals)
+        .map(|((quota, place), &total)| {
+            let start = place
+                .after_many(quota.rest, total, n)
+                .start(quota.rest, total);
+            Slice {
+                copies: quota.copies,
+                rest: quota.rest,
+                cycle: start.cycle,
+                from: start.at,
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::mixture::{Interpolation, Mixture, Point, Schedule, Unit};
     use proptest::prelude::*;
-
-    /// Past the first kept place and past the span, every epoch's slices are those of the walk taken
-    /// one epoch at a time from epoch 0 (a long linear schedule: every epoch's rests differ).
-    #[test]
-    fn kept_places_and_the_closed_form_agree_with_the_walk() {
-        let sources = [("a", 997u32, 0.05), ("b", 1500, 0.55), ("c", 503, 0.4)];
-        let points = vec![
-            Point {
-                epoch: 700,
-                weights: vec![0.3, 0.3, 0.4],
-            },
-            Point {
-                epoch: 1100,
-                weights: vec![0.1, 0.6, 0.3],
-            },
-        ];
-        let m = Mixture {
-            schedule: Some(Schedule {
-                points,
-                interpolation: Interpolation::Linear,
-            }),
-            max_repeat: 10.0,
-            ..Mixture::new(
-                sources.map(|(n, r, w)| (n.to_string(), r, w)),
-                Unit::Samples,
-            )
-        };
-        let lengths = vec![2u32; 3000];
-        let mix = Mix::new(m, &lengths, |_| true, 1, None).unwrap();
-        let mut place = [Place::default(); 3];
-        for epoch in 0..1400u64 {
-            let quotas = mix.apportion(&mix.spec.weights_at(epoch));
-            let want: Vec<Slice> = (0..3)
-                .map(|s| {
-                    let start = place[s].start(quotas[s].rest, mix.totals[s]);
-                    Slice {
-                        copies: quotas[s].copies,
-                        rest: quotas[s].rest,
-                        cycle: start.cycle,
-                        from: start.at,
-                    }
-                })
-                .collect();
-            if epoch.is_multiple_of(7)
-                || (250..260).contains(&epoch)
-                || (1095..1105).contains(&epoch)
-            {
-                assert_eq!(mix.slices(epoch), want, "epoch {epoch}");
-            }
-            for (s, p) in place.iter_mut().enumerate() {
-                *p = p.after(quotas[s].rest, mix.totals[s]);
-            }
-        }
-    }
 
     proptest! {
         /// The closed form is the walk taken one slice at a time, and from the cycle's start it is

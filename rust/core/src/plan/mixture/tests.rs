@@ -1,4 +1,5 @@
-use super::quotas::{largest_remainder, Quota};
+use super::quotas::largest_remainder;
+use super::slices::Quota;
 use super::testing::{counts, mixture};
 use super::*;
 use crate::error::ErrorKind;

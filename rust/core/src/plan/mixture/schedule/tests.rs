@@ -264,3 +264,46 @@ fn a_scheduled_plan_is_the_same_for_any_thread_count_and_keeps_its_steps() {
         );
     }
 }
+
+/// Past the first kept place of the walk (every 256 epochs) and past the last point, every epoch's
+/// slices are those of the rule taken one epoch at a time from epoch 0 (a long linear schedule: the
+/// rests change every epoch).
+#[test]
+fn slices_far_into_a_long_schedule_follow_the_rule_from_epoch_zero() {
+    let m = Mixture {
+        schedule: Some(schedule(
+            &[(700, &[0.3, 0.3, 0.4]), (1100, &[0.1, 0.6, 0.3])],
+            Interpolation::Linear,
+        )),
+        max_repeat: 10.0,
+        ..mixture(
+            &[("a", 997, 0.05), ("b", 1500, 0.55), ("c", 503, 0.4)],
+            Unit::Samples,
+        )
+    };
+    let mix = Mix::new(m.clone(), &[2u32; 3000], |_| true, 1, None).unwrap();
+    let rows = [997u64, 1500, 503];
+    // (cycle, position) of each source where its last slice ended.
+    let mut place = [(0u64, 0u64); 3];
+    for epoch in 0..1400u64 {
+        let shares = largest_remainder(3000, &m.weights_at(epoch));
+        let slices = mix.slices(epoch);
+        for s in 0..3 {
+            let (copies, rest) = (shares[s] / rows[s], shares[s] % rows[s]);
+            let (mut cycle, mut at) = place[s];
+            if rest > 0 && at + rest > rows[s] {
+                (cycle, at) = (cycle + 1, 0);
+            }
+            let slice = slices[s];
+            assert_eq!((slice.copies, slice.rest), (copies, rest), "epoch {epoch}");
+            if rest > 0 {
+                assert_eq!(
+                    (slice.cycle, slice.from),
+                    (cycle, at),
+                    "epoch {epoch} source {s}"
+                );
+                place[s] = (cycle, at + rest);
+            }
+        }
+    }
+}
