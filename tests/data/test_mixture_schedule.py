@@ -215,3 +215,76 @@ def test_a_checkpoint_of_another_schedule_is_refused_naming_the_epoch():
     # The same schedule resumes.
     again = db.BucketSampler(mixture(), max_tokens=16384, seed=1)
     again.load_state_dict(state)
+
+
+def test_the_hf_trainer_trains_each_epoch_at_its_scheduled_weights(tmp_path):
+    """The real Trainer, GA 2, three epochs across two changes of weights: every micro-batch is the plan's of
+    its epoch, each epoch holds its own shares, the steps stay the same (the Trainer reads them once), and the
+    down-sampled source's rows do not repeat within its cycle."""
+    pytest.importorskip("transformers")
+    import datasets
+    import transformers
+    from _hf_rows import rows, rows_of, tiny_llama
+    from dflash_batch.hf import BucketTrainer
+
+    chat, code = rows(0, 90, 20), rows(90, 60, 40)
+    schedule = {1: {"chat": 0.5, "code": 0.5}, 2: {"chat": 0.1, "code": 0.9}}
+    sources = {"chat": (db.TokenStore(chat), 0.3), "code": (db.TokenStore(code), 0.7)}
+    mix = db.Mixture(sources, unit="samples", schedule=schedule)
+    seen: list[tuple[int, list[int]]] = []
+
+    class Recording(BucketTrainer):
+        def training_step(self, model, inputs, *args, **kwargs):
+            seen.append((self.bucket_sampler.epoch, rows_of(inputs["input_ids"])))
+            return super().training_step(model, inputs, *args, **kwargs)
+
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), num_train_epochs=3, gradient_accumulation_steps=2, logging_steps=1,
+        report_to=[], use_cpu=True, save_strategy="no",
+    )  # fmt: skip
+    trainer = Recording(
+        model=tiny_llama(), args=args, store=mix, sampler={"max_tokens": 128, "seed": 3},
+        train_dataset=datasets.concatenate_datasets([chat, code]),
+    )  # fmt: skip
+    trainer.train()
+    sampler = trainer.bucket_sampler
+    chat_rows = {}
+    for epoch, shares in enumerate(([45, 105], [75, 75], [15, 135])):
+        plan = sampler.plan(epoch)
+        assert plan.steps == len(sampler)
+        trained = [sorted(r) for e, r in seen if e == epoch]
+        assert trained == [sorted(plan[s].tolist()) for s in range(plan.steps)], f"epoch {epoch}"
+        sources = mix.source_of(plan.indices)
+        assert np.bincount(sources).tolist() == shares, f"epoch {epoch}'s weights"
+        chat_rows[epoch] = set(plan.indices[sources == 0].tolist())
+    # 'chat' (90 rows): 45 in epoch 0; 75 do not fit the 45 left, so epoch 1 starts a cycle; epoch 2's 15 fit it.
+    assert not chat_rows[1] & chat_rows[2], "a 'chat' row twice within a cycle"
+
+
+KEYS = st.one_of(st.integers(-3, 1 << 66), st.floats(allow_nan=True), st.booleans(), st.text(max_size=3), st.none())
+WEIGHT = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-2, 3), st.text(max_size=2), st.none())
+POINT = st.one_of(
+    st.dictionaries(st.sampled_from([*NAMES, "other", 3]), WEIGHT, max_size=5),
+    st.fixed_dictionaries({n: st.floats(0, 1) for n in NAMES}),
+    st.lists(st.floats(0, 1), max_size=4),
+    st.none(),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    schedule=st.one_of(st.dictionaries(KEYS, POINT, max_size=4), st.lists(st.integers(), max_size=2), st.none()),
+    interpolation=st.one_of(st.sampled_from(["constant", "linear", "cubic", ""]), st.integers(0, 2)),
+)
+def test_any_schedule_argument_builds_or_raises_a_documented_error(schedule, interpolation):
+    """Whatever is passed as a schedule, the mixture is built (and plans every epoch it names, with its
+    weights) or refused with TypeError or PlanError (a ValueError) — never another exception."""
+    try:
+        mix = db.Mixture(
+            {n: (PARTS[n], FIRST[n]) for n in NAMES}, unit="samples", schedule=schedule, interpolation=interpolation
+        )
+    except (TypeError, db.PlanError):
+        return
+    for epoch in [0, *(mix.schedule or {})]:
+        weights = mix.weights_at(epoch)
+        assert abs(sum(weights.values()) - 1) < 1e-6 and min(weights.values()) >= 0
