@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .._core import DataError
+from .measured import _validated
 
 
 class Stream:
@@ -171,3 +172,41 @@ def _open_parquet(pq: Any, path: str) -> Any:
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path!r} is gone: the stream's files changed while it was read") from None
         raise DataError(f"{path!r} is not a readable Parquet file ({error}): a truncated or corrupt shard") from None
+
+
+def column_lengths(values: Any, column: str, start: int) -> np.ndarray:
+    """A window's length column (integers, or lists whose lengths count) as ``uint32`` (``start``: the stream's
+    index of its first value, which errors name)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_list(values.type) or pa.types.is_large_list(values.type):
+        values = pc.list_value_length(values)
+    elif not pa.types.is_integer(values.type):
+        raise TypeError(f"column {column!r} holds {values.type}: pass column= naming an integer or a list column")
+    if values.null_count:
+        first = int(np.flatnonzero(pc.is_null(values).to_numpy(zero_copy_only=False))[0])
+        raise DataError(f"example {start + first}: its {column!r} is null; every example needs a length")
+    return _validated(values.to_numpy(), start).astype(np.uint32)
+
+
+def length_in(example: Any, column: str) -> Any:
+    """An example's length field, or the length of its token list."""
+    try:
+        value = example[column]
+    except (KeyError, TypeError, IndexError):
+        fields = list(example) if isinstance(example, dict) else type(example).__name__
+        raise TypeError(
+            f"an example ({fields}) has no field {column!r}; pass column= naming its length field"
+        ) from None
+    return len(value) if isinstance(value, (list, tuple, np.ndarray)) else value
+
+
+def held(examples: list[Any], rows: np.ndarray) -> list[Any]:
+    """The examples at ``rows`` of a window held in memory."""
+    return [examples[i] for i in rows.tolist()]
+
+
+def taken(shards: Shards, first: int, rows: np.ndarray) -> list[Any]:
+    """The examples at ``rows`` of the window of ``shards`` starting at example ``first``."""
+    return shards.take(rows.astype(np.int64) + first)

@@ -29,11 +29,11 @@ import numpy as np
 
 import dflash_batch._core as _core
 
-from .._core import PLAN_REVISION, DataError, PlanError
+from .._core import PLAN_REVISION, PlanError
 from ..base.arguments import _bool, _check_context_parallel_ranks, _check_rank, _default_ranks, _epoch
 from ..base.ranks import check_ranks_agree, process_group_size
 from ..data.measured import _measure_of, _validated
-from ..data.streams import Shards, Stream
+from ..data.streams import Stream, column_lengths, held, length_in, taken
 
 FORMAT = "dflash_batch.Windows"
 
@@ -113,15 +113,30 @@ class Windows:
         # steps, its first example, its examples).
         self._seen: list[tuple[int, int, int, int, int]] = []
         self._handed = 0  # steps handed out since the iteration began
+        # DataLoader workers iterate copies (`workers.py`): this object sees none of their steps, so a
+        # checkpoint must be told the steps trained.
+        self._in_workers = False
+        self._iterations = 0  # iterations begun by this object in this process (a worker's copy counts its own)
 
     def __reduce__(self) -> Any:
         # Copies would each read the stream and hold a position of their own, while checkpoints are taken
         # from this one: refused, rather than a worker training windows the checkpoint never sees.
         raise TypeError(
-            "a Windows is iterated in the training process and is not copied (a DataLoader worker's copy would "
-            "read the stream on its own, and checkpoints would miss what it trained): iterate it in the loop, "
-            "and collate each batch there (for examples in windows: batch = collate(examples))"
+            "a Windows is not copied (a copy would read the stream on its own, and checkpoints would miss what it "
+            "trained): iterate it in the loop, or give DataLoader workers windows.iterable(), which splits the "
+            "batches among them (fork start method; checkpoint with state_dict(step=n))"
         )
+
+    def iterable(self) -> Any:
+        """A torch ``IterableDataset`` of this rank's batches for ``DataLoader(it, batch_size=None,
+        num_workers=k, collate_fn=...)``: the workers split the batches and the loop gets them in order
+        (``windows_workers.py``). Checkpoints then take ``state_dict(step=n)``, ``n`` the batches the loop
+        trained since the iteration began. Needs torch and the ``fork`` start method."""
+        from .windows_workers import WorkerBatches  # imports torch, which the rest of Windows does not need
+
+        with self._lock:
+            self._in_workers = True
+        return WorkerBatches(self)
 
     # -- the position ---------------------------------------------------------------------------------
 
@@ -199,6 +214,13 @@ class Windows:
             self._live += 1
 
     def _where(self, step: int | None) -> tuple[int, int, int]:
+        if self._in_workers and not self._seen:
+            if step is None:
+                raise ValueError(
+                    "this Windows is iterated by DataLoader workers (iterable()), so it cannot see what was trained: "
+                    "pass state_dict(step=n), n the batches your loop trained since the iteration began"
+                )
+            return self._position_after(step)
         if not self._seen:
             if step not in (None, 0):
                 raise ValueError(f"step={step}: no batch of this pass was handed out yet")
@@ -215,31 +237,68 @@ class Windows:
         # which may hold more than `window` examples: a resume there reads nothing).
         return (window + 1, 0, start + examples) if step == first + steps else (window, step - first, start)
 
+    def _position_after(self, step: int) -> tuple[int, int, int]:
+        """Where the pass stands ``step`` batches after the iteration began, found by planning the windows from
+        its start again (reading their lengths: a length column only, for Parquet shards with one). No rank
+        check: only this rank asks."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"step must be the batches trained since the iteration began (an int ≥ 0), got {step!r}")
+        window, skip, start = self._at if self._resume else (0, 0, 0)
+        left = step
+        for lengths, _ in self._windows_from(start):
+            if left == 0:
+                break
+            steps = self.plan_lengths(lengths, window, self._pass, check=False).steps - skip
+            if left < steps:
+                return (window, skip + left, start)
+            left -= steps
+            window, skip, start = window + 1, 0, start + len(lengths)
+        if left:
+            raise ValueError(f"step={step} is past the end of pass {self._pass} ({step - left} batches from its start)")
+        return (window, skip, start)
+
     # -- iterating ------------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[list[Any]]:
+        return self._iterate(None)
+
+    def _iterate(self, split: tuple[int, int] | None) -> Iterator[list[Any]]:
+        """This rank's batches; with ``split = (worker, workers)`` only every ``workers``-th from ``worker`` on
+        (a DataLoader worker's share, `workers.py`)."""
         with self._lock:
             self._live += 1
+            self._iterations += 1
             token, epoch = self._live, self._pass
             window, skip, start = self._at if self._resume else (0, 0, 0)
             self._seen, self._handed = [], 0
-        return self._batches(token, epoch, window, skip, start)
+        return self._batches(token, epoch, (window, skip, start), split)
 
-    def _batches(self, token: int, epoch: int, window: int, skip: int, start: int) -> Iterator[list[Any]]:
+    def _batches(
+        self, token: int, epoch: int, at: tuple[int, int, int], split: tuple[int, int] | None
+    ) -> Iterator[list[Any]]:
+        window, skip, start = at
+        worker, workers = split or (0, 1)
         for lengths, fetch in self._windows_from(start):
-            plan = self.plan_lengths(lengths, window, epoch)
+            # In a worker, no collective: the process group is the training process's (`workers.py`).
+            plan = self.plan_lengths(lengths, window, epoch, check=split is None)
             with self._lock:
                 self._check(token)
                 self._seen.append((window, self._handed - skip, plan.steps, start, len(lengths)))
-            mine = [plan[step * plan.world_size + self._rank] for step in range(skip, plan.steps)]
-            rows = np.unique(np.concatenate(mine)) if mine else np.zeros(0, np.uint32)
+            steps = range(skip, plan.steps)
+            mine = [plan[step * plan.world_size + self._rank] for step in steps]
+            with self._lock:
+                first = self._handed
+            owned = [b for k, b in enumerate(mine) if (first + k) % workers == worker]
+            rows = np.unique(np.concatenate(owned)) if owned else np.zeros(0, np.uint32)
             examples = dict(zip(rows.tolist(), fetch(rows), strict=True))  # this rank's examples only
             for step, batch in enumerate(mine, start=skip):
                 with self._lock:
                     self._check(token)
                     self._handed += 1
                     self._at = (window, step + 1, start)
-                yield [examples[i] for i in batch.tolist()]
+                    ours = (self._handed - 1) % workers == worker
+                if ours:
+                    yield [examples[i] for i in batch.tolist()]
             skip, window, start = 0, window + 1, start + len(lengths)
         with self._lock:
             if token == self._live:
@@ -252,13 +311,13 @@ class Windows:
         shards = self._stream.shards() if self._column is not None else None
         if shards is None:
             for examples in self.cut(self._stream.examples(start)):
-                yield self.lengths_of(examples, start), functools.partial(_held, examples)
+                yield self.lengths_of(examples, start), functools.partial(held, examples)
                 start += len(examples)
             return
         assert self._column is not None
         for lo, hi in bounds(shards.rows, self._window, start):
-            lengths = _column_lengths(shards.column(self._column, lo, hi), self._column, lo)
-            yield lengths, functools.partial(_taken, shards, lo)
+            lengths = column_lengths(shards.column(self._column, lo, hi), self._column, lo)
+            yield lengths, functools.partial(taken, shards, lo)
 
     def _check(self, token: int) -> None:
         if token != self._live:
@@ -282,7 +341,7 @@ class Windows:
         """The lengths the windows are planned by, of ``examples`` (the stream's from example ``start``, which
         errors name)."""
         if self._column is not None:
-            values = _validated([_length_in(example, self._column) for example in examples], start)
+            values = _validated([length_in(example, self._column) for example in examples], start)
         else:
             assert self._measure is not None  # one of the two, checked when built
             values = _validated(self._measure.lengths_of(examples), start)
@@ -293,12 +352,14 @@ class Windows:
         (its batches index them)."""
         return self.plan_lengths(self.lengths_of(examples, window * self._window), window, epoch)
 
-    def plan_lengths(self, lengths: np.ndarray, window: int, epoch: int | None = None) -> _core.Plan:
+    def plan_lengths(
+        self, lengths: np.ndarray, window: int, epoch: int | None = None, *, check: bool = True
+    ) -> _core.Plan:
         """The plan of window ``window`` of pass ``epoch`` (default: the current pass), whose examples have
-        ``lengths`` (``uint32``)."""
+        ``lengths`` (``uint32``); ``check=False`` skips comparing the window across ranks."""
         epoch = self._pass if epoch is None else _epoch(epoch)
         config = self._config.replace(seed=_core.window_seed(self._config.seed, window))
-        if self._check_ranks and process_group_size() == self.world_size:
+        if check and self._check_ranks and process_group_size() == self.world_size:
             check_ranks_agree(
                 {
                     "epoch": epoch,
@@ -320,14 +381,6 @@ class Windows:
             raise
 
 
-def _held(examples: list[Any], rows: np.ndarray) -> list[Any]:
-    return [examples[i] for i in rows.tolist()]
-
-
-def _taken(shards: Shards, first: int, rows: np.ndarray) -> list[Any]:
-    return shards.take(rows.astype(np.int64) + first)
-
-
 def bounds(total: int, size: int, start: int = 0) -> Iterator[tuple[int, int]]:
     """The windows of a stream of ``total`` examples as :meth:`Windows.cut` makes them, from example ``start``
     (a window's first example) on."""
@@ -338,29 +391,3 @@ def bounds(total: int, size: int, start: int = 0) -> Iterator[tuple[int, int]]:
         lo += size
     if total > lo >= start:
         yield lo, total
-
-
-def _column_lengths(values: Any, column: str, start: int) -> np.ndarray:
-    """A window's length column (integers, or lists whose lengths count) as ``uint32``."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if pa.types.is_list(values.type) or pa.types.is_large_list(values.type):
-        values = pc.list_value_length(values)
-    elif not pa.types.is_integer(values.type):
-        raise TypeError(f"column {column!r} holds {values.type}: pass column= naming an integer or a list column")
-    if values.null_count:
-        first = int(np.flatnonzero(pc.is_null(values).to_numpy(zero_copy_only=False))[0])
-        raise DataError(f"example {start + first}: its {column!r} is null; every example needs a length")
-    return _validated(values.to_numpy(), start).astype(np.uint32)
-
-
-def _length_in(example: Any, column: str) -> Any:
-    try:
-        value = example[column]
-    except (KeyError, TypeError, IndexError):
-        fields = list(example) if isinstance(example, dict) else type(example).__name__
-        raise TypeError(
-            f"an example ({fields}) has no field {column!r}; pass column= naming its length field"
-        ) from None
-    return len(value) if isinstance(value, (list, tuple, np.ndarray)) else value
