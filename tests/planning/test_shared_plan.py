@@ -17,7 +17,7 @@ import time
 import dflash_batch as db
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 
@@ -30,6 +30,8 @@ def _files(directory) -> list[str]:
 
 
 @settings(max_examples=40, deadline=None)
+# A first epoch refused: the users file is already there (found by hypothesis in the fast lane).
+@example(lengths=[1, 1, 1, 1366, 2049, 2049, 1, 2049], world=3, seed=0, mode="padded", epochs=[0])
 @given(
     lengths=st.lists(st.integers(1, 4000), min_size=8, max_size=300),
     world=st.integers(1, 4),
@@ -49,7 +51,9 @@ def test_the_shared_plan_is_the_plan_every_process_makes(tmp_path_factory, lengt
             with pytest.raises(db.PlanError) as caught:
                 shared.plan(epoch)
             assert str(caught.value) == str(refused)
-            assert not [f for f in _files(directory) if not f.endswith(".lock")], "nothing published"
+            # The lock and the users file (held while this process lives: plan_files.py) are no plans.
+            published = [f for f in _files(directory) if not f.endswith((".lock", ".users"))]
+            assert not published, "nothing published"
             return
         theirs = shared.plan(epoch)
         assert _same(mine, theirs)
