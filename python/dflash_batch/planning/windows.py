@@ -29,13 +29,12 @@ import numpy as np
 
 import dflash_batch._core as _core
 
-from .._core import PLAN_REVISION, PlanError
+from .._core import PlanError
 from ..base.arguments import _bool, _check_context_parallel_ranks, _check_rank, _default_ranks, _epoch
 from ..base.ranks import check_ranks_agree, process_group_size
 from ..data.measured import _measure_of, _validated
 from ..data.streams import Stream, column_lengths, held, length_in, taken
-
-FORMAT = "dflash_batch.Windows"
+from . import windows_resume
 
 
 class Windows:
@@ -107,6 +106,7 @@ class Windows:
         self._pass = 0
         # Where the next iteration starts: (window, steps of it taken, its first example in the stream).
         self._at = (0, 0, 0)
+        self._origin: windows_resume.Origin | None = None  # a window resumed on other ranks
         self._resume = False
         self._live = 0  # the running iteration's token; a newer one supersedes it
         # The windows of the current pass this process planned: (window, first step of this iteration, its
@@ -158,6 +158,7 @@ class Windows:
         epoch = _epoch(epoch)
         with self._lock:
             self._pass, self._at, self._resume, self._seen, self._handed = epoch, (0, 0, 0), False, [], 0
+            self._origin = None
             self._live += 1
 
     def state_dict(self, step: int | None = None) -> dict[str, Any]:
@@ -165,51 +166,19 @@ class Windows:
         on. ``step``: the steps of this pass your loop has trained, when it is behind the batches handed out
         (a loader that reads ahead); default, every step handed out."""
         with self._lock:
-            window, taken, start = self._where(step)
-            return {
-                "format": FORMAT,
-                "revision": PLAN_REVISION,
-                "epoch": self._pass,
-                "window": window,
-                "step": taken,
-                "start": start,
-                "window_size": self._window,
-                "settings": self._config.settings(),
-            }
+            at = self._where(step)
+            origin = self._origin if self._resume else None
+            return windows_resume.state(self._pass, at, origin, self._window, self._config.settings())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resumes where ``state`` was taken: the next iteration starts at its window, after its steps.
-        Raises PlanError for a state of other settings, another window size or plan revision (named), or
-        that is not a state of ``Windows``; a refused state changes nothing."""
-        if not isinstance(state, dict) or state.get("format") != FORMAT:
-            raise PlanError("this is not a dflash_batch.Windows state (state_dict() of a Windows)")
-        if state.get("revision") != PLAN_REVISION:
-            raise PlanError(
-                f"the state was written by plan revision {state.get('revision')!r}, this is {PLAN_REVISION}: "
-                "its windows would be planned differently; finish the pass on the version that wrote it"
-            )
-        try:
-            recorded = dict(state["settings"])
-            where = (int(state["window"]), int(state["step"]), int(state["start"]))
-            epoch = _epoch(state["epoch"])
-        except (KeyError, TypeError, ValueError) as error:
-            raise PlanError(f"this Windows state is damaged ({type(error).__name__}: {error})") from None
-        if min(where) < 0 or where[2] < where[0] * self._window:
-            raise PlanError(f"the state's position {where} (window, step, first example) is not one a stream has")
-        differs = [
-            f"{key}: {recorded.get(key)!r} there, {value!r} here"
-            for key, value in self._config.settings().items()
-            if recorded.get(key) != value
-        ]
-        if state.get("window_size") != self._window:
-            differs.insert(0, f"window: {state.get('window_size')!r} there, {self._window!r} here")
-        if differs:
-            raise PlanError(
-                "the state's windows were planned with other settings (" + "; ".join(differs) + "); resume "
-                "with the settings that wrote it"
-            )
+        """Resumes where ``state`` was taken: the next iteration starts at its window, after its steps; a state
+        of another ``world_size`` plans the rest of its window on these ranks (``windows_resume.py``). Raises
+        PlanError for a state of other settings, another window size or plan revision (named), one that
+        cannot resume on these ranks (named), or that is not a state of ``Windows``; a refused state changes
+        nothing."""
+        resume = windows_resume.read(state, self._config.settings(), self._window)
         with self._lock:
-            self._pass, self._at, self._resume = epoch, where, True
+            self._pass, self._at, self._origin, self._resume = resume.epoch, resume.at, resume.origin, True
             self._seen, self._handed = [], 0
             self._live += 1
 
@@ -244,11 +213,12 @@ class Windows:
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"step must be the batches trained since the iteration began (an int ≥ 0), got {step!r}")
         window, skip, start = self._at if self._resume else (0, 0, 0)
+        origin = self._origin if self._resume else None
         left = step
         for lengths, _ in self._windows_from(start):
             if left == 0:
                 break
-            steps = self.plan_lengths(lengths, window, self._pass, check=False).steps - skip
+            steps = self.plan_lengths(lengths, window, self._pass, check=False, origin=origin).steps - skip
             if left < steps:
                 return (window, skip + left, start)
             left -= steps
@@ -270,17 +240,22 @@ class Windows:
             self._iterations += 1
             token, epoch = self._live, self._pass
             window, skip, start = self._at if self._resume else (0, 0, 0)
+            origin = self._origin if self._resume else None
             self._seen, self._handed = [], 0
-        return self._batches(token, epoch, (window, skip, start), split)
+        return self._batches(token, epoch, (window, skip, start, origin), split)
 
     def _batches(
-        self, token: int, epoch: int, at: tuple[int, int, int], split: tuple[int, int] | None
+        self,
+        token: int,
+        epoch: int,
+        at: tuple[int, int, int, windows_resume.Origin | None],
+        split: tuple[int, int] | None,
     ) -> Iterator[list[Any]]:
-        window, skip, start = at
+        window, skip, start, origin = at
         worker, workers = split or (0, 1)
         for lengths, fetch in self._windows_from(start):
             # In a worker, no collective: the process group is the training process's (`workers.py`).
-            plan = self.plan_lengths(lengths, window, epoch, check=split is None)
+            plan = self.plan_lengths(lengths, window, epoch, check=split is None, origin=origin)
             with self._lock:
                 self._check(token)
                 self._seen.append((window, self._handed - skip, plan.steps, start, len(lengths)))
@@ -353,10 +328,18 @@ class Windows:
         return self.plan_lengths(self.lengths_of(examples, window * self._window), window, epoch)
 
     def plan_lengths(
-        self, lengths: np.ndarray, window: int, epoch: int | None = None, *, check: bool = True
+        self,
+        lengths: np.ndarray,
+        window: int,
+        epoch: int | None = None,
+        *,
+        check: bool = True,
+        origin: windows_resume.Origin | None = None,
     ) -> _core.Plan:
         """The plan of window ``window`` of pass ``epoch`` (default: the current pass), whose examples have
-        ``lengths`` (``uint32``); ``check=False`` skips comparing the window across ranks."""
+        ``lengths`` (``uint32``): the rest after the origin's steps when it is the window resumed on other
+        ranks. ``check=False`` skips comparing the window across ranks."""
+        origin = origin if origin is not None and origin.window == window else None
         epoch = self._pass if epoch is None else _epoch(epoch)
         config = self._config.replace(seed=_core.window_seed(self._config.seed, window))
         if check and self._check_ranks and process_group_size() == self.world_size:
@@ -367,10 +350,14 @@ class Windows:
                     "examples": len(lengths),
                     "lengths": hashlib.sha256(lengths.tobytes()).hexdigest(),
                     "settings": self._config.settings(),
+                    "origin": origin,
                 }
             )
         try:
-            return _core.Planner([lengths], config).plan(epoch)
+            planner = _core.Planner([lengths], config)
+            if origin is not None:
+                return windows_resume.plan_rest(planner, epoch, origin, window * self._window, len(lengths))
+            return planner.plan(epoch)
         except PlanError as error:  # the same error (kind, setting), told which window and where it starts
             start = window * self._window
             hint = "; a larger window gives every rank a batch" if error.kind == "too_few_samples_for_ranks" else ""
