@@ -24,7 +24,18 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str, bad_seed_rank: 
     try:
         store = db.TokenStore(str(Path(out_dir) / "tokens.arrow"))
         given = {"seed": 0, **settings.get("all", {}), **(settings.get("bad", {}) if rank == bad_seed_rank else {})}
-        sampler = db.BucketSampler(store.lengths(), max_tokens=256, **given)  # world_size/rank from the group
+        schedule = given.pop("schedule", None)
+        if schedule is not None:  # the rows as a two-source mixture whose weights change by epoch
+            import pyarrow as pa
+
+            table = pa.ipc.open_file(str(Path(out_dir) / "tokens.arrow")).read_all()
+            halves = {"a": table.slice(0, SAMPLES // 2), "b": table.slice(SAMPLES // 2)}
+            points = {int(epoch): weights for epoch, weights in schedule.items()}
+            sources = {name: (db.TokenStore(part), 0.5) for name, part in halves.items()}
+            store = db.Mixture(sources, unit="samples", schedule=points)
+            sampler = db.BucketSampler(store, max_tokens=256, **given)
+        else:
+            sampler = db.BucketSampler(store.lengths(), max_tokens=256, **given)  # world_size/rank from the group
         model = torch.nn.parallel.DistributedDataParallel(
             torch.nn.Sequential(torch.nn.Embedding(64, 8), torch.nn.Linear(8, 64))
         )
@@ -108,6 +119,26 @@ def test_a_rank_with_another_cap_on_samples_per_row_makes_every_rank_raise(tmp_p
         assert "error" in r, r
         assert "ranks disagree on the plan" in r["error"]
         assert "max_docs_per_row: rank 0 8, rank 1 4" in r["error"]
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built in")
+@pytest.mark.multiprocess  # 2 processes, twice
+def test_ranks_share_each_epoch_of_a_weight_schedule_and_refuse_another(tmp_path):
+    """A mixture's schedule shapes the plan (issue 63): two ranks with the same schedule train disjoint shares of
+    each epoch, at its weights; a rank with another schedule makes both refuse, naming the mixture."""
+    import collections
+
+    schedule = {"1": {"a": 0.2, "b": 0.8}}
+    results = _run(tmp_path, 2, settings={"all": {"schedule": schedule}})
+    for epoch, share_a in ((0, 0.5), (1, 0.2)):
+        trained = collections.Counter(i for r in results for i in r["seen"][epoch])
+        from_a = sum(count for row, count in trained.items() if row < SAMPLES // 2)
+        assert sum(trained.values()) == SAMPLES and from_a == round(share_a * SAMPLES), f"epoch {epoch}'s weights"
+    other = tmp_path / "other"
+    other.mkdir()
+    settings = {"all": {"schedule": schedule}, "bad": {"schedule": {"1": {"a": 0.3, "b": 0.7}}}}
+    for r in _run(other, 2, bad_seed_rank=1, settings=settings):
+        assert "error" in r and "ranks disagree on the plan" in r["error"] and "mixture" in r["error"], r
 
 
 def test_no_process_group_no_check():
