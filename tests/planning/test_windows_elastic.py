@@ -33,7 +33,7 @@ def take(windows: db.Windows, steps: int | None = None) -> list[int]:
 
 
 @settings(max_examples=25, deadline=None)
-@given(before=st.integers(1, 3), after=st.integers(1, 3), steps=st.integers(0, 120), epoch=st.integers(0, 1))
+@given(before=st.integers(1, 3), after=st.integers(1, 5), steps=st.integers(0, 260), epoch=st.integers(0, 1))
 def test_a_stream_resumes_on_another_number_of_ranks_with_every_example_once(before, after, steps, epoch):
     old = ranks(before)
     for w in old:
