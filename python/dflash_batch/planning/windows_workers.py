@@ -21,18 +21,23 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-if TYPE_CHECKING:
-    from .windows import Windows
+
+class _Split(Protocol):
+    """What a worker needs of a :class:`~dflash_batch.Windows`: its batches, all or a worker's share."""
+
+    def __iter__(self) -> Iterator[list[Any]]: ...
+
+    def _iterate(self, split: tuple[int, int] | None) -> Iterator[list[Any]]: ...
 
 
 class WorkerBatches(IterableDataset[list[Any]]):
     """This rank's batches of ``windows``, split among the ``DataLoader``'s workers (see the module docs)."""
 
-    def __init__(self, windows: Windows) -> None:
+    def __init__(self, windows: _Split) -> None:
         self._windows = windows
         self._started_in: int | None = None  # the worker process that iterated this copy
 
