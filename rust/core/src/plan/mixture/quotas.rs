@@ -108,16 +108,15 @@ impl Mix {
             });
         }
         let first = mix.spec.weights_at(0);
-        mix.quotas = mix.apportion(&first);
-        mix.check(&first, None)?;
+        mix.quotas = mix.apportion_checked(&first, None)?;
         if let Some(schedule) = &mix.spec.schedule {
             // Each epoch's weights checked once: a constant stretch reuses the quotas before it.
-            let mut last = (first.clone(), mix.quotas.clone());
+            let mut last = (first, mix.quotas.clone());
             let walk = Walk::new(schedule.span(), &mix.totals, |epoch| {
                 let weights = mix.spec.weights_at(epoch);
                 if weights != last.0 {
-                    mix.check(&weights, Some(epoch))?;
-                    last = (weights.clone(), mix.apportion(&weights));
+                    let quotas = mix.apportion_checked(&weights, Some(epoch))?;
+                    last = (weights, quotas);
                 }
                 Ok(last.1.clone())
             })?;
@@ -183,9 +182,13 @@ impl Mix {
 
     /// Every source's quota of an epoch of `weights`: its share as whole copies and a rest.
     pub(super) fn apportion(&self, weights: &[f64]) -> Vec<Quota> {
-        let shares = self.shares(weights).into_iter().zip(&self.totals);
+        self.quotas_of(&self.shares(weights))
+    }
+
+    fn quotas_of(&self, shares: &[u64]) -> Vec<Quota> {
+        let shares = shares.iter().zip(&self.totals);
         shares
-            .map(|(share, &total)| match share.checked_div(total) {
+            .map(|(&share, &total)| match share.checked_div(total) {
                 Some(copies) => Quota {
                     copies,
                     rest: share % total,
@@ -195,10 +198,11 @@ impl Mix {
             .collect()
     }
 
-    /// Refuses an epoch of `weights` (at `epoch`, with a schedule) where a source's share asks for more
-    /// than the cap, naming it.
-    pub(super) fn check(&self, weights: &[f64], epoch: Option<u64>) -> Result<()> {
-        for (s, share) in self.shares(weights).into_iter().enumerate() {
+    /// [`Mix::apportion`], refused where a source's share asks for more than the cap (naming it, its
+    /// weight and, with a schedule, the `epoch`).
+    fn apportion_checked(&self, weights: &[f64], epoch: Option<u64>) -> Result<Vec<Quota>> {
+        let shares = self.shares(weights);
+        for (s, &share) in shares.iter().enumerate() {
             let total = self.totals[s];
             // Repeat counts stay far below 2^53; the ratio only decides the refusal and the message.
             #[allow(clippy::cast_precision_loss)]
@@ -223,7 +227,7 @@ impl Mix {
                 .into());
             }
         }
-        Ok(())
+        Ok(self.quotas_of(&shares))
     }
 }
 
