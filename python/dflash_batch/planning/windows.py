@@ -254,25 +254,24 @@ class Windows:
         window, skip, start, origin = at
         worker, workers = split or (0, 1)
         for lengths, fetch in self._windows_from(start):
-            # In a worker, no collective: the process group is the training process's (`workers.py`).
+            # In a worker, no collective: the process group is the training process's (`windows_workers.py`).
             plan = self.plan_lengths(lengths, window, epoch, check=split is None, origin=origin)
             with self._lock:
                 self._check(token)
                 self._seen.append((window, self._handed - skip, plan.steps, start, len(lengths)))
-            steps = range(skip, plan.steps)
-            mine = [plan[step * plan.world_size + self._rank] for step in steps]
-            with self._lock:
                 first = self._handed
-            owned = [b for k, b in enumerate(mine) if (first + k) % workers == worker]
+            mine = [plan[step * plan.world_size + self._rank] for step in range(skip, plan.steps)]
+            # The k-th batch of the window is handed out as batch `first + k` of the iteration.
+            ours = [(first + k) % workers == worker for k in range(len(mine))]
+            owned = [batch for batch, own in zip(mine, ours, strict=True) if own]
             rows = np.unique(np.concatenate(owned)) if owned else np.zeros(0, np.uint32)
             examples = dict(zip(rows.tolist(), fetch(rows), strict=True))  # this rank's examples only
-            for step, batch in enumerate(mine, start=skip):
+            for step, (batch, own) in enumerate(zip(mine, ours, strict=True), start=skip):
                 with self._lock:
                     self._check(token)
                     self._handed += 1
                     self._at = (window, step + 1, start)
-                    ours = (self._handed - 1) % workers == worker
-                if ours:
+                if own:
                     yield [examples[i] for i in batch.tolist()]
             skip, window, start = 0, window + 1, start + len(lengths)
         with self._lock:
