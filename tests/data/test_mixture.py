@@ -427,29 +427,11 @@ def test_the_hf_trainer_trains_the_mixtures_plan_and_logs_each_sources_loss(tmp_
     """The real Trainer, GA 2, two epochs: the rows of every micro-batch are the plan's, and each source's
     token loss is logged beside the loss."""
     pytest.importorskip("transformers")
-    import datasets
-    import transformers
-    from _hf_rows import rows, rows_of, tiny_llama
-    from dflash_batch.hf import BucketTrainer
+    from _hf_rows import rows, train_recording
 
     chat, code = rows(0, 90, 20), rows(90, 60, 40)
     mix = db.Mixture({"chat": (db.TokenStore(chat), 0.3), "code": (db.TokenStore(code), 0.7)}, unit="samples")
-    seen: list[tuple[int, list[int]]] = []
-
-    class Recording(BucketTrainer):
-        def training_step(self, model, inputs, *args, **kwargs):
-            seen.append((self.bucket_sampler.epoch, rows_of(inputs["input_ids"])))
-            return super().training_step(model, inputs, *args, **kwargs)
-
-    args = transformers.TrainingArguments(
-        output_dir=str(tmp_path), num_train_epochs=2, gradient_accumulation_steps=2, logging_steps=1,
-        report_to=[], use_cpu=True, save_strategy="no",
-    )  # fmt: skip
-    trainer = Recording(
-        model=tiny_llama(), args=args, store=mix, sampler={"max_tokens": 128, "seed": 3},
-        train_dataset=datasets.concatenate_datasets([chat, code]),
-    )  # fmt: skip
-    trainer.train()
+    trainer, seen = train_recording(mix, [chat, code], str(tmp_path), epochs=2)
     sampler = trainer.bucket_sampler
     for epoch in range(2):
         plan = sampler.plan(epoch)

@@ -222,31 +222,13 @@ def test_the_hf_trainer_trains_each_epoch_at_its_scheduled_weights(tmp_path):
     its epoch, each epoch holds its own shares, the steps stay the same (the Trainer reads them once), and the
     down-sampled source's rows do not repeat within its cycle."""
     pytest.importorskip("transformers")
-    import datasets
-    import transformers
-    from _hf_rows import rows, rows_of, tiny_llama
-    from dflash_batch.hf import BucketTrainer
+    from _hf_rows import rows, train_recording
 
     chat, code = rows(0, 90, 20), rows(90, 60, 40)
     schedule = {1: {"chat": 0.5, "code": 0.5}, 2: {"chat": 0.1, "code": 0.9}}
     sources = {"chat": (db.TokenStore(chat), 0.3), "code": (db.TokenStore(code), 0.7)}
     mix = db.Mixture(sources, unit="samples", schedule=schedule)
-    seen: list[tuple[int, list[int]]] = []
-
-    class Recording(BucketTrainer):
-        def training_step(self, model, inputs, *args, **kwargs):
-            seen.append((self.bucket_sampler.epoch, rows_of(inputs["input_ids"])))
-            return super().training_step(model, inputs, *args, **kwargs)
-
-    args = transformers.TrainingArguments(
-        output_dir=str(tmp_path), num_train_epochs=3, gradient_accumulation_steps=2, logging_steps=1,
-        report_to=[], use_cpu=True, save_strategy="no",
-    )  # fmt: skip
-    trainer = Recording(
-        model=tiny_llama(), args=args, store=mix, sampler={"max_tokens": 128, "seed": 3},
-        train_dataset=datasets.concatenate_datasets([chat, code]),
-    )  # fmt: skip
-    trainer.train()
+    trainer, seen = train_recording(mix, [chat, code], str(tmp_path), epochs=3)
     sampler = trainer.bucket_sampler
     chat_rows = {}
     for epoch, shares in enumerate(([45, 105], [75, 75], [15, 135])):
