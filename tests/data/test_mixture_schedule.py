@@ -12,6 +12,7 @@ import pickle
 import dflash_batch as db
 import numpy as np
 import pytest
+from _trained import run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -143,17 +144,6 @@ def test_a_pickled_sampler_plans_the_same_schedule():
     for epoch in (0, 3, 6):
         assert np.array_equal(copy.plan(epoch).indices, sampler.plan(epoch).indices)
     assert copy.mixture.schedule == sampler.mixture.schedule
-
-
-def run(sampler: db.BucketSampler, steps: int | None = None) -> list[int]:
-    seen: list[int] = []
-    if steps == 0:
-        return seen
-    for k, batch in enumerate(sampler):
-        seen.extend(batch.tolist())
-        if steps is not None and k + 1 == steps:
-            break
-    return seen
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -7,6 +7,7 @@ import warnings
 import dflash_batch as db
 import numpy as np
 import pytest
+from _trained import run
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
@@ -17,18 +18,6 @@ def samplers(world: int, **kwargs) -> list[db.BucketSampler]:
     return [
         db.BucketSampler(LENGTHS, max_tokens=16384, world_size=world, rank=r, seed=5, **kwargs) for r in range(world)
     ]
-
-
-def run(sampler: db.BucketSampler, steps: int | None = None) -> list[int]:
-    """Samples of this rank's next `steps` batches (all of the epoch's rest when None)."""
-    seen: list[int] = []
-    if steps == 0:
-        return seen
-    for k, batch in enumerate(sampler):
-        seen.extend(batch.tolist())
-        if steps is not None and k + 1 == steps:
-            break
-    return seen
 
 
 @pytest.mark.parametrize(("before", "after", "steps"), [(4, 2, 5), (2, 3, 7), (3, 3, 4), (2, 5, 0)])
