@@ -303,12 +303,10 @@ def _schedule_difference(theirs: dict[str, Any], mine: dict[str, Any]) -> str:
     """Where two mixtures' schedules part, in words: the interpolation, or the first epoch whose weights
     differ (both schedules are straight or flat between their points, so checking every point finds it)."""
     a, b = theirs.get("schedule"), mine.get("schedule")
-    if a is None or b is None:
-        return (
-            "the checkpoint's weight schedule vs fixed weights here"
-            if b is None
-            else ("fixed weights in the checkpoint vs a weight schedule here")
-        )
+    if b is None:
+        return "the checkpoint's weight schedule vs fixed weights here"
+    if a is None:
+        return "fixed weights in the checkpoint vs a weight schedule here"
     try:
         interpolations = (a["interpolation"], b["interpolation"])
         epochs = sorted({0, *(point[0] for point in a["points"]), *(point[0] for point in b["points"])})
