@@ -76,13 +76,19 @@ def main() -> None:
     parser.add_argument("--predict", type=int, default=0, help="after training, predict this many rows")
     parser.add_argument("--step-timer", action="store_true")
     parser.add_argument("--plan-dir", default=None, help="plan once per machine through this directory")
+    parser.add_argument("--collator", action="store_true", help="rows as text, made by a data_collator")
+    parser.add_argument("--workers", type=int, default=0, help="the Trainer's dataloader_num_workers")
     options = parser.parse_args()
 
     store = db.TokenStore(options.data)
     masks = datasets.load_from_disk(options.data)["completion_mask"] if store.mask else None
+    train_dataset, lengths, collated = datasets.load_from_disk(options.data), store.lengths(), {}
+    if options.collator:  # the rows as text a data_collator tokenizes: lengths measured, no store
+        train_dataset, collated = text_rows(options.data), {"use_data_collator": True}
+        lengths = db.measure_lengths(train_dataset, tokenizer=tokenizer(), version="words", add_special_tokens=False)
+        collated["data_collator"] = Flatten() if options.mode == "packed" else Pad()
     sampler = db.BucketSampler(
-        store.lengths(), max_tokens=128, seed=5, mode=options.mode, trim_steps=options.trim_steps,
-        plan_dir=options.plan_dir,
+        lengths, max_tokens=128, seed=5, mode=options.mode, trim_steps=options.trim_steps, plan_dir=options.plan_dir,
     )  # fmt: skip
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
@@ -116,6 +122,8 @@ def main() -> None:
         eval_strategy="steps" if options.eval else "no",
         eval_steps=5,
         disable_tqdm=True,
+        dataloader_num_workers=options.workers,
+        remove_unused_columns=not options.collator,
         **({"max_length": None, "padding_free": options.mode == "packed"} if options.sft else {}),
     )
     rank = int(os.environ.get("RANK", 0))
@@ -151,13 +159,13 @@ def main() -> None:
     trainer = Recording(
         model=model,
         args=args,
-        train_dataset=datasets.load_from_disk(options.data),
+        train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         sampler=sampler,
-        store=store,
+        store=None if options.collator else store,
         callbacks=[Kill()],
         step_timer=SyntheticTimer(sampler) if options.step_timer else False,
-        **extra,
+        **{**extra, **collated},
     )
     try:
         result = trainer.train(resume_from_checkpoint=True if options.resume else None)
@@ -199,10 +207,36 @@ class SyntheticTimer(db.StepTimer):
 
 def tokenizer():
     """A word-level tokenizer over ids t0..t127, built here (no hub downloads): TRL needs one."""
-    from tokenizers import Tokenizer, models
+    from tokenizers import Tokenizer, models, pre_tokenizers
 
     fast = Tokenizer(models.WordLevel({f"t{i}": i for i in range(128)}, unk_token="t127"))
+    fast.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return transformers.PreTrainedTokenizerFast(tokenizer_object=fast, pad_token="t0", eos_token="t127")
+
+
+def text_rows(data: str) -> datasets.Dataset:
+    """The dataset's rows as the words ``t<id>`` the tokenizer encodes back to the same ids."""
+    rows = datasets.load_from_disk(data)["input_ids"]
+    return datasets.Dataset.from_dict({"text": [" ".join(f"t{t}" for t in row) for row in rows]})
+
+
+class Pad:
+    """A user's collator: tokenizes the texts, pads, labels the real tokens."""
+
+    def __call__(self, examples: list[dict]) -> dict:
+        batch = tokenizer()([e["text"] for e in examples], padding=True, return_tensors="pt", add_special_tokens=False)
+        labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+        return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], "labels": labels}
+
+
+class Flatten:
+    """A user's padding-free collator: tokenizes the texts and flattens them into one row (transformers'
+    ``DataCollatorWithFlattening``: ``position_ids`` restart per example, its first label is -100)."""
+
+    def __call__(self, examples: list[dict]) -> dict:
+        ids = tokenizer()([e["text"] for e in examples], add_special_tokens=False)["input_ids"]
+        flatten = transformers.DataCollatorWithFlattening(return_flash_attn_kwargs=True)
+        return flatten([{"input_ids": row} for row in ids])
 
 
 def leave() -> None:

@@ -41,6 +41,7 @@ EXPECTED = {
     "Trainer": lambda out: out.split() == [out.split()[0], "True"] and int(out.split()[0]) > 0,
     # TRL ≥ 1.1 turns its masks into labels; 1.0 keeps the mask column (the store applies either).
     "TRL": lambda out: out.split()[-1] == "True" and out.split()[0] in ("labels", "assistant_masks", "completion_mask"),
+    "Trainer collator": lambda out: int(out) > 0,
     "packed HF": lambda out: out.startswith("torch.Size([1, 32])"),
     "accelerate": lambda out: out.split()[1] == "1",
     "accelerate resume": lambda out: out == "True",
@@ -78,7 +79,16 @@ def test_every_block_is_checked():
 def test_readme_block_runs(index, name, capsys, tmp_path, monkeypatch):
     if name not in ("reading", "packing"):
         pytest.importorskip("torch")
-    if name in ("Trainer", "TRL", "packed HF", "cost", "mixture Trainer", "mixture TRL", "raw chat"):
+    if name in (
+        "Trainer",
+        "TRL",
+        "Trainer collator",
+        "packed HF",
+        "cost",
+        "mixture Trainer",
+        "mixture TRL",
+        "raw chat",
+    ):
         pytest.importorskip("transformers")
     if name in ("TRL", "mixture TRL"):
         pytest.importorskip("trl")

@@ -6,7 +6,9 @@
 
 The Trainer's own sampler and padding collator are bypassed: training batches are the sampler's plan,
 collated in Rust by a :class:`Loader` (padded, or packed rows for a ``mode="packed"`` sampler), and
-every rank of ``torchrun`` trains on its share of the one global plan. What the Trainer relies on holds:
+every rank of ``torchrun`` trains on its share of the one global plan. (For rows a collator tokenizes
+itself, ``use_data_collator=True`` has your dataset and ``data_collator`` make the plan's batches instead:
+:mod:`dflash_batch.adapters.hf_collated`.) What the Trainer relies on holds:
 
 * **Gradient accumulation**: the sampler's ``accumulation`` is bound to ``gradient_accumulation_steps``
   (its optimizer windows are the Trainer's steps); every micro-batch the Trainer pulls ahead stays
@@ -36,11 +38,9 @@ Importing this module imports ``transformers``; ``dflash_batch`` itself never do
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
-import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -57,13 +57,12 @@ from ..data.reading import TokenStore
 from ..data.sources import refuse_collections_and_streams
 from ..loading.collate import Collator
 from ..loading.loader import Loader
-from ..planning import checkpoint
 from ..planning.sampler import BucketSampler
 from ..pricing.calibration import StepTimer
 from ..pricing.per_source import SourceLosses
-from . import hf_checks
+from . import hf_checks, hf_collated
 from .hf_calibration import Calibrate, timer_of
-from .hf_checkpoints import STATE_FILE, Checkpoints, saved_state
+from .hf_checkpoints import Checkpoints, check_resume
 from .torch import Rows
 from .versions import require
 
@@ -111,6 +110,11 @@ class BucketTrainer(Trainer):
         step_timer: ``True`` (or a :class:`~dflash_batch.StepTimer` of ``sampler``) times every training
             micro-batch's forward pass and refits the price ranks are balanced by at every epoch's end
             (``docs/calibration.md``; :mod:`dflash_batch.adapters.hf_calibration`). Default ``False``.
+        use_data_collator: ``True``: no token store — the sampler's batches are rows of ``train_dataset`` as
+            it is, made by the Trainer's ``data_collator`` (yours; else the one TRL or the Trainer sets), every
+            row checked against the length it was planned at. For data a collator tokenizes itself (raw chat
+            rows and a template); build ``sampler`` from the lengths it makes (``db.measure_lengths``). See
+            :mod:`dflash_batch.adapters.hf_collated`. Default ``False``: the Loader collates the store.
         *args, **kwargs: as for ``Trainer``.
     """
 
@@ -122,6 +126,7 @@ class BucketTrainer(Trainer):
         loader_kwargs: dict[str, Any] | None = None,
         eval_store: TokenStore | None = None,
         step_timer: bool | StepTimer = False,
+        use_data_collator: bool = False,
         **kwargs: Any,
     ) -> None:
         trl = sys.modules.get("trl")
@@ -139,12 +144,22 @@ class BucketTrainer(Trainer):
             raise TypeError(f"store must be a dflash_batch.TokenStore, a Mixture or None, got {type(store).__name__}")
         if eval_store is not None and not isinstance(eval_store, TokenStore):
             raise TypeError(f"eval_store must be a dflash_batch.TokenStore, got {type(eval_store).__name__}")
+        if not isinstance(use_data_collator, bool):
+            raise TypeError(f"use_data_collator must be True or False, got {use_data_collator!r}")
+        if use_data_collator:
+            hf_collated.refuse_settings(sampler, store if mixture is None else mixture, eval_store)
         user_collator = kwargs.get("data_collator", args[2] if len(args) > 2 else None)
         # Before the Trainer's own checks, which would say an iterable dataset lacks a length.
         refuse_collections_and_streams(kwargs.get("train_dataset", args[3] if len(args) > 3 else None))
         super().__init__(*args, **kwargs)
+        self.use_data_collator = use_data_collator
+        if use_data_collator:
+            self._init_collated(sampler, step_timer)  # type: ignore[arg-type]
+            return
         tokens: TokenStore = (
-            store if isinstance(store, TokenStore) else hf_checks.store_of(self.train_dataset, self.args)
+            store
+            if isinstance(store, TokenStore)
+            else hf_checks.store_of(self.train_dataset, self.args, collator=user_collator)
         )
         if isinstance(sampler, Mapping):
             options = dict(sampler)
@@ -154,16 +169,27 @@ class BucketTrainer(Trainer):
         hf_checks.settings_overridden(self.args, {"data_collator": user_collator}, sampler)
         hf_checks.check_max_length(self.args, tokens.lengths())
         hf_checks.check_dataset(self.train_dataset, tokens, self.args)
-        self.bucket_sampler, self.token_store, self.eval_store = sampler, tokens, eval_store
+        self.token_store: TokenStore | None = tokens
         self.user_collator = user_collator
         self.loader_kwargs = dict(loader_kwargs or {})
-        self._check_sampler(sampler)
-        self.train_loader: Loader | None = None
-        self._planned: tuple[int, np.ndarray] | None = None  # (epoch, label tokens of its steps)
         # A mixture's per-source token losses, logged as loss/<source> with the Trainer's loss, where the
         # loss it extends hands back the logits it computed (a fused LM head, as TRL's, builds none).
         logits = self._extends_the_trainers_loss()
-        self.source_losses = SourceLosses(sampler.mixture.names) if sampler.mixture is not None and logits else None
+        self._attach(sampler, eval_store, step_timer, sources=sampler.mixture is not None and logits)
+
+    def _init_collated(self, sampler: BucketSampler, step_timer: bool | StepTimer) -> None:
+        """``use_data_collator=True``: the Trainer's dataset and collator make the batches, no store."""
+        hf_checks.settings_overridden(self.args, {}, sampler)
+        hf_collated.check_dataset(self.train_dataset, sampler)
+        self.token_store, self.user_collator, self.loader_kwargs = None, self.data_collator, {}
+        self._attach(sampler, None, step_timer, sources=False)
+
+    def _attach(self, sampler: BucketSampler, eval_store: Any, step_timer: bool | StepTimer, sources: bool) -> None:
+        self.bucket_sampler, self.eval_store = sampler, eval_store
+        self._check_sampler(sampler)
+        self.train_loader: _TrainBatches | hf_collated.CollatedBatches | None = None
+        self._planned: tuple[int, np.ndarray] | None = None  # (epoch, label tokens of its steps)
+        self.source_losses = SourceLosses(sampler.mixture.names) if sources else None  # type: ignore[union-attr]
         self.add_callback(Checkpoints(self))
         self.step_timer = timer_of(step_timer, sampler)
         if self.step_timer is not None:
@@ -192,11 +218,17 @@ class BucketTrainer(Trainer):
 
     # -- training batches -----------------------------------------------------------------------------
 
-    def get_train_dataloader(self) -> _TrainBatches:
-        """The Loader over the sampler's plan, as the ``DataLoader`` the Trainer expects (it sets the epoch)."""
-        loader = Loader(self.token_store, self.bucket_sampler, **self._loader_options())
-        self.train_loader = loader
-        return _TrainBatches(loader)
+    def get_train_dataloader(self) -> _TrainBatches | hf_collated.CollatedBatches:
+        """The Loader over the sampler's plan, as the ``DataLoader`` the Trainer expects (it sets the epoch);
+        with ``use_data_collator=True``, the dataset's rows of the plan through the ``data_collator``."""
+        batches: _TrainBatches | hf_collated.CollatedBatches
+        if self.token_store is None:
+            dataset, collator = self.train_dataset, self.data_collator
+            batches = hf_collated.CollatedBatches(dataset, collator, self.bucket_sampler, self.args)
+        else:
+            batches = _TrainBatches(Loader(self.token_store, self.bucket_sampler, **self._loader_options()))
+        self.train_loader = batches
+        return batches
 
     def _loader_options(self) -> dict[str, Any]:
         options = dict(self.loader_kwargs)
@@ -206,7 +238,10 @@ class BucketTrainer(Trainer):
 
     def get_batch_samples(self, epoch_iterator: Iterator, num_batches: int, device: Any) -> tuple[list, Any]:
         """The Trainer's micro-batches of one optimizer step, with the step's label tokens from the plan
-        (all ranks, all micro-batches) as ``num_items_in_batch``; packed rows as the model takes them."""
+        (all ranks, all micro-batches) as ``num_items_in_batch``; packed rows as the model takes them. With
+        ``use_data_collator=True``, the Trainer's own: it counts the collated labels."""
+        if self.token_store is None:
+            return super().get_batch_samples(epoch_iterator, num_batches, device)
         batches = []
         for _ in range(num_batches):
             try:
@@ -276,57 +311,16 @@ class BucketTrainer(Trainer):
         if resume_from_checkpoint is True:
             resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)  # the Trainer raises if none
         if isinstance(resume_from_checkpoint, (str, os.PathLike)):
-            self._check_resume(os.fspath(resume_from_checkpoint))
+            check_resume(os.fspath(resume_from_checkpoint), self.bucket_sampler, self.args.gradient_accumulation_steps)
         return super().train(resume_from_checkpoint, *args, **kwargs)
-
-    def _check_resume(self, folder: str) -> None:
-        """The checkpoint's position is where the Trainer's own step count resumes, on these processes and
-        with these settings; else a ``PlanError`` before anything trains."""
-        state = saved_state(folder)
-        trainer_state = os.path.join(folder, "trainer_state.json")
-        if state is None or not os.path.exists(trainer_state):
-            warnings.warn(
-                f"{folder} holds no {STATE_FILE}: the resume follows the Trainer's step count, unchecked "
-                "against the data and settings the checkpoint was trained with",
-                stacklevel=3,
-            )
-            return
-        sampler = self.bucket_sampler
-        if state.get("world_size") != sampler.world_size:
-            raise PlanError(
-                f"{folder} was written by {state.get('world_size')} process(es) and this run has "
-                f"{sampler.world_size}: the Trainer counts an epoch in optimizer steps of the processes it runs "
-                "on, so it cannot continue that epoch exactly here (it would skip or repeat samples). Resume it "
-                f"with {state.get('world_size')} process(es) (torchrun --nproc_per_node "
-                f"{state.get('world_size')}) and change the number at an epoch boundary in a new run from the "
-                "saved model, or train with a torch loop, accelerate or Lightning over a dflash_batch.Loader, "
-                "which resume on any number of ranks"
-            )
-        # The rank prices a StepTimer set are the checkpoint's: the resumed epoch is planned with its own.
-        sampler.position.load_prices(state)
-        resume, _ = checkpoint.decode(sampler.position.keys, state)  # refuses other data or settings, naming them
-        with open(trainer_state) as f:
-            global_step = int(json.load(f)["global_step"])
-        accumulation = self.args.gradient_accumulation_steps
-        per_epoch = max(math.ceil(len(sampler) / accumulation), 1)
-        counted = (global_step // per_epoch, (global_step % per_epoch) * accumulation)
-        if counted != (resume.epoch, resume.step) and (resume.epoch, resume.step) != (counted[0] - 1, len(sampler)):
-            raise PlanError(
-                f"{folder}: its dflash_batch state is at step {resume.step} of epoch {resume.epoch}, but the "
-                f"Trainer resumes at step {counted[1]} of epoch {counted[0]} (global step {global_step}, "
-                f"{per_epoch} optimizer steps an epoch): the checkpoint was written with another "
-                "gradient_accumulation_steps, sampler or number of processes; resume with the settings it was "
-                f"trained with (gradient_accumulation_steps={state.get('settings', {}).get('accumulation')})"
-            )
-        # The Trainer fast-forwards the resumed epoch over the sampler's batches itself; its epoch is set
-        # here too, for Trainer releases that set it only on the loader they skip from.
-        sampler.set_epoch(counted[0])
 
     # -- evaluation and prediction ----------------------------------------------------------------------
 
-    def get_eval_dataloader(self, eval_dataset: Any = None) -> Loader:  # type: ignore[override]
+    def get_eval_dataloader(self, eval_dataset: Any = None) -> Loader | torch.utils.data.DataLoader:  # type: ignore[override]
         """A :class:`Loader` over the eval dataset: a ``shuffle=False`` plan (the same every time) with the
         training sampler's budget, this process's share of it, padded batches."""
+        if self.token_store is None:  # use_data_collator=True: the Trainer's own, with its data_collator
+            return super().get_eval_dataloader(eval_dataset)
         if eval_dataset is None and self.eval_dataset is None:
             raise ValueError("Trainer: evaluation requires an eval_dataset.")
         if isinstance(eval_dataset, str):
@@ -390,4 +384,8 @@ class _TrainBatches(torch.utils.data.DataLoader):
         self.loader.set_epoch(epoch)
 
     def state_dict(self) -> dict[str, Any]:
+        return self.loader.state_dict()
+
+    def position_at(self, global_step: int) -> dict[str, Any]:
+        """The position a checkpoint records: the Loader's count excludes what it prefetched."""
         return self.loader.state_dict()

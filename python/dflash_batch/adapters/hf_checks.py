@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .._core import PlanError
+from .._core import DataError, PlanError
+from ..base.errors import retold
 from ..data.reading import MASK_COLUMNS, TokenStore
 from ..loading.collate import collate
 
@@ -110,11 +111,22 @@ def check_dataset(dataset: Any, store: Any, args: Any) -> None:
     _check_mask(dataset, store, args, columns)
 
 
-def store_of(dataset: Any, args: Any) -> Any:
+def store_of(dataset: Any, args: Any, collator: Any = None) -> Any:
     """The store of ``train_dataset`` as the Trainer holds it (TRL has tokenized it by now), applying the
-    mask column the dataset and arguments say: the first wanted one that masks a sampled row."""
+    mask column the dataset and arguments say: the first wanted one that masks a sampled row. A dataset
+    with no token column, given with a ``data_collator``, is refused naming ``use_data_collator=True``."""
     if dataset is None:
         raise TypeError("BucketTrainer needs store= or a train_dataset to read the store from")
+    if collator is not None:
+        try:
+            return store_of(dataset, args)
+        except DataError as error:
+            raise retold(
+                error,
+                f"{error}. BucketTrainer reads the tokens of train_dataset into a store, and this one has none; "
+                "to make batches with your data_collator from rows as they are, pass use_data_collator=True "
+                "(and a sampler built from the lengths it makes: db.measure_lengths)",
+            ) from None
     columns = list(getattr(dataset, "column_names", None) or [])
     wanted = [c for c in MASK_COLUMNS if c in columns and _wanted(c, args)] if len(dataset) else []
     masking = [c for c in wanted if any(not _keeps(dataset[row], [c]).all() for row in _sampled(dataset))]

@@ -37,8 +37,9 @@ def checked(
         dataset: your map-style dataset (``len`` and ``[i]``), the one the lengths were measured from.
         collate_fn: your collator: a list of examples in, a batch out.
         lengths: what the sampler planned from (``measure_lengths``'s result).
-        lengths_of: each row's real tokens in a collated batch. Default: the sum of each row of its
-            ``"attention_mask"`` (a dict-like batch); pass one for any other batch.
+        lengths_of: each example's real tokens in a collated batch. Default: the sum of each row of its
+            ``"attention_mask"`` (a dict-like batch), or the documents of a flattened row (its
+            ``cu_seq_lens_q``, else its ``position_ids`` restarting at 0); pass one for any other batch.
 
     Raises (at a batch):
         DataError: a row collated longer than its planned length (the budget would not hold).
@@ -105,13 +106,23 @@ class CheckedCollate:
 
 
 def _masked_lengths(batch: Any) -> Any:
-    if isinstance(batch, Mapping) and "attention_mask" in batch:
-        mask = _numpy(batch["attention_mask"])
-        return np.asarray(mask).reshape(len(mask), -1).sum(axis=1)
+    """Each example's real tokens: the rows of the batch's ``attention_mask`` (padded rows); or, for a flattened
+    (padding-free) batch of one row, its documents — from ``cu_seq_lens_q``, else from ``position_ids``, which
+    restart at 0 for every example (``transformers.DataCollatorWithFlattening``)."""
+    if isinstance(batch, Mapping):
+        if "attention_mask" in batch:
+            mask = _numpy(batch["attention_mask"])
+            return np.asarray(mask).reshape(len(mask), -1).sum(axis=1)
+        if "cu_seq_lens_q" in batch:
+            return np.diff(np.asarray(_numpy(batch["cu_seq_lens_q"])).reshape(-1))
+        if "position_ids" in batch:
+            positions = np.asarray(_numpy(batch["position_ids"])).reshape(-1)
+            return np.diff(np.append(np.flatnonzero(positions == 0), len(positions)))
     kind = f"keys {sorted(batch)}" if isinstance(batch, Mapping) else type(batch).__name__
     raise TypeError(
-        f"checked cannot read each row's tokens from this batch ({kind}): it reads an 'attention_mask'; pass "
-        "lengths_of=lambda batch: … (for example (batch['input_ids'] != pad_id).sum(-1))"
+        f"checked cannot read each row's tokens from this batch ({kind}): it reads an 'attention_mask' (padded "
+        "rows) or the 'position_ids' of a flattened row; pass lengths_of=lambda batch: … (for example "
+        "(batch['input_ids'] != pad_id).sum(-1))"
     )
 
 
