@@ -7,6 +7,7 @@ reading ahead of the Trainer, killed with SIGKILL and resumed; padding-free rows
 from __future__ import annotations
 
 import math
+import warnings
 
 import dflash_batch as db
 import numpy as np
@@ -119,6 +120,17 @@ def test_text_rows_train_exactly_the_plan_and_evaluate_with_the_collator(texts, 
     assert math.isfinite(trainer.evaluate()["eval_loss"])
 
 
+def test_a_plain_list_of_examples_with_workers_trains_exactly_the_plan(texts, lengths, tmp_path):
+    cls = recording(BucketTrainer)
+    args = arguments(tmp_path, num_train_epochs=2, gradient_accumulation_steps=3, dataloader_num_workers=2)
+    rows = [{"text": text} for text in texts["text"]]
+    sampler = db.BucketSampler(lengths, max_tokens=128, seed=5)
+    collated = {"data_collator": Pad(), "use_data_collator": True}
+    trainer = cls(model=model(), args=args, train_dataset=rows, sampler=sampler, **collated)
+    trainer.train()
+    assert cls.seen == expected(lengths, 2, 3)
+
+
 def test_trl_sft_with_its_own_collator_over_text_rows_trains_exactly_the_plan(texts, lengths, tmp_path):
     trl = pytest.importorskip("trl")
 
@@ -182,6 +194,17 @@ def test_each_setting_it_cannot_take_is_refused_naming_the_fix(texts, lengths, t
     kwargs.update({key: values.get(value, value) if isinstance(value, str) else value for key, value in change.items()})
     with pytest.raises(error, match=says):
         BucketTrainer(model=model(), args=arguments(tmp_path), **kwargs)
+
+
+def test_pruned_evaluation_rows_are_named_once_at_construction(texts, lengths, tmp_path):
+    kwargs = {"train_dataset": texts, "data_collator": Pad(), "use_data_collator": True, "eval_dataset": texts}
+    sampler = db.BucketSampler(lengths, max_tokens=128, seed=5)
+    with pytest.warns(UserWarning, match="pass remove_unused_columns=False") as caught:
+        BucketTrainer(model=model(), args=arguments(tmp_path, remove_unused_columns=True), sampler=sampler, **kwargs)
+    assert sum("remove_unused_columns" in str(w.message) for w in caught) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not when evaluation keeps whole rows too
+        BucketTrainer(model=model(), args=arguments(tmp_path), sampler=sampler, **kwargs)
 
 
 # -- the position a checkpoint records, against the Trainer's loop ---------------------------------------------

@@ -181,6 +181,7 @@ class BucketTrainer(Trainer):
         """``use_data_collator=True``: the Trainer's dataset and collator make the batches, no store."""
         hf_checks.settings_overridden(self.args, {}, sampler)
         hf_collated.check_dataset(self.train_dataset, sampler)
+        hf_collated.warn_pruned_evaluation(self.args, self.eval_dataset)
         self.token_store, self.user_collator, self.loader_kwargs = None, self.data_collator, {}
         self._attach(sampler, None, step_timer, sources=False)
 

@@ -18,6 +18,7 @@ What the Loader path guarantees holds here too, in the Trainer's own terms:
 
 from __future__ import annotations
 
+import warnings
 from functools import partial
 from typing import Any
 
@@ -74,6 +75,19 @@ def refuse_settings(sampler: Any, store: Any, eval_store: Any) -> None:
             f"the sampler split {sampler.truncated} long sample(s) into pieces (oversize='truncate'), which your "
             "dataset cannot hand out; truncate in your collator and measure the lengths it makes, or build the "
             "sampler with oversize='skip'"
+        )
+
+
+def warn_pruned_evaluation(args: Any, eval_dataset: Any) -> None:
+    """Training hands the collator whole examples; the Trainer's own evaluation drops the columns the model
+    does not take first (``remove_unused_columns``), so one collator would see two kinds of rows."""
+    if eval_dataset is not None and getattr(args, "remove_unused_columns", False):
+        warnings.warn(
+            "use_data_collator=True hands your data_collator whole training examples, but with "
+            "remove_unused_columns=True the Trainer's evaluation drops the eval_dataset's columns the model does "
+            "not take before they reach it; pass remove_unused_columns=False so both see the same rows",
+            UserWarning,
+            stacklevel=4,
         )
 
 

@@ -64,7 +64,8 @@ class Indexed:
         return len(self.dataset)
 
     def __getitem__(self, index: Any) -> tuple[int, Any]:
-        return int(index), self.dataset[index]
+        row = int(index)  # the sampler's numpy integer, as a plain int for any dataset's [i]
+        return row, self.dataset[row]
 
 
 class CheckedCollate:
