@@ -175,6 +175,7 @@ def test_text_rows_and_a_collator_without_use_data_collator_name_it(texts, lengt
     ("change", "error", "says"),
     [
         ({"store": "store"}, TypeError, "store= has nothing to do"),
+        ({"loader_kwargs": {"pad_id": 0}}, TypeError, "loader_kwargs= has nothing to do"),
         ({"sampler": {"max_tokens": 128}}, TypeError, "not a dict of its settings"),
         ({"use_data_collator": "yes"}, TypeError, "must be True or False"),
         ({"train_dataset": "fewer"}, ValueError, "plans 160 rows but train_dataset has 100"),

@@ -147,7 +147,7 @@ class BucketTrainer(Trainer):
         if not isinstance(use_data_collator, bool):
             raise TypeError(f"use_data_collator must be True or False, got {use_data_collator!r}")
         if use_data_collator:
-            hf_collated.refuse_settings(sampler, store if mixture is None else mixture, eval_store)
+            hf_collated.refuse_settings(sampler, store if mixture is None else mixture, eval_store, loader_kwargs)
         user_collator = kwargs.get("data_collator", args[2] if len(args) > 2 else None)
         # Before the Trainer's own checks, which would say an iterable dataset lacks a length.
         refuse_collections_and_streams(kwargs.get("train_dataset", args[3] if len(args) > 3 else None))
@@ -223,10 +223,11 @@ class BucketTrainer(Trainer):
         """The Loader over the sampler's plan, as the ``DataLoader`` the Trainer expects (it sets the epoch);
         with ``use_data_collator=True``, the dataset's rows of the plan through the ``data_collator``."""
         batches: _TrainBatches | hf_collated.CollatedBatches
-        if self.token_store is None:
+        if self.use_data_collator:
             dataset, collator = self.train_dataset, self.data_collator
             batches = hf_collated.CollatedBatches(dataset, collator, self.bucket_sampler, self.args)
         else:
+            assert self.token_store is not None  # the Loader path always has its store
             batches = _TrainBatches(Loader(self.token_store, self.bucket_sampler, **self._loader_options()))
         self.train_loader = batches
         return batches
@@ -241,7 +242,7 @@ class BucketTrainer(Trainer):
         """The Trainer's micro-batches of one optimizer step, with the step's label tokens from the plan
         (all ranks, all micro-batches) as ``num_items_in_batch``; packed rows as the model takes them. With
         ``use_data_collator=True``, the Trainer's own: it counts the collated labels."""
-        if self.token_store is None:
+        if self.use_data_collator:
             return super().get_batch_samples(epoch_iterator, num_batches, device)
         batches = []
         for _ in range(num_batches):
@@ -320,7 +321,7 @@ class BucketTrainer(Trainer):
     def get_eval_dataloader(self, eval_dataset: Any = None) -> Loader | torch.utils.data.DataLoader:  # type: ignore[override]
         """A :class:`Loader` over the eval dataset: a ``shuffle=False`` plan (the same every time) with the
         training sampler's budget, this process's share of it, padded batches."""
-        if self.token_store is None:  # use_data_collator=True: the Trainer's own, with its data_collator
+        if self.use_data_collator:  # the Trainer's own, with its data_collator
             return super().get_eval_dataloader(eval_dataset)
         if eval_dataset is None and self.eval_dataset is None:
             raise ValueError("Trainer: evaluation requires an eval_dataset.")

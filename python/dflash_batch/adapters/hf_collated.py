@@ -57,10 +57,11 @@ class CollatedBatches(torch.utils.data.DataLoader):
         return trained_position(self.bucket_sampler, global_step, self.accumulation)
 
 
-def refuse_settings(sampler: Any, store: Any, eval_store: Any) -> None:
+def refuse_settings(sampler: Any, store: Any, eval_store: Any, loader_kwargs: Any) -> None:
     """What ``use_data_collator=True`` cannot take: a ``PlanError`` or ``TypeError`` naming the fix."""
-    if store is not None or eval_store is not None:
-        given = "store" if store is not None else "eval_store"
+    settings = (("store", store), ("eval_store", eval_store), ("loader_kwargs", loader_kwargs))
+    given = next((name for name, value in settings if value is not None), None)
+    if given is not None:
         raise TypeError(
             f"use_data_collator=True makes batches with your dataset and data_collator, so {given}= has nothing "
             f"to do; drop {given}=, or drop use_data_collator=True to have the Loader collate the store's tokens"
