@@ -78,6 +78,7 @@ def main() -> None:
     parser.add_argument("--plan-dir", default=None, help="plan once per machine through this directory")
     parser.add_argument("--collator", action="store_true", help="rows as text, made by a data_collator")
     parser.add_argument("--workers", type=int, default=0, help="the Trainer's dataloader_num_workers")
+    parser.add_argument("--stream", type=int, default=0, help="train rows as a stream: STEPS")
     options = parser.parse_args()
 
     store = db.TokenStore(options.data)
@@ -90,6 +91,10 @@ def main() -> None:
     sampler = db.BucketSampler(
         lengths, max_tokens=128, seed=5, mode=options.mode, trim_steps=options.trim_steps, plan_dir=options.plan_dir,
     )  # fmt: skip
+    streamed = {}
+    if options.stream:  # the text rows as a stream, planned in windows of 50; no dataset, no lengths up front
+        sampler, train_dataset = stream_windows(list(train_dataset), options.accumulation), None
+        streamed = {"max_steps": options.stream, "ignore_data_skip": True}
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         vocab_size=128,
@@ -124,6 +129,7 @@ def main() -> None:
         disable_tqdm=True,
         dataloader_num_workers=options.workers,
         remove_unused_columns=not options.collator,
+        **streamed,
         **({"max_length": None, "padding_free": options.mode == "packed"} if options.sft else {}),
     )
     rank = int(os.environ.get("RANK", 0))
@@ -173,7 +179,8 @@ def main() -> None:
         record.write(json.dumps({"rank": rank, "refused": str(error)}) + "\n")
         record.close()
         leave()
-    record.write(json.dumps({"rank": rank, "final_step": result.global_step, "steps": len(sampler)}) + "\n")
+    steps = None if options.stream else len(sampler)
+    record.write(json.dumps({"rank": rank, "final_step": result.global_step, "steps": steps}) + "\n")
     if options.step_timer:
         reports = [report.applied for report in trainer.step_timer.history]
         record.write(json.dumps({"rank": rank, "prices": sampler.position.prices, "applied": reports}) + "\n")
@@ -212,6 +219,14 @@ def tokenizer():
     fast = Tokenizer(models.WordLevel({f"t{i}": i for i in range(128)}, unk_token="t127"))
     fast.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return transformers.PreTrainedTokenizerFast(tokenizer_object=fast, pad_token="t0", eos_token="t127")
+
+
+def stream_windows(rows: list, accumulation: int, **settings) -> db.Windows:
+    """The text rows as a stream of windows of 50, measured by the tokenizer as they are read."""
+    return db.Windows(
+        rows, window=50, tokenizer=tokenizer(), text=lambda e: e["text"], add_special_tokens=False, max_tokens=128,
+        seed=5, accumulation=accumulation, **settings,
+    )  # fmt: skip
 
 
 def text_rows(data: str) -> datasets.Dataset:

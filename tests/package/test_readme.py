@@ -53,6 +53,7 @@ EXPECTED = {
     "raw chat": lambda out: out == "True 2000",
     "parquet windows": lambda out: out == "True 20000",
     "streamed windows": lambda out: out == "True",
+    "stream Trainer": lambda out: out == "30 True",
     "packing": lambda out: 0.97 < float(out) <= 1.0,
     "cost": lambda out: 0.5 < float(out) <= 1.0,
     "RL step": lambda out: out.split()[0] == "True" and int(out.split()[1]) > 0 and out.split()[2] == "True",
@@ -96,7 +97,7 @@ def test_readme_block_runs(index, name, capsys, tmp_path, monkeypatch):
         pytest.importorskip("accelerate")
     if name == "Lightning":
         pytest.importorskip("lightning")
-    if name == "streamed windows":
+    if name in ("streamed windows", "stream Trainer"):
         pytest.importorskip("datasets")
     monkeypatch.chdir(tmp_path)
     page, block = SOURCES[index]

@@ -58,9 +58,10 @@ from ..data.sources import refuse_collections_and_streams
 from ..loading.collate import Collator
 from ..loading.loader import Loader
 from ..planning.sampler import BucketSampler
+from ..planning.windows import Windows
 from ..pricing.calibration import StepTimer
 from ..pricing.per_source import SourceLosses
-from . import hf_checks, hf_collated
+from . import hf_checks, hf_collated, hf_stream
 from .hf_calibration import Calibrate, timer_of
 from .hf_checkpoints import Checkpoints, check_resume
 from .torch import Rows
@@ -110,18 +111,17 @@ class BucketTrainer(Trainer):
         step_timer: ``True`` (or a :class:`~dflash_batch.StepTimer` of ``sampler``) times every training
             micro-batch's forward pass and refits the price ranks are balanced by at every epoch's end
             (``docs/calibration.md``; :mod:`dflash_batch.adapters.hf_calibration`). Default ``False``.
-        use_data_collator: ``True``: no token store — the sampler's batches are rows of ``train_dataset`` as
-            it is, made by the Trainer's ``data_collator`` (yours; else the one TRL or the Trainer sets), every
-            row checked against the length it was planned at. For data a collator tokenizes itself (raw chat
-            rows and a template); build ``sampler`` from the lengths it makes (``db.measure_lengths``). See
-            :mod:`dflash_batch.adapters.hf_collated`. Default ``False``: the Loader collates the store.
+        use_data_collator: ``True``: no store — the batches are rows of ``train_dataset`` made by the
+            ``data_collator``, each checked against its planned length; ``sampler`` from the lengths it makes
+            (``db.measure_lengths``; :mod:`~dflash_batch.adapters.hf_collated`), or a :class:`~dflash_batch.Windows`
+            of a stream (:mod:`~dflash_batch.adapters.hf_stream`). Default ``False``: the Loader collates.
         *args, **kwargs: as for ``Trainer``.
     """
 
     def __init__(
         self,
         *args: Any,
-        sampler: BucketSampler | Mapping[str, Any],
+        sampler: BucketSampler | Windows | Mapping[str, Any],
         store: TokenStore | Mixture | None = None,
         loader_kwargs: dict[str, Any] | None = None,
         eval_store: TokenStore | None = None,
@@ -130,13 +130,10 @@ class BucketTrainer(Trainer):
         **kwargs: Any,
     ) -> None:
         trl = sys.modules.get("trl")
-        if trl is not None and any(c.__module__.startswith("trl.") for c in type(self).__mro__):
+        with_trl = trl is not None and any(c.__module__.startswith("trl.") for c in type(self).__mro__)
+        if with_trl:
             require(trl)  # a TRL trainer this one is mixed into: its release is checked too
-        if not isinstance(sampler, (BucketSampler, Mapping)):
-            raise TypeError(
-                "sampler must be a dflash_batch.BucketSampler or a dict of its keyword arguments, got "
-                f"{type(sampler).__name__}"
-            )
+        hf_collated.check_sampler_kind(sampler, use_data_collator, with_trl)
         mixture: Mixture | None = None
         if isinstance(store, Mixture):
             mixture, store = store, store.store
@@ -144,8 +141,6 @@ class BucketTrainer(Trainer):
             raise TypeError(f"store must be a dflash_batch.TokenStore, a Mixture or None, got {type(store).__name__}")
         if eval_store is not None and not isinstance(eval_store, TokenStore):
             raise TypeError(f"eval_store must be a dflash_batch.TokenStore, got {type(eval_store).__name__}")
-        if not isinstance(use_data_collator, bool):
-            raise TypeError(f"use_data_collator must be True or False, got {use_data_collator!r}")
         if use_data_collator:
             hf_collated.refuse_settings(sampler, store if mixture is None else mixture, eval_store, loader_kwargs)
         user_collator = kwargs.get("data_collator", args[2] if len(args) > 2 else None)
@@ -175,22 +170,29 @@ class BucketTrainer(Trainer):
         # A mixture's per-source token losses, logged as loss/<source> with the Trainer's loss, where the
         # loss it extends hands back the logits it computed (a fused LM head, as TRL's, builds none).
         logits = self._extends_the_trainers_loss()
-        self._attach(sampler, eval_store, step_timer, sources=sampler.mixture is not None and logits)
+        mixed = isinstance(sampler, BucketSampler) and sampler.mixture is not None
+        self._attach(sampler, eval_store, step_timer, sources=mixed and logits)
 
-    def _init_collated(self, sampler: BucketSampler, step_timer: bool | StepTimer) -> None:
-        """``use_data_collator=True``: the Trainer's dataset and collator make the batches, no store."""
+    def _init_collated(self, sampler: BucketSampler | Windows, step_timer: bool | StepTimer) -> None:
+        """``use_data_collator=True``: the Trainer's dataset (or the Windows' stream) and its collator make the
+        batches, no store."""
         hf_checks.settings_overridden(self.args, {}, sampler)
-        hf_collated.check_dataset(self.train_dataset, sampler)
+        if isinstance(sampler, Windows):
+            hf_stream.check_windows(sampler, self.args, self.train_dataset, step_timer)
+        else:
+            hf_collated.check_dataset(self.train_dataset, sampler)
         hf_collated.warn_pruned_evaluation(self.args, self.eval_dataset)
         self.token_store, self.user_collator, self.loader_kwargs = None, self.data_collator, {}
+        self._stream_resumed = False
         self._attach(sampler, None, step_timer, sources=False)
 
-    def _attach(self, sampler: BucketSampler, eval_store: Any, step_timer: bool | StepTimer, sources: bool) -> None:
+    def _attach(self, sampler: Any, eval_store: Any, step_timer: bool | StepTimer, sources: bool) -> None:
         self.bucket_sampler, self.eval_store = sampler, eval_store
-        self._check_sampler(sampler)
-        self.train_loader: _TrainBatches | hf_collated.CollatedBatches | None = None
+        if isinstance(sampler, BucketSampler):
+            self._check_sampler(sampler)
+        self.train_loader: _TrainBatches | hf_collated.CollatedBatches | hf_stream.StreamBatches | None = None
         self._planned: tuple[int, np.ndarray] | None = None  # (epoch, label tokens of its steps)
-        self.source_losses = SourceLosses(sampler.mixture.names) if sources else None  # type: ignore[union-attr]
+        self.source_losses = SourceLosses(sampler.mixture.names) if sources else None
         self.add_callback(Checkpoints(self))
         self.step_timer = timer_of(step_timer, sampler)
         if self.step_timer is not None:
@@ -219,11 +221,14 @@ class BucketTrainer(Trainer):
 
     # -- training batches -----------------------------------------------------------------------------
 
-    def get_train_dataloader(self) -> _TrainBatches | hf_collated.CollatedBatches:
+    def get_train_dataloader(self) -> _TrainBatches | hf_collated.CollatedBatches | hf_stream.StreamBatches:
         """The Loader over the sampler's plan, as the ``DataLoader`` the Trainer expects (it sets the epoch);
-        with ``use_data_collator=True``, the dataset's rows of the plan through the ``data_collator``."""
-        batches: _TrainBatches | hf_collated.CollatedBatches
-        if self.use_data_collator:
+        with ``use_data_collator=True``, the dataset's rows of the plan (or the Windows' batches of the stream)
+        through the ``data_collator``."""
+        batches: _TrainBatches | hf_collated.CollatedBatches | hf_stream.StreamBatches
+        if isinstance(self.bucket_sampler, Windows):
+            batches = hf_stream.StreamBatches(self.bucket_sampler, self.data_collator, self.args, self._stream_resumed)
+        elif self.use_data_collator:
             dataset, collator = self.train_dataset, self.data_collator
             batches = hf_collated.CollatedBatches(dataset, collator, self.bucket_sampler, self.args)
         else:
@@ -312,7 +317,9 @@ class BucketTrainer(Trainer):
         continues the interrupted epoch exactly (see the module docs)."""
         if resume_from_checkpoint is True:
             resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)  # the Trainer raises if none
-        if isinstance(resume_from_checkpoint, (str, os.PathLike)):
+        if isinstance(resume_from_checkpoint, (str, os.PathLike)) and isinstance(self.bucket_sampler, Windows):
+            self._stream_resumed = hf_stream.resume(self.bucket_sampler, self.args, os.fspath(resume_from_checkpoint))
+        elif isinstance(resume_from_checkpoint, (str, os.PathLike)):
             check_resume(os.fspath(resume_from_checkpoint), self.bucket_sampler, self.args.gradient_accumulation_steps)
         return super().train(resume_from_checkpoint, *args, **kwargs)
 

@@ -19,6 +19,7 @@ What the Loader path guarantees holds here too, in the Trainer's own terms:
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
@@ -27,6 +28,7 @@ import torch
 from .._core import PlanError
 from ..loading.checked import checked
 from ..planning.sampler import BucketSampler
+from ..planning.windows import Windows
 from .hf_checkpoints import trained_position
 
 
@@ -57,6 +59,28 @@ class CollatedBatches(torch.utils.data.DataLoader):
         return trained_position(self.bucket_sampler, global_step, self.accumulation)
 
 
+def check_sampler_kind(sampler: Any, use_data_collator: Any, with_trl: bool) -> None:
+    """A ``BucketSampler``, a dict of its settings, or — making batches with the collator, in a Trainer that
+    does not require a ``train_dataset`` (TRL's do) — a ``Windows``."""
+    if not isinstance(use_data_collator, bool):
+        raise TypeError(f"use_data_collator must be True or False, got {use_data_collator!r}")
+    if isinstance(sampler, Windows) and with_trl:
+        raise TypeError(
+            "TRL's trainers require a train_dataset, which a stream planned by a dflash_batch.Windows replaces: train "
+            "the stream with dflash_batch.hf.BucketTrainer (a transformers.Trainer) and your data_collator"
+        )
+    if isinstance(sampler, Windows) and not use_data_collator:
+        raise TypeError(
+            "a dflash_batch.Windows hands examples of a stream, which your data_collator makes into batches: pass "
+            "data_collator=... and use_data_collator=True"
+        )
+    if not isinstance(sampler, (BucketSampler, Windows, Mapping)):
+        raise TypeError(
+            "sampler must be a dflash_batch.BucketSampler, a dict of its keyword arguments, or a dflash_batch.Windows "
+            f"(with use_data_collator=True), got {type(sampler).__name__}"
+        )
+
+
 def refuse_settings(sampler: Any, store: Any, eval_store: Any, loader_kwargs: Any) -> None:
     """What ``use_data_collator=True`` cannot take: a ``PlanError`` or ``TypeError`` naming the fix."""
     settings = (("store", store), ("eval_store", eval_store), ("loader_kwargs", loader_kwargs))
@@ -66,6 +90,8 @@ def refuse_settings(sampler: Any, store: Any, eval_store: Any, loader_kwargs: An
             f"use_data_collator=True makes batches with your dataset and data_collator, so {given}= has nothing "
             f"to do; drop {given}=, or drop use_data_collator=True to have the Loader collate the store's tokens"
         )
+    if isinstance(sampler, Windows):
+        return
     if not isinstance(sampler, BucketSampler):
         raise TypeError(
             "use_data_collator=True needs a dflash_batch.BucketSampler built from the lengths your collator makes "

@@ -51,7 +51,7 @@ def checked(
         raise TypeError(f"lengths must be a 1-D integer array (measure_lengths's), got {planned.dtype} {planned.shape}")
     if len(planned) != len(dataset):
         raise ValueError(f"{len(planned)} lengths for a dataset of {len(dataset)} examples: measure this dataset")
-    return Indexed(dataset), CheckedCollate(collate_fn, planned, lengths_of or _masked_lengths)
+    return Indexed(dataset), CheckedCollate(collate_fn, planned, lengths_of or collated_lengths)
 
 
 class Indexed:
@@ -106,7 +106,7 @@ class CheckedCollate:
         return batch
 
 
-def _masked_lengths(batch: Any) -> Any:
+def collated_lengths(batch: Any) -> Any:
     """Each example's real tokens: the rows of the batch's ``attention_mask`` (padded rows); or, for a flattened
     (padding-free) batch of one row, its documents — from ``cu_seq_lens_q``, else from ``position_ids``, which
     restart at 0 for every example (``transformers.DataCollatorWithFlattening``)."""

@@ -153,6 +153,20 @@ class Windows:
     def rank(self) -> int:
         return self._rank
 
+    @property
+    def max_tokens(self) -> int | None:
+        """The token budget of a batch (padded: rows × the longest; packed: a row's tokens), or ``None``."""
+        return self._config.max_tokens
+
+    @property
+    def mode(self) -> str:
+        return str(self._config.mode)
+
+    @property
+    def accumulation(self) -> int:
+        """Micro-batches per optimizer step: every window's plan ends on a whole step of them."""
+        return int(self._config.accumulation)
+
     def set_epoch(self, epoch: int) -> None:
         """Starts pass ``epoch`` (every window reshuffled) at its first window."""
         epoch = _epoch(epoch)
