@@ -128,6 +128,20 @@ def test_a_stream_with_dataloader_workers_trains_the_same_batches(rows, tmp_path
     assert seen == oracle(rows, 2, 2)[:80]
 
 
+def test_train_called_again_after_a_resume_starts_the_stream_over(rows, tmp_path):
+    """The Trainer counts from step 0 again in a second ``train()``: the stream starts from pass 0 again, as a
+    sampler's epoch 0 does — not from the pass a resume placed it in."""
+    seen: list = []
+    trainer(rows, arguments(tmp_path, save_strategy="steps", save_steps=30, max_steps=30), seen).train()
+    again: list = []
+    resumed = trainer(rows, arguments(tmp_path, max_steps=40), again)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-30"))
+    assert again == oracle(rows, 2, 2)[60:80] and again[0][0] == 1
+    again.clear()
+    resumed.train()
+    assert again == oracle(rows, 2, 2)[:80]
+
+
 def test_a_collator_over_the_budget_stops_at_that_batch(rows, tmp_path):
     """Lengths measured as one token each: the plan packs many rows a batch, which the collator makes far longer
     than ``max_tokens``."""

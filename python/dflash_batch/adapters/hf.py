@@ -183,11 +183,10 @@ class BucketTrainer(Trainer):
             hf_collated.check_dataset(self.train_dataset, sampler)
         hf_collated.warn_pruned_evaluation(self.args, self.eval_dataset)
         self.token_store, self.user_collator, self.loader_kwargs = None, self.data_collator, {}
-        self._stream_resumed = False
         self._attach(sampler, None, step_timer, sources=False)
 
     def _attach(self, sampler: Any, eval_store: Any, step_timer: bool | StepTimer, sources: bool) -> None:
-        self.bucket_sampler, self.eval_store = sampler, eval_store
+        self.bucket_sampler, self.eval_store, self._stream_resumed = sampler, eval_store, False
         if isinstance(sampler, BucketSampler):
             self._check_sampler(sampler)
         self.train_loader: _TrainBatches | hf_collated.CollatedBatches | hf_stream.StreamBatches | None = None
@@ -227,7 +226,8 @@ class BucketTrainer(Trainer):
         through the ``data_collator``."""
         batches: _TrainBatches | hf_collated.CollatedBatches | hf_stream.StreamBatches
         if isinstance(self.bucket_sampler, Windows):
-            batches = hf_stream.StreamBatches(self.bucket_sampler, self.data_collator, self.args, self._stream_resumed)
+            resumed, self._stream_resumed = self._stream_resumed, False  # a later train() starts at pass 0
+            batches = hf_stream.StreamBatches(self.bucket_sampler, self.data_collator, self.args, resumed)
         elif self.use_data_collator:
             dataset, collator = self.train_dataset, self.data_collator
             batches = hf_collated.CollatedBatches(dataset, collator, self.bucket_sampler, self.args)

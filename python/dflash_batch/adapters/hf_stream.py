@@ -124,7 +124,8 @@ class StreamBatches(torch.utils.data.DataLoader):
             options["multiprocessing_context"] = "fork"  # the workers copy the Windows' position (windows_workers)
         checked = BudgetChecked(collate_fn, windows.mode, windows.max_tokens)
         super().__init__(windows.iterable(), batch_size=None, collate_fn=checked, **options)
-        self.windows, self.first, self.resumed, self.taken = windows, windows.epoch, resumed, 0
+        # The Trainer counts its epochs from 0 again on a resume: they go on from the resumed pass.
+        self.windows, self.first, self.resumed, self.taken = windows, windows.epoch if resumed else 0, resumed, 0
 
     def set_epoch(self, epoch: int) -> None:
         if self.resumed and epoch == 0:
