@@ -139,7 +139,8 @@ def test_sft_trains_the_assistants_tokens_of_text_it_tokenizes(tmp_path, kind, m
 
 def test_a_sampler_of_another_kind_is_a_type_error(tmp_path):
     args = trl.SFTConfig(output_dir=str(tmp_path), report_to=[], use_cpu=True, max_length=None)
-    with pytest.raises(TypeError, match=r"sampler must be a dflash_batch\.BucketSampler or a dict"):
+    kinds = r"sampler must be a dflash_batch\.BucketSampler, a dict of its keyword arguments, or a dflash_batch\.Win"
+    with pytest.raises(TypeError, match=kinds):
         SFT(model=None, args=args, train_dataset=dataset("conversational"), sampler=[64])
     with pytest.raises(TypeError, match=r"store must be a dflash_batch\.TokenStore, a Mixture or None"):
         SFT(model=None, args=args, train_dataset=dataset("conversational"), sampler={}, store="ds")
