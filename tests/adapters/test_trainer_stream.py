@@ -41,8 +41,11 @@ def oracle(rows: list, passes: int, accumulation: int, **ranks) -> list[tuple[in
 
 
 @pytest.mark.multiprocess
-def test_a_stream_on_two_processes_trains_each_ranks_windows_in_order(data, tmp_path):  # noqa: F811
-    options = ("--collator", "--stream", "40", "--workers", "2", "--accumulation", "2")
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_stream_on_two_processes_trains_each_ranks_windows_in_order(data, tmp_path, workers):  # noqa: F811
+    """Without workers the ranks compare every window before training it (a collective inside the Trainer's
+    iteration, between its own); with workers they read ahead on their own."""
+    options = ("--collator", "--stream", "40", "--workers", str(workers), "--accumulation", "2")
     run(data, tmp_path / "out", tmp_path / "rec", *options, nproc=2)
     lines = records(tmp_path / "rec", 2)
     rows = list(text_rows(data))
