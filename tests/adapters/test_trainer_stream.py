@@ -175,6 +175,23 @@ def test_each_setting_a_stream_cannot_take_is_refused_naming_the_fix(rows, tmp_p
         )
 
 
+@pytest.mark.parametrize("kind", ["windows", "sampler"])
+def test_a_sampler_of_other_ranks_than_the_trainers_is_refused(rows, lengths_of_rows, tmp_path, kind):
+    if kind == "windows":
+        sampler = stream_windows(rows, 2, world_size=2, rank=1, check_ranks=False)
+        kwargs = {"sampler": sampler, "args": arguments(tmp_path)}
+    else:
+        sampler = db.BucketSampler(lengths_of_rows, max_tokens=128, world_size=2, rank=1, check_ranks=False)
+        kwargs = {"sampler": sampler, "args": arguments(tmp_path, max_steps=-1), "train_dataset": rows}
+    with pytest.raises(db.PlanError, match="plans for world_size=2, rank=1, but this Trainer runs process 0"):
+        BucketTrainer(model=model(), data_collator=Pad(), use_data_collator=True, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def lengths_of_rows(rows):
+    return [len(row["text"].split()) for row in rows]
+
+
 def test_trl_which_requires_a_train_dataset_is_refused_naming_the_trainer_to_use(rows, tmp_path):
     trl = pytest.importorskip("trl")
 

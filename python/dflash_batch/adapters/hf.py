@@ -187,6 +187,7 @@ class BucketTrainer(Trainer):
 
     def _attach(self, sampler: Any, eval_store: Any, step_timer: bool | StepTimer, sources: bool) -> None:
         self.bucket_sampler, self.eval_store, self._stream_resumed = sampler, eval_store, False
+        hf_checks.check_ranks(sampler, self.args)
         if isinstance(sampler, BucketSampler):
             self._check_sampler(sampler)
         self.train_loader: _TrainBatches | hf_collated.CollatedBatches | hf_stream.StreamBatches | None = None
@@ -203,12 +204,6 @@ class BucketTrainer(Trainer):
 
     def _check_sampler(self, sampler: BucketSampler) -> None:
         args = self.args
-        if (sampler.world_size, sampler.rank) != (args.world_size, args.process_index):
-            raise PlanError(
-                f"the sampler plans for world_size={sampler.world_size}, rank={sampler.rank}, but this Trainer runs "
-                f"process {args.process_index} of {args.world_size}; build the sampler after torch.distributed "
-                "starts (or under torchrun, which sets WORLD_SIZE and RANK), or pass those values"
-            )
         accumulation = args.gradient_accumulation_steps
         if sampler.accumulation_given and sampler.accumulation != accumulation:
             raise PlanError(

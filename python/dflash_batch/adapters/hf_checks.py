@@ -74,6 +74,16 @@ def settings_overridden(args: Any, kwargs: dict[str, Any], sampler: Any) -> None
         )
 
 
+def check_ranks(sampler: Any, args: Any) -> None:
+    """The sampler (a ``BucketSampler`` or a ``Windows``) plans for this process's rank of the Trainer's."""
+    if (sampler.world_size, sampler.rank) != (args.world_size, args.process_index):
+        raise PlanError(
+            f"the sampler plans for world_size={sampler.world_size}, rank={sampler.rank}, but this Trainer runs "
+            f"process {args.process_index} of {args.world_size}; build the sampler after torch.distributed "
+            "starts (or under torchrun, which sets WORLD_SIZE and RANK), or pass those values"
+        )
+
+
 def check_max_length(args: Any, lengths: np.ndarray) -> None:
     """TRL truncates the rows it prepares to ``max_length``; the store's rows are trained whole."""
     limit = getattr(args, "max_length", None)

@@ -46,11 +46,6 @@ def check_windows(windows: Windows, args: Any, train_dataset: Any, step_timer: A
             "a stream has no length, so the Trainer needs max_steps (optimizer steps to train, over as many passes "
             "of the stream as they take): pass TrainingArguments(max_steps=...)"
         )
-    if (windows.world_size, windows.rank) != (args.world_size, args.process_index):
-        raise PlanError(
-            f"the Windows plans for world_size={windows.world_size}, rank={windows.rank}, but this Trainer runs "
-            f"process {args.process_index} of {args.world_size}; build it under torchrun (or pass those values)"
-        )
     if windows.accumulation != args.gradient_accumulation_steps:
         raise PlanError(
             f"the Windows ends each window on a whole step of accumulation={windows.accumulation} micro-batches, "
