@@ -57,6 +57,16 @@ def reused(paths: list[pathlib.Path], setup: dict) -> dict[tuple[str, int, str],
     return out
 
 
+def same_plan(done: dict[tuple[str, int, str], Run], run: Run) -> Run | None:
+    """A former run of another strategy that trained ``run``'s plan with its seed and view: what training
+    ``run`` gives, since a run is a pure function of its seed and its plan (a default that moved onto another
+    strategy's setting reuses that strategy's runs)."""
+    for former in done.values():
+        if former.plan and former.plan == run.plan and (former.seed, former.view) == (run.seed, run.view):
+            return former
+    return None
+
+
 def runs_of(record: dict) -> dict[tuple[str, int, str], Run]:
     """A record's runs by ``(strategy, seed, view)``."""
     out = {}

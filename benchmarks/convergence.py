@@ -28,6 +28,7 @@ figure over ``--seeds`` seeds (model init and sampler draws) with its spread: ``
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import pathlib
 import sys
@@ -37,7 +38,7 @@ import _at_target
 import dflash_batch as db
 import numpy as np
 from _corpus import Corpus, build, write_store
-from _runs import Run, digest, reused
+from _runs import Run, digest, reused, same_plan
 from dflash_batch.tools import baselines
 
 STRATEGIES = (
@@ -325,8 +326,12 @@ def run_all(args: argparse.Namespace) -> tuple[list[Run], dict, str]:
                 run.steps = plan_steps(strategy, view, lengths, budget, max_len, seed, target, steps)
                 run.plan = digest(run.steps)
                 former = done.get((run.strategy, seed, view))
+                same = same_plan(done, run)
                 if former is not None and former.plan == run.plan:
                     run, how = former, " (reused)"
+                elif same is not None:  # another strategy's run of this plan (a default moved onto it)
+                    run, how = same, f" (reused: the same plan as {same.strategy})"
+                    run = dataclasses.replace(run, strategy=_at_target.key(strategy))
                 else:
                     train(run, corpus, store, held, size, device, args.evals)
                     how = "" if former is None else " (trained again: its plan changed)"

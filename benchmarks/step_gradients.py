@@ -243,7 +243,10 @@ def table(results: dict, shapes) -> str:
         ]  # fmt: skip
         for by_shape in rows.values():
             first = next(iter(by_shape.values()))
-            cells = [first["title"], f"{first['efficiency']:.3f}"]
+            held = {shape.replace("x", "×"): f"{f['efficiency']:.3f}" for shape, f in by_shape.items()}
+            # One figure where every shape plans alike; per shape where a default follows the step shape.
+            alike = len(set(held.values())) == 1
+            cells = [first["title"], first_value(held) if alike else ", ".join(f"{v} at {k}" for k, v in held.items())]
             cells += [f"{f['R']:.3f} [{f['interval'][0]:.3f}, {f['interval'][1]:.3f}]" for f in by_shape.values()]
             cells += [
                 f"{f['R_runs']:.3f} [{f['runs_interval'][0]:.3f}, {f['runs_interval'][1]:.3f}]"
@@ -255,6 +258,10 @@ def table(results: dict, shapes) -> str:
     return "\n".join(lines)
 
 
+def first_value(values: dict):
+    return next(iter(values.values()))
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: 80 source files, 2 epochs a figure")
@@ -264,6 +271,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument("--steps", type=int, default=240, help="steps a figure draws on, at least (default 240)")
     parser.add_argument("--seed", type=int, default=0, help="model init and random steps (default 0)")
+    parser.add_argument(
+        "--shapes", default=",".join(f"{r}x{a}" for r, a in SHAPES),
+        help="comma-separated step shapes, ranks x micro-batches (default 1x4,1x16,8x4)",
+    )  # fmt: skip
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("step-gradients-out"))
     parser.add_argument("--cache", type=pathlib.Path, default=pathlib.Path(".convergence-cache"))
     parser.add_argument("--json", metavar="FILE", help="record the summary under --section of FILE")
@@ -277,6 +288,11 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.manual_seed(args.seed)
     strategies = args.strategies.split(",")
+    try:
+        shapes = tuple(tuple(int(n) for n in shape.split("x", 1)) for shape in args.shapes.split(","))
+    except ValueError:
+        print(f"--shapes {args.shapes!r}: write each step shape as RANKSxMICRO_BATCHES, e.g. 1x4,8x4", file=sys.stderr)
+        return 2
     try:
         [spec(s) for s in strategies]
     except ValueError as e:
@@ -312,9 +328,9 @@ def main(argv: list[str] | None = None) -> int:
             model, store, steps_of(micro, (1, 4)), gram, tokens, full, [micro[k : k + 4] for k in range(0, 12, 4)]
         )
         rows: dict = {}
-        pooled: dict = {shape: {} for shape in SHAPES}
+        pooled: dict = {shape: {} for shape in shapes}
         for strategy in strategies:
-            for shape in SHAPES:
+            for shape in shapes:
                 spe = max(1, len(micro_batches(strategy, lengths, budget, width, shape, 0)) // (shape[0] * shape[1]))
                 epochs = 2 if args.quick else int(np.clip(np.ceil(args.steps / spe), 8, 40))
                 f = score(strategy, shape, gram, tokens, lengths, budget, width, epochs, args.seed)
@@ -331,9 +347,9 @@ def main(argv: list[str] | None = None) -> int:
                 for key, values in pooled[(r, a)].items()
                 if key != "excess"
             }
-            for r, a in SHAPES
+            for r, a in shapes
         }
-    ratios = table(results, SHAPES)
+    ratios = table(results, shapes)
     text = "\nSpearman's correlation of a step's error (over a random step's) with each composition figure:\n\n"
     text += "| checkpoint | shape | " + " | ".join(next(iter(next(iter(correlations.values())).values()))) + " |\n"
     text += "|---|---|" + "---|" * len(next(iter(next(iter(correlations.values())).values()))) + "\n"

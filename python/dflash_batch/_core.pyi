@@ -320,6 +320,9 @@ class Planner:
     def fingerprint_any_ranks(self) -> str:
         """As ``fingerprint``, but equal for any ``world_size`` (for resuming on another number of
         ranks)."""
+    def fingerprint_on(self, world_size: int) -> str:
+        """The fingerprint these lengths and settings have on ``world_size`` ranks: what a checkpoint
+        taken there recorded."""
     def check_lengths(self) -> None:
         """Raises ``DataError`` naming the file of borrowed lengths truncated or rewritten since."""
     @property

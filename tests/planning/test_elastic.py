@@ -57,7 +57,8 @@ def test_a_checkpoint_inside_the_resumed_epoch_resumes_there():
         s.load_state_dict(state)
     trained += [i for s in new for i in run(s, 4)]
     second = new[0].state_dict()
-    assert second["elastic"] == {"world_size": 4, "step": 3} and second["step"] == 4
+    assert second["elastic"] == {"world_size": 4, "step": 3, "fingerprint": state["fingerprint"]}
+    assert second["step"] == 4
     again = samplers(2)
     for s in again:
         s.load_state_dict(second)
@@ -152,7 +153,10 @@ def test_a_checkpoint_inside_the_carrying_epoch_resumes_there():
     first = [i for s in new for i in run(s, 2)]
     state = new[0].state_dict()
     assert state["epoch"] == 1 and state["step"] == 2
-    assert state["elastic"] == {"world_size": 3, "step": new[0].position.origin.step, "carried_from": 0}
+    origin = new[0].position.origin
+    assert state["elastic"] == {
+        "world_size": 3, "step": origin.step, "carried_from": 0, "fingerprint": origin.fingerprint
+    }  # fmt: skip
     again = [db.BucketSampler(lengths, max_tokens=16384, world_size=8, rank=r, seed=1) for r in range(8)]
     with pytest.warns(UserWarning, match="carried"):
         for s in again:

@@ -1,7 +1,8 @@
 """Checkpoints planned under other planning rules (issue 31 changed how a window's ranks are evened out on
 several ranks with accumulation — rules 1 — and how packed rows under an attention price are composed —
 rules 2, and their closing fits, rules 3; issue 63 composed the default packed rows, priced by tokens, that
-way too, rules 4): a state names the rules it was planned under, and a configuration whose
+way too, rules 4; issue 61 made padded batches left to the default target aim at 0.93 in optimizer steps of 2
+to 7 micro-batches, rules 5): a state names the rules it was planned under, and a configuration whose
 plans changed since refuses to resume it mid-epoch — replaying a different plan would train some samples
 twice and skip others without a word — while the next epoch, and configurations whose plans did not change,
 resume as before."""
@@ -31,7 +32,7 @@ def trained(s: db.BucketSampler, steps: int) -> dict:
 
 def test_a_state_records_the_rules_and_resumes_under_them():
     state = trained(sampler(accumulation=4), 5)
-    assert state["revision"] == _core.PLAN_REVISION == 4
+    assert state["revision"] == _core.PLAN_REVISION == 5
     s = sampler(accumulation=4)
     s.load_state_dict(state)
     assert [b.tolist() for b in s] == [s.plan(0)[i * 8].tolist() for i in range(5, s.plan(0).steps)]
@@ -50,7 +51,9 @@ def test_an_older_state_mid_epoch_is_refused_where_the_plans_changed():
     assert s.epoch == 1 and len(list(s)) == s.plan(1).steps
 
 
-@pytest.mark.parametrize("settings", [{"accumulation": 1}, {"accumulation": 4, "world_size": 1}])
+@pytest.mark.parametrize(
+    "settings", [{"accumulation": 1}, {"accumulation": 4, "world_size": 1, "target_efficiency": 0.97}]
+)
 def test_an_older_state_resumes_where_the_plans_did_not_change(settings):
     world = settings.pop("world_size", 8)
     make = lambda: db.BucketSampler(LENGTHS, max_tokens=16384, world_size=world, rank=0, seed=1, **settings)  # noqa: E731
@@ -117,7 +120,7 @@ def test_an_older_state_of_default_packed_rows_is_refused_mid_epoch(world, revis
     make = lambda: db.BucketSampler(LENGTHS, max_tokens=16384, world_size=world, rank=0, seed=1, mode="packed")  # noqa: E731
     state = trained(make(), 3)
     s = make()
-    message = rf"planning rules {revision}, and this dflash_batch \(rules 4\).*mode 'packed'"
+    message = rf"planning rules {revision}, and this dflash_batch \(rules {_core.PLAN_REVISION}\).*mode 'packed'"
     message += rf".*PLAN_REVISION is {revision}\)"
     with pytest.raises(db.PlanError, match=message):
         s.load_state_dict({**state, "revision": revision})
@@ -129,7 +132,7 @@ def test_an_older_state_of_default_packed_rows_is_refused_mid_epoch(world, revis
 def test_a_state_from_newer_rules_is_refused_mid_epoch_and_accepted_at_an_epoch_start():
     state = trained(sampler(), 3)
     newer = {**state, "revision": _core.PLAN_REVISION + 1}
-    with pytest.raises(db.PlanError, match=r"newer than this dflash_batch's \(4\).*Upgrade"):
+    with pytest.raises(db.PlanError, match=rf"newer than this dflash_batch's \({_core.PLAN_REVISION}\).*Upgrade"):
         sampler().load_state_dict(newer)
     s = sampler()
     s.load_state_dict({**newer, "epoch": 1, "step": 0})
@@ -152,5 +155,52 @@ def test_packed_plans_are_pinned_to_the_rules(settings, world, digest):
     default packed rows are composed (rules 4): their rows are the attention price's, balanced by tokens."""
     plan = db.BucketSampler(LENGTHS, max_tokens=16384, world_size=world, rank=0, seed=1, accumulation=4, **settings)
     got = plan.plan(3)
+    data = np.asarray(got.indices, dtype="<u4").tobytes() + np.asarray(got.offsets, dtype="<u4").tobytes()
+    assert hashlib.sha256(data).hexdigest()[:16] == digest
+
+
+def small(world: int = 1, **settings) -> db.BucketSampler:
+    """Padded batches in steps of ``world × 4`` micro-batches."""
+    return db.BucketSampler(LENGTHS, max_tokens=16384, world_size=world, rank=0, seed=1, accumulation=4, **settings)
+
+
+def test_a_state_of_padded_batches_in_small_steps_from_before_rules_5_names_the_target_that_resumes_it():
+    """Before rules 5 those batches aimed at 0.97 by default, and a state recorded it: the default now plans the
+    epoch at 0.93, so the state is refused naming 0.97, and resumes exactly where that target is passed."""
+    old = small(target_efficiency=0.97)  # what the default planned before rules 5, settings and fingerprint alike
+    state = {**trained(old, 4), "revision": 4}
+    default = small()
+    assert default.state_dict()["settings"]["target_efficiency"] == 0.93
+    with pytest.raises(db.PlanError, match=r"target_efficiency 0\.97 vs 0\.93 .*pass target_efficiency=0\.97"):
+        default.load_state_dict(state)
+    assert default.position.step == 0
+    given = small(target_efficiency=0.97)
+    given.load_state_dict(state)
+    assert [b.tolist() for b in given] == [old.plan(0)[i].tolist() for i in range(4, old.plan(0).steps)]
+
+
+def test_the_default_target_in_steps_of_2_to_7_micro_batches_and_beyond():
+    """0.93 where a step holds 2 to 7 micro-batches (ranks × accumulation), 0.97 at 1 and from 8; a target given
+    is kept; packed rows and an attention price keep theirs."""
+    target = lambda s: s.state_dict()["settings"]["target_efficiency"]  # noqa: E731
+    assert [target(small(world)) for world in (1, 2, 4)] == [0.93, 0.97, 0.97]
+    one = lambda **kw: db.BucketSampler(LENGTHS, max_tokens=16384, world_size=1, rank=0, **kw)  # noqa: E731
+    assert [target(one(accumulation=a)) for a in (1, 2, 7, 8)] == [0.97, 0.93, 0.93, 0.97]
+    assert target(small(target_efficiency=0.97)) == 0.97
+    assert target(small(mode="packed", bucketed=True)) == 0.98
+    assert target(small(cost=(1.0, 1 / 30720))) == 0.982
+    stats = small().plan(0).stats()
+    assert 0.925 <= stats["efficiency"] < 0.94, stats["efficiency"]
+
+
+@pytest.mark.parametrize(
+    ("world", "accumulation", "digest"),
+    [(1, 4, "aa7953cf334fa1c7"), (2, 2, "d37e54586b9d9772"), (8, 4, "4792c5079955ba29"), (1, 1, "ee227409d9f1e294")],
+)
+def test_padded_default_plans_are_pinned_to_the_rules(world, accumulation, digest):
+    """The default padded plan in small steps (rules 5) and in the steps it did not change: a change without a
+    new PLAN_REVISION would resume old checkpoints into another plan, silently."""
+    s = db.BucketSampler(LENGTHS, max_tokens=16384, world_size=world, rank=0, seed=1, accumulation=accumulation)
+    got = s.plan(3)
     data = np.asarray(got.indices, dtype="<u4").tobytes() + np.asarray(got.offsets, dtype="<u4").tobytes()
     assert hashlib.sha256(data).hexdigest()[:16] == digest

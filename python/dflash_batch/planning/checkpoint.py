@@ -18,11 +18,10 @@ from typing import Any
 import numpy as np
 
 from .._core import PLAN_REVISION, Plan, PlanError
-from .._core import Mixture as CoreMixture
-from ..base.arguments import _epoch, _int, _is_hex, _state_count
-from . import settings as settings_declared
+from ..base.arguments import _epoch, _int, _state_count
 from .plan_key import Keys, encode_prices, state_prices
 from .schedule import Schedule
+from .state_differences import TARGET_DEFAULTS, differences, settings
 
 VERSION = 1
 #: What a checkpoint holds besides the settings it names (``state_dict()``'s keys).
@@ -33,20 +32,23 @@ REQUIRED = ("version", "epoch", "step", "fingerprint", "world_size")
 class Origin:
     """Where an epoch resumed on another number of ranks came from: ``step`` steps of ``epoch`` had run on
     ``world_size`` ranks; ``plan`` is the rest planned on these ranks, ``carried`` the rows too few to fill
-    whole steps there, which the next epoch plans with all its samples."""
+    whole steps there, which the next epoch plans with all its samples; ``fingerprint``: the settings'
+    on the old ranks, which a later resume re-making that epoch there checks."""
 
     epoch: int
     world_size: int
     step: int
     plan: Plan
     carried: np.ndarray
+    fingerprint: str
 
     def record(self, epoch: int) -> dict[str, Any] | None:
         """What a checkpoint taken in ``epoch`` says about this origin (``None``: nothing left of it)."""
+        own = {"world_size": self.world_size, "step": self.step, "fingerprint": self.fingerprint}
         if epoch == self.epoch:
-            return {"world_size": self.world_size, "step": self.step}
+            return own
         if epoch == self.epoch + 1 and len(self.carried):
-            return {"world_size": self.world_size, "step": self.step, "carried_from": self.epoch}
+            return {**own, "carried_from": self.epoch}
         return None
 
 
@@ -103,7 +105,10 @@ def decode(keys: Keys, state: Any, *, warn: bool = True) -> tuple[Resume, Keys]:
             "resumed elastically moved to another number of ranks; pass the checkpoint's state unedited"
         )
     if world != schedule.world_size and elastic is None:
-        if state.get("fingerprint_any_ranks") == schedule.fingerprint_any_ranks:
+        # These settings on the state's ranks: a default that depends on the step shape resolves as it
+        # did there, so the plan re-made there is the one trained.
+        if schedule.fingerprint_on(world) == state["fingerprint"]:
+            _check_cycles(schedule, state)
             return Resume(epoch, 0, replanned(schedule, epoch, world, step, warn=warn)), keys
     if elastic is not None and state["fingerprint"] == schedule.fingerprint:
         return _inside_elastic(keys, epoch, step, elastic), keys
@@ -131,6 +136,20 @@ def decode(keys: Keys, state: Any, *, warn: bool = True) -> tuple[Resume, Keys]:
     return Resume(epoch, step, None), keys
 
 
+def _check_cycles(schedule: Schedule, state: dict[str, Any]) -> None:
+    """A mixture's cycles walk its sources bucket by bucket, so later epochs continue the cycle only under
+    the buckets it began with: refused where the default target resolves differently on these ranks."""
+    if schedule.mixture is None or state.get("fingerprint_any_ranks") == schedule.fingerprint_any_ranks:
+        return
+    theirs = settings(schedule, state["world_size"]).get("target_efficiency")
+    mine = settings(schedule).get("target_efficiency")
+    raise PlanError(
+        f"a mixture resumed on world_size {schedule.world_size} would aim at target_efficiency {mine!r}, and it "
+        f"ran at {theirs!r} on world_size {state['world_size']} ({TARGET_DEFAULTS}): its sources' cycles follow "
+        f"the buckets, and would repeat and skip rows from here; pass target_efficiency={theirs!r}"
+    )
+
+
 def _check_shape(state: Any) -> None:
     """The keys and types ``state_dict()`` writes, before any of them is believed."""
     if not isinstance(state, dict):
@@ -151,6 +170,11 @@ def _check_shape(state: Any) -> None:
             )
         _state_count("elastic world_size", elastic["world_size"], 1)
         _state_count("elastic step", elastic["step"], 0)
+        if not isinstance(elastic.get("fingerprint", ""), str):
+            raise PlanError(
+                f"state elastic fingerprint={elastic['fingerprint']!r} is not what state_dict() writes (16 hex "
+                "digits); pass the checkpoint's state unedited"
+            )
 
 
 def _inside_elastic(keys: Keys, epoch: int, step: int, elastic: dict[str, Any]) -> Resume:
@@ -164,6 +188,14 @@ def _inside_elastic(keys: Keys, epoch: int, step: int, elastic: dict[str, Any]) 
         )
     # The core refuses an origin step past that epoch's steps on its ranks.
     world, origin_step = operator.index(elastic["world_size"]), operator.index(elastic["step"])
+    planned = elastic.get("fingerprint")  # recorded since a default target depends on the step shape
+    if planned is not None and keys.at(origin_epoch).fingerprint_on(world) != planned:
+        target = keys.at(origin_epoch).settings_on(world).get("target_efficiency")
+        raise PlanError(
+            f"state's epoch {origin_epoch} began on world_size {world}, where these settings plan it differently "
+            f"from how it was trained there (they aim at target_efficiency {target!r} there; {TARGET_DEFAULTS}); "
+            "resume with the settings of the checkpointed run"
+        )
     origin = replanned(keys.at(origin_epoch), origin_epoch, world, origin_step)
     if origin_epoch == epoch:
         plan = origin.plan
@@ -193,7 +225,7 @@ def replanned(schedule: Schedule, epoch: int, old_world: int, step: int, *, warn
             f"(they are trained twice there; if the run ends with epoch {epoch}, they are not trained)",
             stacklevel=5,
         )
-    return Origin(epoch, old_world, step, plan, carried)
+    return Origin(epoch, old_world, step, plan, carried, schedule.fingerprint_on(old_world))
 
 
 def _check_revision(schedule: Schedule, state: dict[str, Any]) -> None:
@@ -202,7 +234,7 @@ def _check_revision(schedule: Schedule, state: dict[str, Any]) -> None:
     revision = state.get("revision", 0)  # written since revision 1
     _state_count("revision", revision, 0)
     same = state["fingerprint"] == schedule.fingerprint
-    if not same and state.get("fingerprint_any_ranks") != schedule.fingerprint_any_ranks:
+    if not same and schedule.fingerprint_on(state["world_size"]) != state["fingerprint"]:
         return  # other data or settings: refused later, naming what differs
     if state["step"] == 0 and not state.get("elastic"):
         return  # nothing of the epoch was trained: any plan of it is the rest
@@ -223,125 +255,21 @@ def _check_revision(schedule: Schedule, state: dict[str, Any]) -> None:
             f"{changed[0]} ranks, accumulation {schedule.accumulation}): resuming mid-epoch would train some "
             "samples twice and skip others. Finish the epoch with the dflash_batch release that wrote the "
             f"checkpoint (one whose dflash_batch._core.PLAN_REVISION is {revision}), or resume at the next epoch: "
-            f"{resume_next}"
+            f"{resume_next}{_target_hint(schedule, state, changed)}"
         )
 
 
-def settings(schedule: Schedule) -> dict[str, Any]:
-    """The configuration that shapes the plan, as plain values (a checkpoint may go through JSON)."""
-    return {key: value for key, value in schedule.settings().items() if key != "world_size"}
-
-
-def differences(schedule: Schedule, state: dict[str, Any]) -> str:
-    """What differs between a checkpoint's plan and the schedule's, in words."""
-    mine = {"num_samples": schedule.num_samples, "world_size": schedule.world_size, **settings(schedule)}
-    theirs = {"num_samples": state.get("num_samples"), "world_size": state.get("world_size")}
-    theirs.update(state.get("settings") or {})
-    differing = [_difference(key, theirs[key], mine[key]) for key in mine if key in theirs and theirs[key] != mine[key]]
-    # Settings recorded only when not their default (context_parallel > 1), on one side only.
-    for key in sorted(theirs.keys() - mine.keys() - {"mixture", *WHEN_SET}):
-        differing.append(f"{key} {theirs[key]!r} vs {UNRECORDED.get(key, 'unset')!r}")
-    for key in sorted(mine.keys() - theirs.keys() - {"mixture", *WHEN_SET}) if "settings" in state else ():
-        differing.append(f"{key} {UNRECORDED.get(key, 'unset')!r} vs {mine[key]!r}")
-    # Recorded only when set (rank_cost: a price refitted from step times by a StepTimer).
-    for key in WHEN_SET if "settings" in state else ():
-        if theirs.get(key) != mine.get(key):
-            differing.append(f"{key} {theirs.get(key)!r} vs {mine.get(key)!r}")
-    if "mixture" in mine and "mixture" not in theirs and "settings" in state:
-        differing.append("a mixture of sources vs the checkpoint's single dataset")
-    if "mixture" in theirs and "mixture" not in mine:
-        differing.append("the checkpoint's mixture of sources vs a single dataset here")
-    if differing:
-        return "checkpoint vs this sampler: " + ", ".join(differing)
-    if "settings" not in state:
-        return f"num_samples {schedule.num_samples}, seed and world_size match; the rest is not recorded in this state"
-    written = schedule.fingerprint
-    fingerprint = state.get("fingerprint")
-    if not (isinstance(fingerprint, str) and len(fingerprint) == len(written) and _is_hex(fingerprint)):
-        return f"its fingerprint {fingerprint!r} is not one this library writes: a corrupted or edited checkpoint"
+def _target_hint(schedule: Schedule, state: dict[str, Any], changed: list[int]) -> str:
+    """Where the epoch's plan changed only because a default target moved (revision 5): the target that
+    replays it here."""
+    theirs = (state.get("settings") or {}).get("target_efficiency")
+    if theirs is None or schedule.config.get("target_efficiency") is not None:
+        return ""
+    given = schedule.replace(target_efficiency=theirs)
+    if any(given.plans_changed_since(state.get("revision", 0), world) for world in changed):
+        return ""
     return (
-        f"the same {schedule.num_samples} samples and settings, but different lengths: another dataset, "
-        "or the same one tokenized differently"
-    )
-
-
-#: The values of settings a checkpoint records only when they are not these (the fingerprint folds them in
-#: only then, so every earlier fingerprint stands), and the settings recorded only when set: as declared.
-UNRECORDED = settings_declared.recorded("unless default")
-WHEN_SET = tuple(settings_declared.recorded("when set"))
-
-
-def _difference(key: str, theirs: Any, mine: Any) -> str:
-    """One differing setting in words; a mixture's, the source whose weight (or rows) differ."""
-    if key == "mixture" and isinstance(theirs, dict) and isinstance(mine, dict):
-        parts = []
-        for field in ("weights", "rows"):
-            if theirs.get(field) != mine.get(field):
-                a, b = theirs.get(field), mine.get(field)
-                if field == "weights" and isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
-                    parts += [f"weight of {name!r} {a[name]!r} vs {b[name]!r}" for name in a if a[name] != b[name]]
-                else:
-                    parts.append(f"mixture {field} {a!r} vs {b!r}")
-        parts += [
-            f"mixture {field} {theirs.get(field)!r} vs {mine.get(field)!r}"
-            for field in ("unit", "max_repeat", "epoch_size")
-            if theirs.get(field) != mine.get(field)
-        ]
-        if theirs.get("schedule") != mine.get("schedule"):
-            parts.append(_schedule_difference(theirs, mine))
-        return ", ".join(parts) or f"mixture {theirs!r} vs {mine!r}"
-    if key == "target_efficiency":
-        # Runs priced with attention before the default followed the price planned at 0.98.
-        return (
-            f"target_efficiency {theirs!r} vs {mine!r} (the default is 0.982 for padded batches priced with "
-            f"an attention term, 0.98 otherwise: pass target_efficiency={theirs!r} to resume that run)"
-        )
-    return f"{key} {theirs!r} vs {mine!r}"
-
-
-def _schedule_difference(theirs: dict[str, Any], mine: dict[str, Any]) -> str:
-    """Where two mixtures' schedules part, in words: the interpolation, or the first epoch whose weights
-    differ (both schedules are straight or flat between their points, so checking every point finds it)."""
-    a, b = theirs.get("schedule"), mine.get("schedule")
-    if b is None:
-        return "the checkpoint's weight schedule vs fixed weights here"
-    if a is None:
-        return "fixed weights in the checkpoint vs a weight schedule here"
-    try:
-        interpolations = (a["interpolation"], b["interpolation"])
-        epochs = sorted({0, *(point[0] for point in a["points"]), *(point[0] for point in b["points"])})
-        spec_a, spec_b = _scheduled(theirs), _scheduled(mine)
-    except (KeyError, TypeError, ValueError, IndexError):
-        return f"weight schedule {a!r} vs {b!r}"
-    if interpolations[0] != interpolations[1]:
-        return f"schedule interpolation {interpolations[0]!r} vs {interpolations[1]!r}"
-    for epoch in epochs:
-        weights_a, weights_b = spec_a.weights_at(epoch), spec_b.weights_at(epoch)
-        if weights_a != weights_b:
-            named = [
-                f"{name!r} {x!r} vs {y!r}"
-                for name, x, y in zip(spec_a.names, weights_a, weights_b, strict=False)
-                if x != y
-            ]
-            return f"weights at epoch {epoch}: " + ", ".join(named)
-    return f"weight schedule {a!r} vs {b!r}"
-
-
-def _scheduled(recorded: dict[str, Any]) -> CoreMixture:
-    """A recorded mixture's sources and schedule, as the core reads them (the weights of any epoch)."""
-    names = list(recorded["weights"])
-    points = [
-        (int(epoch), [float(weights[name]) for name in names]) for epoch, weights in recorded["schedule"]["points"]
-    ]
-    return CoreMixture(
-        names,
-        list(recorded["rows"]),
-        [float(recorded["weights"][name]) for name in names],
-        unit=recorded["unit"],
-        max_repeat=float(recorded["max_repeat"]),
-        epoch_size=recorded["epoch_size"],
-        schedule=points,
-        interpolation=recorded["schedule"]["interpolation"],
+        f"; or pass target_efficiency={theirs!r}, the target it was planned at, to finish it here ({TARGET_DEFAULTS})"
     )
 
 

@@ -100,9 +100,14 @@ class Schedule:
     def settings(self) -> dict[str, Any]:
         """Every planning setting as plain values, ``world_size`` included (what checkpoints record), and a
         mixture's sources and weights under ``"mixture"``."""
-        settings = dict(self._config.settings())
-        if self._mixture is not None:
-            settings["mixture"] = dict(self._mixture.settings())
+        return Schedule.settings_of(self._config, self._mixture)
+
+    @staticmethod
+    def settings_of(config: _core.Config, mixture: _core.Mixture | None) -> dict[str, Any]:
+        """:meth:`settings` of ``config`` and ``mixture``."""
+        settings = dict(config.settings())
+        if mixture is not None:
+            settings["mixture"] = dict(mixture.settings())
         return settings
 
     @property
@@ -187,6 +192,19 @@ class Schedule:
         if self._any_ranks is None:
             object.__setattr__(self, "_any_ranks", self._planner.fingerprint_any_ranks)
         return str(self._any_ranks)
+
+    def fingerprint_on(self, world_size: int) -> str:
+        """The fingerprint these lengths and settings have on ``world_size`` ranks (a default target that
+        depends on the step shape resolved there): what a checkpoint taken there recorded."""
+        if world_size == self.world_size:
+            return self.fingerprint
+        return str(self._planner.fingerprint_on(world_size))
+
+    def settings_on(self, world_size: int) -> dict[str, Any]:
+        """:meth:`settings` as they are on ``world_size`` ranks (the default target resolved there)."""
+        if world_size == self.world_size:
+            return self.settings()
+        return Schedule.settings_of(self._config.replace(world_size=world_size), self._mixture)
 
     def identity(self, epoch: int) -> dict[str, Any]:
         """What every rank of a run must agree on to train disjoint shares of ``epoch``."""

@@ -190,7 +190,7 @@ class Windows:
         PlanError for a state of other settings, another window size or plan revision (named), one that
         cannot resume on these ranks (named), or that is not a state of ``Windows``; a refused state changes
         nothing."""
-        resume = windows_resume.read(state, self._config.settings(), self._window)
+        resume = windows_resume.read(state, self._config, self._window)
         with self._lock:
             self._pass, self._at, self._origin, self._resume = resume.epoch, resume.at, resume.origin, True
             self._seen, self._handed = [], 0

@@ -42,9 +42,10 @@ class Resume(NamedTuple):
     origin: Origin | None
 
 
-def read(state: Any, settings: dict[str, Any], window_size: int) -> Resume:
-    """``state`` checked against this ``Windows``' ``settings`` and window size. Raises PlanError naming what
-    differs (a world_size alone resumes elastically), a damaged state, or one of another plan revision."""
+def read(state: Any, config: Any, window_size: int) -> Resume:
+    """``state`` checked against this ``Windows``' settings (``config``, a ``_core.Config``) and window size.
+    Raises PlanError naming what differs (a world_size alone resumes elastically), a damaged state, or one of
+    another plan revision."""
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise PlanError("this is not a dflash_batch.Windows state (state_dict() of a Windows)")
     if state.get("revision") != PLAN_REVISION:
@@ -62,6 +63,12 @@ def read(state: Any, settings: dict[str, Any], window_size: int) -> Resume:
         raise PlanError(f"this Windows state is damaged ({type(error).__name__}: {error})") from None
     if min(at) < 0 or at[2] < at[0] * window_size or (origin is not None and min(origin) < 0):
         raise PlanError(f"the state's position {at} (window, step, first example) is not one a stream has")
+    settings = dict(config.settings())
+    theirs = recorded.get("world_size")
+    if isinstance(theirs, int) and not isinstance(theirs, bool) and theirs >= 1 and theirs != settings["world_size"]:
+        # Compared as they resolve on the state's ranks (a default target depends on the step shape), with
+        # this run's world_size.
+        settings = {**dict(config.replace(world_size=theirs).settings()), "world_size": settings["world_size"]}
     differs = [
         f"{key}: {recorded.get(key)!r} there, {value!r} here"
         for key, value in settings.items()

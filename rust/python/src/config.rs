@@ -65,10 +65,12 @@ impl Settings {
         core.batching =
             Batching::from_options(draft.batch_size, draft.max_tokens).map_err(to_py)?;
         core.mode = mode_of(&given, draft.mode.as_ref(), draft.bucketed.as_ref())?;
-        core.target_efficiency_ppm = match draft.target_efficiency {
-            Some(target) => CoreConfig::target_efficiency_ppm(target).map_err(to_py)?,
-            None => CoreConfig::default_target_efficiency_ppm(core.mode, core.batching, core.cost),
-        };
+        // `None`: the core's default, a function of the mode, the price and the step shape.
+        core.target_efficiency_ppm = draft
+            .target_efficiency
+            .map(CoreConfig::target_efficiency_ppm)
+            .transpose()
+            .map_err(to_py)?;
         let threads = draft.threads;
         Ok(Self {
             core,
@@ -98,7 +100,7 @@ impl Settings {
                 _ if skipped => {}
                 // The target the default resolved to: what a checkpoint compares.
                 "target_efficiency" if value.is_none() => {
-                    let ppm = f64::from(self.core.target_efficiency_ppm);
+                    let ppm = f64::from(self.core.target_efficiency());
                     out.set_item(key, ppm / 1e6)?;
                 }
                 "oversize" => {

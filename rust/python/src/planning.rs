@@ -197,6 +197,22 @@ impl Planner {
         ))
     }
 
+    /// The fingerprint (16 hex digits) these lengths and settings have on `world_size` ranks: what a
+    /// checkpoint taken there recorded, for an elastic resume to check.
+    fn fingerprint_on(&self, py: Python<'_>, world_size: u32) -> PyResult<String> {
+        self.check_lengths()?;
+        if world_size == 0 {
+            return Err(PyValueError::new_err(
+                "world_size=0 is invalid: expected ≥ 1 ranks",
+            ));
+        }
+        let inner = Arc::clone(&self.inner);
+        Ok(format!(
+            "{:016x}",
+            py.detach(move || inner.fingerprint_on(world_size))
+        ))
+    }
+
     /// The padding efficiency plans are predicted to measure with the chosen edges.
     /// Steps per rank of every epoch (the same for all epochs; plans epoch 0's draws once if no plan
     /// has yet).

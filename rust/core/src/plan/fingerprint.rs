@@ -26,6 +26,9 @@ pub fn fingerprint<L: Length>(lengths: &[L], config: &Config) -> u64 {
     h = fold(h, pairs);
     // Every field named, none left to `..`: a new setting does not compile until it is folded here
     // (or said not to shape the plan).
+    // The target aimed at, given or default: a default that moved with the step shape plans
+    // differently, and folds differently.
+    let target = config.target_efficiency();
     let Config {
         batching,
         boundaries,
@@ -36,7 +39,7 @@ pub fn fingerprint<L: Length>(lengths: &[L], config: &Config) -> u64 {
         oversize,
         pad_to_multiple_of,
         context_parallel,
-        target_efficiency_ppm,
+        target_efficiency_ppm: _,
         order,
         accumulation,
         cost,
@@ -107,7 +110,7 @@ pub fn fingerprint<L: Length>(lengths: &[L], config: &Config) -> u64 {
         h = fold(h, [10, u64::from(*cap)]);
     }
     match boundaries {
-        Boundaries::Auto => fold(h, [3, u64::from(*target_efficiency_ppm)]),
+        Boundaries::Auto => fold(h, [3, u64::from(target)]),
         Boundaries::Count(k) => fold(h, [4, *k as u64]),
         Boundaries::Edges(e) => fold(
             fold(h, [5, e.len() as u64]),

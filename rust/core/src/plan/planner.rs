@@ -359,10 +359,24 @@ impl Planner {
     }
 
     /// Fingerprint of the lengths and configuration as if for one rank: the same for any
-    /// `world_size`, so a checkpoint can be resumed on another number of ranks.
+    /// `world_size`, so a checkpoint can be resumed on another number of ranks — as long as the
+    /// target aimed at is: a default that differs with the step shape folds the value it took here,
+    /// so an epoch is never re-planned for other ranks with the edges of another target.
     pub fn fingerprint_any_ranks(&self) -> u64 {
         self.fingerprint_of(&Config {
             world_size: 1,
+            target_efficiency_ppm: Some(self.config.target_efficiency()),
+            ..self.config.clone()
+        })
+    }
+
+    /// Fingerprint of the lengths and configuration on `world_size` ranks: what a checkpoint taken
+    /// there recorded, when its settings were these. An elastic resume checks the state against it,
+    /// so a default that depends on the step shape (`Config::target_efficiency`) is compared as it
+    /// resolved on the old ranks, and the old plan re-made here is the one trained.
+    pub fn fingerprint_on(&self, world_size: u32) -> u64 {
+        self.fingerprint_of(&Config {
+            world_size,
             ..self.config.clone()
         })
     }

@@ -318,7 +318,7 @@ fn choose_buckets<L: Length, M: Length>(
             optimal_edges(&histogram, *k, config)
         }
         Boundaries::Auto => {
-            let target = f64::from(config.target_efficiency_ppm) / 1e6;
+            let target = f64::from(config.target_efficiency()) / 1e6;
             auto_edges(&histogram, target, config)
         }
     };

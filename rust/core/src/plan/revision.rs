@@ -14,12 +14,14 @@
 //!   least attention (`form/compose.rs`, closing fits).
 //! * Revision 4: shuffled unbucketed packed rows are composed that way under every cost model, the
 //!   default `cost="tokens"` included (they were packed best fit over a window, `form/pack.rs`).
+//! * Revision 5: padded batches left to the default target (`boundaries="auto"`, no attention price)
+//!   aim at 0.93 in optimizer steps of 2 to 7 micro-batches (0.97 before; `config.rs`).
 
-use crate::plan::config::Config;
+use crate::plan::config::{Boundaries, Config, SMALL_STEP_TARGET_EFFICIENCY_PPM};
 use crate::plan::planner::Planner;
 
 /// The revision of the planning rules this crate implements.
-pub const PLAN_REVISION: u32 = 4;
+pub const PLAN_REVISION: u32 = 5;
 
 impl Config {
     /// Whether this configuration's plans on `world_size` ranks differ between rules `revision` and
@@ -31,7 +33,19 @@ impl Config {
         let composed = self.shuffle
             && self.composes_rows(arranged)
             && (revision < 3 || (!priced && revision < 4));
-        swaps || composed
+        swaps || composed || (revision < 5 && self.small_step_default(world_size))
+    }
+
+    /// Whether, on `world_size` ranks, this configuration's buckets aim at the default of padded
+    /// batches in small optimizer steps (revision 5), where they aimed at 0.97 before.
+    fn small_step_default(&self, world_size: u32) -> bool {
+        let on_ranks = Config {
+            world_size,
+            ..self.clone()
+        };
+        matches!(self.boundaries, Boundaries::Auto)
+            && self.target_efficiency_ppm.is_none()
+            && on_ranks.target_efficiency() == SMALL_STEP_TARGET_EFFICIENCY_PPM
     }
 }
 
@@ -50,8 +64,10 @@ mod tests {
 
     #[test]
     fn only_windows_of_several_steps_on_several_ranks_changed_in_revision_1() {
+        // A target given, so revision 5's default does not apply.
         let config = |accumulation| Config {
             accumulation,
+            target_efficiency_ppm: Some(970_000),
             ..Config::new(Batching::Tokens(64))
         };
         assert!(config(4).plans_changed_since(0, 8, true));
@@ -93,5 +109,33 @@ mod tests {
             ..Config::new(Batching::Tokens(64))
         };
         assert!(!padded.plans_changed_since(1, 8, true));
+    }
+
+    #[test]
+    fn only_padded_default_targets_in_steps_of_2_to_7_micro_batches_changed_in_revision_5() {
+        let padded = |accumulation, target| Config {
+            accumulation,
+            target_efficiency_ppm: target,
+            ..Config::new(Batching::Tokens(64))
+        };
+        assert!(padded(4, None).plans_changed_since(4, 1, true));
+        assert!(padded(1, None).plans_changed_since(4, 2, true));
+        assert!(padded(1, None).plans_changed_since(0, 7, false));
+        assert!(!padded(4, None).plans_changed_since(5, 1, true));
+        assert!(!padded(1, None).plans_changed_since(4, 1, true));
+        assert!(!padded(4, None).plans_changed_since(4, 2, true));
+        assert!(!padded(1, None).plans_changed_since(4, 16, true));
+        assert!(!padded(4, Some(970_000)).plans_changed_since(4, 1, true));
+        assert!(!padded(4, Some(930_000)).plans_changed_since(4, 1, true));
+        let edges = Config {
+            boundaries: crate::plan::config::Boundaries::Count(8),
+            ..padded(4, None)
+        };
+        assert!(!edges.plans_changed_since(4, 1, true));
+        let packed = Config {
+            mode: Mode::Packed { bucketed: true },
+            ..padded(4, None)
+        };
+        assert!(!packed.plans_changed_since(4, 1, true));
     }
 }

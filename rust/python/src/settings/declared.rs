@@ -175,14 +175,15 @@ pub(crate) const SETTINGS: [Setting; 22] = [
         range: "(0, 1], or None",
         doc: "the padding efficiency `boundaries=\"auto\"` aims for. `None`: 0.982 for padded batches \
               under a token budget priced with an attention term (`cost=(a, b)`, b > 0: there padding \
-              caps the end-to-end figure per step), 0.97 for other padded batches (narrower \
-              buckets make an optimizer step noisier than a shuffle's: `docs/convergence.md`), 0.98 \
-              for packed rows.",
+              caps the end-to-end figure per step); for other padded batches 0.93 where an optimizer \
+              step holds 2 to 7 micro-batches (`world_size × accumulation`) and 0.97 otherwise \
+              (narrower buckets make a step of few batches noisier than a shuffle's: \
+              `docs/convergence.md`); 0.98 for packed rows.",
         group: Group::Own,
         recorded: Recorded::Always,
         apply: |d, given, v| {
-            // Left out or `None`: the core's default for the mode and price (`config.rs`), chosen
-            // again by `replace`.
+            // Left out or `None`: the core's default for the mode, the price and the step shape
+            // (`config.rs`), resolved wherever the plan is made.
             d.target_efficiency = match v.filter(|t| !t.is_none()) {
                 Some(t) => Some(number(given, "target_efficiency", Some(t), 0.0)?),
                 None => {

@@ -23,11 +23,11 @@ fn each_setting_error_names_its_setting() {
         "balance_tolerance"
     );
     assert_eq!(
-        name(check(|c| c.target_efficiency_ppm = 0)),
+        name(check(|c| c.target_efficiency_ppm = Some(0))),
         "target_efficiency"
     );
     assert_eq!(
-        name(check(|c| c.target_efficiency_ppm = 1_000_001)),
+        name(check(|c| c.target_efficiency_ppm = Some(1_000_001))),
         "target_efficiency"
     );
     assert_eq!(name(check(|c| c.world_size = 0)), "world_size");
@@ -125,7 +125,7 @@ fn the_default_target_is_higher_only_for_padded_token_budgets_priced_with_attent
     };
     let tokens = Batching::Tokens(16384);
     let default =
-        |mode, batching, cost| Config::default_target_efficiency_ppm(mode, batching, cost);
+        |mode, batching, cost| Config::default_target_efficiency_ppm(mode, batching, cost, 1);
     assert_eq!(default(Mode::Padded, tokens, attention), 982_000);
     assert_eq!(default(Mode::Padded, tokens, CostModel::TOKENS), 970_000);
     assert_eq!(default(Mode::Padded, tokens, linear), 970_000);
@@ -137,7 +137,73 @@ fn the_default_target_is_higher_only_for_padded_token_budgets_priced_with_attent
         );
     }
     assert_eq!(
-        Config::new(tokens).target_efficiency_ppm,
+        Config::new(tokens).target_efficiency(),
         PADDED_TARGET_EFFICIENCY_PPM
     );
+}
+
+#[test]
+fn the_padded_default_target_is_wider_for_steps_of_2_to_7_micro_batches() {
+    let tokens = Batching::Tokens(16384);
+    let attention = CostModel {
+        linear: 1.0,
+        quadratic: 1.0 / 30720.0,
+    };
+    let padded = |window| {
+        Config::default_target_efficiency_ppm(Mode::Padded, tokens, CostModel::TOKENS, window)
+    };
+    assert_eq!(padded(1), PADDED_TARGET_EFFICIENCY_PPM);
+    for window in [2, 4, 7] {
+        assert_eq!(padded(window), SMALL_STEP_TARGET_EFFICIENCY_PPM, "{window}");
+    }
+    for window in [8, 16, 32, usize::MAX] {
+        assert_eq!(padded(window), PADDED_TARGET_EFFICIENCY_PPM, "{window}");
+    }
+    let rows = Config::default_target_efficiency_ppm(
+        Mode::Padded,
+        Batching::Rows(8),
+        CostModel::TOKENS,
+        4,
+    );
+    assert_eq!(rows, SMALL_STEP_TARGET_EFFICIENCY_PPM);
+    // An attention price and packed rows keep theirs at every step shape.
+    for window in [1, 4, 32] {
+        assert_eq!(
+            Config::default_target_efficiency_ppm(Mode::Padded, tokens, attention, window),
+            PRICED_TARGET_EFFICIENCY_PPM
+        );
+        assert_eq!(
+            Config::default_target_efficiency_ppm(
+                Mode::Packed { bucketed: true },
+                tokens,
+                CostModel::TOKENS,
+                window
+            ),
+            DEFAULT_TARGET_EFFICIENCY_PPM
+        );
+    }
+    // The window is all ranks × accumulation, and an explicit target wins.
+    let config = |world_size, accumulation, target| Config {
+        world_size,
+        accumulation,
+        target_efficiency_ppm: target,
+        ..Config::new(tokens)
+    };
+    assert_eq!(
+        config(2, 2, None).target_efficiency(),
+        SMALL_STEP_TARGET_EFFICIENCY_PPM
+    );
+    assert_eq!(
+        config(4, 4, None).target_efficiency(),
+        PADDED_TARGET_EFFICIENCY_PPM
+    );
+    assert_eq!(
+        config(8, 1, None).target_efficiency(),
+        PADDED_TARGET_EFFICIENCY_PPM
+    );
+    assert_eq!(
+        config(4, 1, None).target_efficiency(),
+        SMALL_STEP_TARGET_EFFICIENCY_PPM
+    );
+    assert_eq!(config(1, 4, Some(970_000)).target_efficiency(), 970_000);
 }

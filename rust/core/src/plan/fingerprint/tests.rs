@@ -34,7 +34,7 @@ fn pinned_and_sensitive_to_every_input() {
     };
     assert_ne!(base, fingerprint(&[3u32, 1, 4], &random));
     let stricter = Config {
-        target_efficiency_ppm: 990_000,
+        target_efficiency_ppm: Some(990_000),
         ..cfg.clone()
     };
     assert_ne!(base, fingerprint(&[3u32, 1, 4], &stricter));
@@ -126,7 +126,7 @@ fn variants() -> Vec<(&'static str, Config)> {
         (
             "efficiency",
             Config {
-                target_efficiency_ppm: 990_000,
+                target_efficiency_ppm: Some(990_000),
                 ..base.clone()
             },
         ),
@@ -208,7 +208,7 @@ fn variants() -> Vec<(&'static str, Config)> {
                 oversize: Oversize::Skip,
                 pad_to_multiple_of: 4,
                 context_parallel: 1,
-                target_efficiency_ppm: 970_000,
+                target_efficiency_ppm: Some(970_000),
                 order: Order::Random,
                 accumulation: 2,
                 cost: CostModel {
@@ -264,7 +264,7 @@ fn variants() -> Vec<(&'static str, Config)> {
 /// padded batches default to 0.97 since): the pins check the function, whatever the defaults.
 fn as_pinned(config: Config) -> Config {
     Config {
-        target_efficiency_ppm: 980_000,
+        target_efficiency_ppm: Some(980_000),
         ..config
     }
 }
