@@ -139,10 +139,10 @@ def decode(keys: Keys, state: Any, *, warn: bool = True) -> tuple[Resume, Keys]:
 def _check_cycles(schedule: Schedule, state: dict[str, Any]) -> None:
     """A mixture's cycles walk its sources bucket by bucket, so later epochs continue the cycle only under
     the buckets it began with: refused where the default target resolves differently on these ranks."""
-    if schedule.mixture is None or state.get("fingerprint_any_ranks") == schedule.fingerprint_any_ranks:
-        return
     theirs = settings(schedule, state["world_size"]).get("target_efficiency")
     mine = settings(schedule).get("target_efficiency")
+    if schedule.mixture is None or theirs == mine:
+        return
     raise PlanError(
         f"a mixture resumed on world_size {schedule.world_size} would aim at target_efficiency {mine!r}, and it "
         f"ran at {theirs!r} on world_size {state['world_size']} ({TARGET_DEFAULTS}): its sources' cycles follow "
