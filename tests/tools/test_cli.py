@@ -50,6 +50,19 @@ def test_analyze_demo_prints_the_strategies_table(capsys):
     assert "predicted padding efficiency" in out and "window_tv" in out and "planned in" in out
 
 
+def test_analyze_names_the_target_the_buckets_aimed_at_for_the_step_shape(capsys):
+    """The padded default follows the step shape (0.93 in steps of 2 to 7 micro-batches): analyze says which
+    target its edges aimed at, and says nothing of a target for a bucket count."""
+    base = ["analyze", "--demo", "--samples", "20000", "--no-peers"]
+    assert main([*base, "--accumulation", "4", "--world-size", "1"]) == 0
+    assert "aimed at target_efficiency 0.93," in capsys.readouterr().out
+    assert main([*base, "--accumulation", "4", "--world-size", "2"]) == 0
+    assert "aimed at target_efficiency 0.97," in capsys.readouterr().out
+    assert main([*base, "--boundaries", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "buckets: 5, predicted" in out and "aimed at" not in out
+
+
 def test_analyze_shows_what_trimming_gains_without_accumulation(capsys):
     import json
 

@@ -145,11 +145,20 @@ def report(
         "edges": sampler.edges,
         "buckets": len(sampler.edges) - 1,
         "predicted_efficiency": sampler.predicted_efficiency,
+        # What "auto" edges aimed at (None under explicit edges or a count): the default follows the step shape.
+        "target_efficiency": _aimed_at(sampler),
         "window": window,
         "world_size": sampler.world_size,
         "rule": rule,
         "strategies": strategies(lengths, sampler=sampler, rule=rule, window=window, peers=peers),
     }
+
+
+def _aimed_at(sampler: BucketSampler) -> float | None:
+    """The target ``boundaries="auto"`` aimed at (the default follows the step shape); None for a bucket count
+    or explicit edges."""
+    settings = sampler.state_dict()["settings"]
+    return settings.get("target_efficiency") if settings.get("boundaries") is None else None
 
 
 def _figure(value: Any) -> str:
@@ -170,8 +179,10 @@ def print_report(result: dict) -> None:
     for h in result["histogram"]:
         bar = "#" * round(40 * h["share"] / widest)
         print(f"  {h['low']:>7}–{h['high']:<7} {h['count']:>10,} {h['share']:6.1%} {bar}")
+    target = result.get("target_efficiency")
+    aimed = f" aimed at target_efficiency {target:g}" if target is not None else ""
     print(
-        f"\nbuckets: {result['buckets']}, predicted padding efficiency {result['predicted_efficiency']:.4f}"
+        f"\nbuckets: {result['buckets']}{aimed}, predicted padding efficiency {result['predicted_efficiency']:.4f}"
         f"\nedges: {result['edges']}"
     )
     rule = ", ".join(f"{k}={v}" for k, v in result["rule"].items())
