@@ -5,9 +5,11 @@
 //! Built from the SplitMix64 finaliser over 64-bit words (two lengths each) folded in order, which is
 //! fast (a multiply per two lengths) and sensitive to order and value; it is not cryptographic.
 
+use crate::lengths::with_lengths;
 use crate::lengths::Length;
 use crate::plan::config::{Batching, Boundaries, Config, Mode, Order, Oversize};
 use crate::plan::mixture::{Interpolation, Mixture, Point, Schedule, Source, Unit};
+use crate::plan::planner::Planner;
 use crate::rng::mix64;
 
 /// Folds `words` into `state`, order-sensitively.
@@ -116,6 +118,45 @@ pub fn fingerprint<L: Length>(lengths: &[L], config: &Config) -> u64 {
             fold(h, [5, e.len() as u64]),
             e.iter().map(|&x| u64::from(x)),
         ),
+    }
+}
+
+/// A planner's fingerprints: its own, on one rank, and on other ranks.
+impl Planner {
+    /// Fingerprint of the lengths and configuration (and mixture), hashed on first use.
+    pub fn fingerprint(&self) -> u64 {
+        *self
+            .fingerprint
+            .get_or_init(|| self.fingerprint_of(self.config()))
+    }
+
+    /// Fingerprint of the lengths and configuration as if for one rank: the same for any
+    /// `world_size`, so a checkpoint can be resumed on another number of ranks — as long as the
+    /// target aimed at is: a default that differs with the step shape folds the value it took here,
+    /// so an epoch is never re-planned for other ranks with the edges of another target.
+    pub fn fingerprint_any_ranks(&self) -> u64 {
+        self.fingerprint_of(&Config {
+            world_size: 1,
+            target_efficiency_ppm: Some(self.config().target_efficiency()),
+            ..self.config().clone()
+        })
+    }
+
+    /// Fingerprint of the lengths and configuration on `world_size` ranks: what a checkpoint taken
+    /// there recorded, when its settings were these. An elastic resume checks the state against it,
+    /// so a default that depends on the step shape (`Config::target_efficiency`) is compared as it
+    /// resolved on the old ranks, and the old plan re-made here is the one trained.
+    pub fn fingerprint_on(&self, world_size: u32) -> u64 {
+        self.fingerprint_of(&Config {
+            world_size,
+            ..self.config().clone()
+        })
+    }
+
+    fn fingerprint_of(&self, config: &Config) -> u64 {
+        let plain = with_lengths!(self.lengths(), v => fingerprint(v, config));
+        self.mixture()
+            .map_or(plain, |mixture| fingerprint_mixture(plain, mixture))
     }
 }
 

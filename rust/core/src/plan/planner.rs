@@ -39,7 +39,6 @@ use crate::memory;
 use crate::plan::buckets::Buckets;
 use crate::plan::config::{Config, Mode};
 use crate::plan::draws::{Draws, Population};
-use crate::plan::fingerprint::{fingerprint, fingerprint_mixture};
 use crate::plan::form::{ByBucket, Former, ARRANGE_MAX_SAMPLES, COMPANION_MIN_SAMPLES};
 use crate::plan::mixture::{prepare_mixture, Labels, Mix, Mixture};
 use crate::plan::output::Plan;
@@ -69,7 +68,7 @@ pub struct Planner {
     /// Batches of every epoch's plan (see [`Planner::steps`]), set by the first plan or query.
     target: OnceLock<usize>,
     /// [`Planner::fingerprint`], hashed once (a pass over every length).
-    fingerprint: OnceLock<u64>,
+    pub(super) fingerprint: OnceLock<u64>,
     /// Under `Oversize::Truncate`, the later pieces of the samples split (`truncate.rs`); the lengths
     /// are then the planned entries' lengths.
     later: Option<Later>,
@@ -349,42 +348,6 @@ impl Planner {
     /// first piece, then the later pieces; [`Planner::dataset_lengths`] gives the rows').
     pub fn lengths(&self) -> &Lengths {
         &self.lengths
-    }
-
-    /// Fingerprint of the lengths and configuration (and mixture), hashed on first use.
-    pub fn fingerprint(&self) -> u64 {
-        *self
-            .fingerprint
-            .get_or_init(|| self.fingerprint_of(&self.config))
-    }
-
-    /// Fingerprint of the lengths and configuration as if for one rank: the same for any
-    /// `world_size`, so a checkpoint can be resumed on another number of ranks — as long as the
-    /// target aimed at is: a default that differs with the step shape folds the value it took here,
-    /// so an epoch is never re-planned for other ranks with the edges of another target.
-    pub fn fingerprint_any_ranks(&self) -> u64 {
-        self.fingerprint_of(&Config {
-            world_size: 1,
-            target_efficiency_ppm: Some(self.config.target_efficiency()),
-            ..self.config.clone()
-        })
-    }
-
-    /// Fingerprint of the lengths and configuration on `world_size` ranks: what a checkpoint taken
-    /// there recorded, when its settings were these. An elastic resume checks the state against it,
-    /// so a default that depends on the step shape (`Config::target_efficiency`) is compared as it
-    /// resolved on the old ranks, and the old plan re-made here is the one trained.
-    pub fn fingerprint_on(&self, world_size: u32) -> u64 {
-        self.fingerprint_of(&Config {
-            world_size,
-            ..self.config.clone()
-        })
-    }
-
-    fn fingerprint_of(&self, config: &Config) -> u64 {
-        let plain = with_lengths!(&self.lengths, v => fingerprint(v, config));
-        self.mixture()
-            .map_or(plain, |mixture| fingerprint_mixture(plain, mixture))
     }
 
     /// Rows of the dataset: the planned entries less the later pieces of split samples.

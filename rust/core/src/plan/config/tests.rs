@@ -1,3 +1,4 @@
+use super::target::*;
 use super::*;
 
 fn check(change: impl FnOnce(&mut Config)) -> Option<ErrorKind> {
@@ -189,21 +190,15 @@ fn the_padded_default_target_is_wider_for_steps_of_2_to_7_micro_batches() {
         target_efficiency_ppm: target,
         ..Config::new(tokens)
     };
-    assert_eq!(
-        config(2, 2, None).target_efficiency(),
-        SMALL_STEP_TARGET_EFFICIENCY_PPM
-    );
-    assert_eq!(
-        config(4, 4, None).target_efficiency(),
-        PADDED_TARGET_EFFICIENCY_PPM
-    );
-    assert_eq!(
-        config(8, 1, None).target_efficiency(),
-        PADDED_TARGET_EFFICIENCY_PPM
-    );
-    assert_eq!(
-        config(4, 1, None).target_efficiency(),
-        SMALL_STEP_TARGET_EFFICIENCY_PPM
-    );
+    let cases = [
+        ((2, 2), SMALL_STEP_TARGET_EFFICIENCY_PPM),
+        ((4, 4), PADDED_TARGET_EFFICIENCY_PPM),
+        ((8, 1), PADDED_TARGET_EFFICIENCY_PPM),
+        ((4, 1), SMALL_STEP_TARGET_EFFICIENCY_PPM),
+    ];
+    for ((world_size, accumulation), expected) in cases {
+        let got = config(world_size, accumulation, None).target_efficiency();
+        assert_eq!(got, expected, "{world_size}×{accumulation}");
+    }
     assert_eq!(config(1, 4, Some(970_000)).target_efficiency(), 970_000);
 }
