@@ -44,7 +44,7 @@ class Schedule:
 
     __slots__ = (
         "_ahead", "_ahead_lock", "_any_ranks", "_bounds", "_config", "_fingerprint", "_mapped", "_mapped_identity",
-        "_mixture", "_plan_dir", "_planner",
+        "_mixture", "_on_ranks", "_plan_dir", "_planner",
     )  # fmt: skip
     _config: _core.Config
     _planner: _core.Planner
@@ -52,6 +52,7 @@ class Schedule:
     _bounds: np.ndarray | None
     _fingerprint: str | None
     _any_ranks: str | None
+    _on_ranks: dict[int, str]
     _plan_dir: str | None
     _ahead: dict[int, Future[Plan]]
     _ahead_lock: threading.Lock
@@ -86,6 +87,7 @@ class Schedule:
         # Hashing every length costs a pass over them: done once, on first use.
         object.__setattr__(self, "_fingerprint", None)
         object.__setattr__(self, "_any_ranks", None)
+        object.__setattr__(self, "_on_ranks", {})
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"a Schedule is read-only ({name!r}); make a changed one with replace(...)")
@@ -198,7 +200,9 @@ class Schedule:
         depends on the step shape resolved there): what a checkpoint taken there recorded."""
         if world_size == self.world_size:
             return self.fingerprint
-        return str(self._planner.fingerprint_on(world_size))
+        if world_size not in self._on_ranks:  # a pass over every length; a resume asks more than once
+            self._on_ranks[world_size] = str(self._planner.fingerprint_on(world_size))
+        return self._on_ranks[world_size]
 
     def settings_on(self, world_size: int) -> dict[str, Any]:
         """:meth:`settings` as they are on ``world_size`` ranks (the default target resolved there)."""
